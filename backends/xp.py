@@ -1,0 +1,22 @@
+"""The generic path: the chunk scan on the array API, for every namespace and device."""
+
+from __future__ import annotations
+
+from gae_xp._gae import gae_on_scan
+from gae_xp._scan import scan
+
+
+class ArrayAPIBackend:
+    name = "xp"
+
+    def unavailable_reason(self, xp, arrays):
+        return None
+
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+
+    def gae(self, problem, *, chunk_size):
+        return gae_on_scan(problem, chunk_size=chunk_size, solve=scan)
+
+
+BACKEND = ArrayAPIBackend()

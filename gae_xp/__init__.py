@@ -1,0 +1,13 @@
+"""gae_xp: fast, exact Generalized Advantage Estimation on any array library.
+
+One chunked prefix scan, written against the Python array API standard, runs
+on NumPy, PyTorch, CuPy and JAX arrays and returns the caller's kind of array
+on the caller's device. ``import gae_xp`` imports numpy and array-api-compat
+only; a framework or a kernel compiler is imported when its arrays arrive.
+"""
+
+from . import reference
+from ._api import discounted_cumsum, gae
+
+__version__ = "0.1.0"
+__all__ = ["gae", "discounted_cumsum", "reference", "__version__"]

@@ -1,0 +1,66 @@
+"""GAE on the chunk scan, written only against the array API namespace.
+
+With ``done_t = terminated_t or truncated_t`` and the mask m (True = a real step):
+
+    Vnext_t = next_values_t, or V at the next real step, or the bootstrap value
+    delta_t = r_t + gamma_t (1 - terminated_t) Vnext_t - V_t
+    A_t     = delta_t + gamma_t lam_t (1 - done_t) A_{t+1},      A_T = 0
+    R_t     = A_t + V_t
+
+A masked step is made the identity of the recurrence (delta 0, coefficient 1),
+so no discount is applied across it, and its outputs are set to 0 with
+``where``. "V at the next real step" is itself a reverse recurrence,
+``y_t = m_t V_t + (1 - m_t) y_{t+1}`` with ``y_T = bootstrap``, solved by the
+same scan (exactly: its coefficients are 0 or 1).
+"""
+
+from __future__ import annotations
+
+from array_api_compat import device as device_of
+
+from . import _owned as owned
+from ._inputs import GaeProblem
+from ._scan import fold_initial, scan
+
+
+def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
+    """(advantages, returns) of a prepared problem; ``solve`` is the scan to use (same signature as ``_scan.scan``)."""
+    xp = p.xp
+    r, v, m = p.rewards, p.values, p.mask
+    if r.shape[-1] == 0:
+        return xp.zeros_like(r), xp.zeros_like(r)
+    zero = xp.asarray(0.0, dtype=r.dtype, device=device_of(r))
+    one = xp.asarray(1.0, dtype=r.dtype, device=device_of(r))
+
+    if p.next_values is not None:
+        v_next = p.next_values
+    elif m is None:
+        v_next = xp.concat([v[..., 1:], p.bootstrap], axis=-1)
+    else:
+        skip = xp.where(m, zero, one)
+        latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
+                       reverse=True, chunk_size=chunk_size)
+        v_next = xp.concat([latest[..., 1:], p.bootstrap], axis=-1)
+
+    bootstrapped = p.gamma * v_next if v_next is p.next_values else owned.mul(v_next, p.gamma)
+    if p.terminated is not None:
+        bootstrapped = xp.where(p.terminated, zero, bootstrapped)
+    delta = owned.add(r - v, bootstrapped)
+
+    coeff = p.gamma * p.lam
+    if not p.is_constant:
+        if isinstance(coeff, float):
+            coeff = xp.full(r.shape, coeff, dtype=r.dtype, device=device_of(r))
+        for done in (p.terminated, p.truncated):
+            if done is not None:
+                coeff = xp.where(done, zero, coeff)
+        if m is not None:
+            coeff = xp.where(m, coeff, one)
+            delta = xp.where(m, delta, zero)
+
+    advantages = solve(xp, delta, coeff, reverse=True, chunk_size=chunk_size)
+    returns = advantages + v
+    if m is not None:
+        advantages = xp.where(m, advantages, zero)
+        returns = xp.where(m, returns, zero)
+    return advantages, returns

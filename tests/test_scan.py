@@ -1,0 +1,78 @@
+"""discounted_cumsum() against its loop, and the reference implementations against each other."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gae_xp
+from gae_xp import reference
+from helpers import assert_close
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+@pytest.mark.parametrize("discount_kind", ["float", "per-step", "per-row", "with zeros"])
+@pytest.mark.parametrize("chunk", [None, 1, 3, 64])
+def test_discounted_cumsum(xp, reverse, discount_kind, chunk):
+    rng = np.random.default_rng(chunk or 0)
+    x = rng.standard_normal((3, 200))
+    discount = {
+        "float": 0.97,
+        "per-step": rng.uniform(0, 1, 200),
+        "per-row": rng.uniform(0, 1, (3, 1)),
+        "with zeros": np.where(rng.random((3, 200)) < 0.1, 0.0, 0.9),
+    }[discount_kind]
+    initial = rng.standard_normal(3)
+    want = reference.discounted_cumsum_loop(x, discount, reverse=reverse, initial=initial)
+    converted = discount if isinstance(discount, float) else xp.asarray(discount)
+    got = gae_xp.discounted_cumsum(xp.asarray(x), converted, reverse=reverse, initial=xp.asarray(initial),
+                                   chunk_size=chunk)
+    assert_close(xp, got, want)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2, 33])
+def test_discounted_cumsum_short_and_scalar_initial(xp, length):
+    x = np.arange(length, dtype=np.float64)
+    want = reference.discounted_cumsum_loop(x, 0.5, initial=2.0)
+    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 0.5, initial=2.0, chunk_size=4), want)
+
+
+def test_discounted_cumsum_axis(xp):
+    x = np.random.default_rng(1).standard_normal((50, 4))
+    want = reference.discounted_cumsum_loop(x, 0.8, axis=0, reverse=False)
+    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 0.8, axis=0, reverse=False, chunk_size=8), want)
+
+
+def test_discounted_cumsum_discount_above_one(xp):
+    x = np.random.default_rng(2).standard_normal((2, 40))
+    want = reference.discounted_cumsum_loop(x, 1.05)
+    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 1.05, chunk_size=8), want)
+
+
+def test_matrix_method_equals_loop():
+    rng = np.random.default_rng(0)
+    r, v = rng.standard_normal((3, 500)), rng.standard_normal((3, 500))
+    for got, want in zip(reference.gae_matrix(r, v, gamma=0.9, lam=0.8, bootstrap_value=0.5),
+                         reference.gae_loop(r, v, gamma=0.9, lam=0.8, bootstrap_value=0.5)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [1, 64, 128, 256])
+def test_slime_baselines_equal_loop(chunk):
+    rng = np.random.default_rng(chunk)
+    r, v = rng.standard_normal((2, 1000)), rng.standard_normal((2, 1000))
+    want = reference.gae_loop(r, v, gamma=0.99, lam=0.95)
+    for got_pair in (reference.slime_serial_gae(r, v, 0.99, 0.95),
+                     reference.slime_chunked_gae(r, v, 0.99, 0.95, chunk_size=chunk)):
+        for got, exact in zip(got_pair, want):
+            np.testing.assert_allclose(got, exact, rtol=1e-10, atol=1e-10)
+
+
+def test_loop_matches_a_hand_computed_case():
+    # two steps, one termination: A_1 = r_1 + 0 - V_1 ; A_0 = r_0 + g V_1 - V_0 + g l A_1
+    r, v = np.array([1.0, 2.0]), np.array([0.5, 0.25])
+    advantages, returns = reference.gae_loop(r, v, gamma=0.5, lam=0.5, terminated=np.array([False, True]))
+    a1 = 2.0 - 0.25
+    a0 = 1.0 + 0.5 * 0.25 - 0.5 + 0.25 * a1
+    np.testing.assert_allclose(advantages, [a0, a1])
+    np.testing.assert_allclose(returns, [a0 + 0.5, a1 + 0.25])
