@@ -1,0 +1,164 @@
+"""What the benchmarks time: gae_xp's dispatch paths and the baselines, on one workload.
+
+Paths:
+
+* ``gae_xp[<backend>]``: ``gae_xp.gae`` forced onto one backend of the
+  registry (``xp`` always; ``numba``, ``numba-cuda`` where registered and able
+  to serve the library), for every chunk size asked for; on JAX under
+  ``jax.jit``, as JAX users run it (the baselines run eagerly: a jitted loop
+  over T steps would unroll T times);
+* ``serial``: the per-step loop over time, vectorised over the batch
+  (slime's loop; ``reference.gae_loop`` when dones or a mask are in play);
+* ``slime-chunked``: slime's published chunk scan with a Python loop over
+  chunks (constant discount only);
+* ``matrix``: the O(T^2) matrix method (constant discount, T <= 8192);
+* ``lfilter``: ``scipy.signal.lfilter`` on the reversed deltas (NumPy, constant
+  discount only), the classic fastest CPU trick.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import gae_xp
+from gae_xp import backends, reference
+from gae_xp.bench.libraries import Library
+
+MATRIX_MAX_T = 8192
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Random rewards and values of shape (B, T), with optional dones and a holed mask."""
+
+    B: int
+    T: int
+    dtype: str = "float32"
+    dones: float = 0.0
+    holes: float = 0.0
+    gamma: float = 0.99
+    lam: float = 0.95
+    seed: int = 0
+
+    @property
+    def time_varying(self) -> bool:
+        return self.dones > 0 or self.holes > 0
+
+    def arrays(self, dtype: str | None = None) -> dict[str, np.ndarray]:
+        """rewards, values (and terminated, truncated, mask) as NumPy arrays in ``dtype`` (default: the workload's)."""
+        return {k: (v.astype(dtype or self.dtype) if v.dtype.kind == "f" else v) for k, v in _draw(self).items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _draw(workload: Workload) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(workload.seed)
+    shape = (workload.B, workload.T)
+    arrays = {"rewards": rng.standard_normal(shape), "values": rng.standard_normal(shape)}
+    if workload.dones:
+        arrays["terminated"] = rng.random(shape) < workload.dones
+        arrays["truncated"] = rng.random(shape) < workload.dones
+    if workload.holes:
+        arrays["mask"] = rng.random(shape) >= workload.holes
+    return arrays
+
+
+@functools.lru_cache(maxsize=4)
+def exact_advantages(workload: Workload) -> np.ndarray:
+    """The float64 per-step loop's advantages: what every path's error is measured against."""
+    arrays = workload.arrays("float64")
+    return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)[0]
+
+
+@dataclass(frozen=True)
+class Path:
+    name: str
+    #: whether the path takes a chunk size; None (auto) is offered only to gae_xp paths.
+    chunked: bool
+    #: per-step cost: True for paths whose time grows like T with a large constant (extrapolated when slow).
+    serial: bool
+    skip_reason: Callable[[Library, Workload], str | None]
+    run: Callable[..., tuple]
+
+
+def _gae_xp_path(backend: str) -> Path:
+    def skip(library, workload):
+        import array_api_compat
+
+        sample = library.asarray(np.zeros((1, 1), dtype=workload.dtype))
+        return backends.load(backend).unavailable_reason(array_api_compat.array_namespace(sample), [sample])
+
+    @functools.lru_cache(maxsize=64)
+    def compiled(library, workload, chunk):
+        def call(rewards, values, terminated, truncated, mask):
+            return gae_xp.gae(rewards, values, gamma=workload.gamma, lam=workload.lam, terminated=terminated,
+                              truncated=truncated, mask=mask, chunk_size=chunk, backend=backend)
+
+        return library.compile(call)
+
+    def run(arrays, workload, chunk, library):
+        return compiled(library, workload, chunk)(arrays["rewards"], arrays["values"], arrays.get("terminated"),
+                                                  arrays.get("truncated"), arrays.get("mask"))
+
+    return Path(f"gae_xp[{backend}]", True, False, skip, run)
+
+
+def _serial_run(arrays, workload, chunk, library):
+    if workload.time_varying:
+        return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)
+    return reference.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)
+
+
+def _constant_only(library, workload):
+    return "dones and masks need the general contract" if workload.time_varying else None
+
+
+def _matrix_skip(library, workload):
+    if workload.T > MATRIX_MAX_T:
+        return f"O(T^2) memory: T > {MATRIX_MAX_T}"
+    return _constant_only(library, workload)
+
+
+def _lfilter_skip(library, workload):
+    if library.name != "numpy":
+        return "scipy.signal.lfilter takes NumPy arrays"
+    if importlib.util.find_spec("scipy") is None:
+        return "scipy is not installed"
+    return _constant_only(library, workload)
+
+
+def _lfilter_run(arrays, workload, chunk, library):
+    from scipy.signal import lfilter
+
+    rewards, values = arrays["rewards"], arrays["values"]
+    following = np.concatenate([values[:, 1:], np.zeros_like(values[:, :1])], axis=1)
+    delta = rewards + workload.gamma * following - values
+    w = workload.gamma * workload.lam
+    advantages = lfilter([1.0], [1.0, -w], delta[:, ::-1], axis=-1)[:, ::-1].astype(rewards.dtype)
+    return advantages, advantages + values
+
+
+BASELINES = (
+    Path("serial", False, True, lambda library, workload: None, _serial_run),
+    Path("slime-chunked", True, False, _constant_only,
+         lambda arrays, workload, chunk, library: reference.slime_chunked_gae(arrays["rewards"], arrays["values"],
+                                                                     workload.gamma, workload.lam, chunk)),
+    Path("matrix", False, False, _matrix_skip,
+         lambda arrays, workload, chunk, library: reference.gae_matrix(arrays["rewards"], arrays["values"],
+                                                              gamma=workload.gamma, lam=workload.lam)),
+    Path("lfilter", False, False, _lfilter_skip, _lfilter_run),
+)
+
+
+def all_paths() -> tuple[Path, ...]:
+    """gae_xp on every registered backend, then the baselines."""
+    return tuple(_gae_xp_path(name) for name in backends.REGISTRY) + BASELINES
+
+
+def prefix(arrays: dict, steps: int) -> dict:
+    """The first ``steps`` time steps of every array (for extrapolating a slow serial loop)."""
+    return {k: v[:, :steps] for k, v in arrays.items()}
