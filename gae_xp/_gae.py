@@ -33,19 +33,19 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
     one = xp.asarray(1.0, dtype=r.dtype, device=device_of(r))
 
     if p.next_values is not None:
-        v_next = p.next_values
-    elif m is None:
-        v_next = xp.concat([v[..., 1:], p.bootstrap], axis=-1)
+        bootstrapped = p.gamma * p.next_values
     else:
-        skip = xp.where(m, zero, one)
-        latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
-                       reverse=True, chunk_size=chunk_size)
-        v_next = xp.concat([latest[..., 1:], p.bootstrap], axis=-1)
-
-    bootstrapped = p.gamma * v_next if v_next is p.next_values else owned.mul(v_next, p.gamma)
+        if m is None:
+            latest = v
+        else:
+            skip = xp.where(m, zero, one)
+            latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
+                           reverse=True, chunk_size=chunk_size, overwrite_x=True)
+        # Vnext_t = latest_{t+1}, and the bootstrap value after the last step.
+        bootstrapped = owned.mul(xp.concat([latest[..., 1:], p.bootstrap], axis=-1), p.gamma)
     if p.terminated is not None:
         bootstrapped = xp.where(p.terminated, zero, bootstrapped)
-    delta = owned.add(r - v, bootstrapped)
+    delta = owned.sub(owned.add(bootstrapped, r), v)
 
     coeff = p.gamma * p.lam
     if not p.is_constant:
@@ -58,9 +58,10 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
             coeff = xp.where(m, coeff, one)
             delta = xp.where(m, delta, zero)
 
-    advantages = solve(xp, delta, coeff, reverse=True, chunk_size=chunk_size)
+    advantages = solve(xp, delta, coeff, reverse=True, chunk_size=chunk_size, overwrite_x=True)
     returns = advantages + v
     if m is not None:
         advantages = xp.where(m, advantages, zero)
         returns = xp.where(m, returns, zero)
     return advantages, returns
+

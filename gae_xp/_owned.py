@@ -33,3 +33,21 @@ def mul(x, y):
         x *= y
         return x
     return x * y
+
+
+def sub(x, y):
+    """x - y, written into x when it is writable."""
+    if writable(x):
+        x -= y
+        return x
+    return x - y
+
+
+def add_to_columns(xp, x, start: int, stop: int, value, *, in_place: bool):
+    """x with ``value`` added to ``x[..., start:stop]``: in place when allowed and writable, else a new array."""
+    if in_place and writable(x):
+        view = x[..., start:stop]
+        view += value
+        return x
+    parts = [x[..., :start], x[..., start:stop] + value, x[..., stop:]]
+    return xp.concat([part for part in parts if part.shape[-1]], axis=-1)

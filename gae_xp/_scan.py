@@ -11,24 +11,27 @@ Time is cut into chunks of C steps, viewed as (..., n, C):
 
 1. a local scan inside every chunk at once;
 2. the carry between chunks, ``carry_c = edge_c + P_c * carry_{c-1}``, where
-   ``edge_c`` is the local scan at the chunk's far edge and ``P_c`` the product
-   of the coefficients over the chunk. That is the same recurrence on n = T/C
-   steps, so it is solved by calling this scan again, one level up;
-3. the fix-up ``y = local + decay * carry_{neighbour}``, where ``decay`` is the
-   product of coefficients from each step to the chunk's edge.
+   ``edge_c`` is the chunk's local solution at its far edge and ``P_c`` the
+   product of the coefficients over the chunk. That is the same recurrence on
+   n = T/C steps, so it is solved by calling this scan again, one level up;
+3. the neighbouring chunk's carry is brought into every step of the chunk.
 
 Levels above the first use at least C = 2, so chunk_size=1 still halves the
-length at every level. The number of array operations is O(log_C T): no Python loop grows with T/C,
-and ``jax.jit`` traces a short program.
+length at every level. The number of array operations is O(log_C T): no
+Python loop grows with T/C, and ``jax.jit`` traces a short program.
 
 Two local scans:
 
 * constant coefficient ``a_t = w`` (a Python float): one shared C x C kernel,
-  ``K[k, t] = w^|t - k|`` on the causal side and 0 elsewhere, applied by one
-  matmul (``local = chunks @ K``); O(T C) work, O(T + C^2) memory;
+  ``K[k, t] = w^|t - k|`` on the causal side and 0 elsewhere. The chunks' edge
+  values are one matrix-vector product with a column of K; the neighbour's
+  carry is added to the step next to it (``x += w * carry``), and then one
+  matmul, ``y = chunks @ K``, gives the final values. O(T C) work, O(T + C^2)
+  memory, one full-size result;
 * time-varying ``a_t`` (an array): a doubling (Hillis-Steele) scan of
-  ceil(log2 C) steps, ``b_t += a_t b_{t+k}; a_t *= a_{t+k}``, built from
-  slicing and ``concat`` only; O(T log C) work, O(T) memory, exact at a_t = 0.
+  ceil(log2 C) steps, ``b_t += a_t b_{t+-k}; a_t *= a_{t+-k}``, built from
+  slicing and ``concat`` only, then ``y = b + p * carry`` with p the products
+  of a up to the chunk's edge. O(T log C) work, O(T) memory, exact at a_t = 0.
 
 A matmul multiplies the kernel's zeros with every entry of a chunk, so a NaN or
 inf would leak to the steps the recurrence never reaches. The constant path is
@@ -36,10 +39,14 @@ therefore taken only when the input is known to be finite; otherwise (or when
 that cannot be checked without tracing, as under ``jax.jit``) the doubling scan
 runs with the constant broadcast, and non-finite values travel only in the
 recurrence's direction.
+
+Temporaries are updated in place where the library allows (see ``_owned``);
+``overwrite_x=True`` lets the scan use x itself as one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 from array_api_compat import device as device_of
@@ -48,30 +55,28 @@ from array_api_compat import is_lazy_array
 from . import _owned as owned
 
 #: Default chunk sizes of the two local scans; see ``choose_chunk_size``.
-MATMUL_CHUNK = {"float32": 64, "float64": 32}
+MATMUL_CHUNK = 32
 DOUBLING_CHUNK = 16
 
 
-def choose_chunk_size(length: int, dtype_name: str, method: str) -> int:
+def choose_chunk_size(length: int, method: str) -> int:
     """Chunk size used when ``chunk_size=None``.
 
-    * ``"matmul"`` (constant coefficient): the work is T*C multiply-adds, so C
-      is kept small while the matmul still runs at BLAS speed: 64 for float32,
-      32 for float64 (double the bytes per flop);
-    * ``"doubling"`` (time-varying coefficient): the work is T*log2(C) passes
-      over memory per level and the levels shrink by C, so C = 16.
+    * ``"matmul"`` (constant coefficient): the work is T*C multiply-adds and
+      a skinny matmul runs below BLAS peak, so C is small: 32;
+    * ``"doubling"`` (time-varying coefficient): the work is log2(C) passes
+      over memory per level, and the levels shrink by C: C = 16.
 
-    Either way C never exceeds T (a sequence shorter than C is one chunk).
+    C never exceeds T (a sequence shorter than C is one chunk). Measured with
+    ``python -m gae_xp bench --chunk-size auto,8,16,32,64,128`` on NumPy and
+    PyTorch CPU, float32 and float64 (see the README).
     """
-    if method == "matmul":
-        size = MATMUL_CHUNK.get(dtype_name, MATMUL_CHUNK["float32"])
-    else:
-        size = DOUBLING_CHUNK
+    size = MATMUL_CHUNK if method == "matmul" else DOUBLING_CHUNK
     return max(1, min(size, length))
 
 
 def fold_initial(xp, x, a, initial, *, reverse: bool):
-    """Fold the boundary value y_T (reverse) or y_-1 (forward) into x.
+    """Fold the boundary value y_T (reverse) or y_-1 (forward) into x (a new array).
 
     ``initial`` has the batch shape with a trailing axis of 1; ``a`` is a
     Python float or an array shaped like x.
@@ -85,29 +90,25 @@ def fold_initial(xp, x, a, initial, *, reverse: bool):
     return xp.concat([head + a_edge * initial, tail], axis=-1)
 
 
-def scan(xp, x, a, *, reverse: bool, chunk_size: int | None):
+def scan(xp, x, a, *, reverse: bool, chunk_size: int | None, overwrite_x: bool = False):
     """Solve the recurrence along the last axis of x (see the module docstring).
 
     ``a`` is a Python float (constant coefficient) or an array broadcastable
     to x. Returns a new array shaped like x, in x's dtype and on its device.
+    With ``overwrite_x`` the caller gives x up, and it may be written into.
     """
     length = x.shape[-1]
     if length == 0:
         return xp.zeros_like(x)
-    dtype_name = _dtype_name(xp, x.dtype)
     if isinstance(a, float) and _is_known_finite(xp, x):
-        size = chunk_size or choose_chunk_size(length, dtype_name, "matmul")
-        return _matmul_scan(xp, x, a, reverse, size)
+        size = chunk_size or choose_chunk_size(length, "matmul")
+        return _matmul_scan(xp, x, a, reverse, size, overwrite_x)
     if isinstance(a, float):
         a = xp.full(x.shape, a, dtype=x.dtype, device=device_of(x))
     else:
         a = xp.broadcast_to(a, x.shape)
-    size = chunk_size or choose_chunk_size(length, dtype_name, "doubling")
+    size = chunk_size or choose_chunk_size(length, "doubling")
     return _doubling_chunk_scan(xp, x, a, reverse, size)
-
-
-def _dtype_name(xp, dtype) -> str:
-    return "float64" if dtype == xp.float64 else "float32"
 
 
 def _is_known_finite(xp, x) -> bool:
@@ -119,28 +120,46 @@ def _is_known_finite(xp, x) -> bool:
     return not is_lazy_array(x) and math.isfinite(float(xp.sum(x)))
 
 
-def _matmul_scan(xp, x, w: float, reverse: bool, size: int):
+def _matmul_scan(xp, x, w: float, reverse: bool, size: int, overwrite_x: bool):
     length = x.shape[-1]
+    kernel = _kernel(xp, w, min(size, length), reverse, x)
     if length <= size:
-        return x @ _kernel(xp, w, length, reverse, x)
-    chunks = _to_chunks(xp, x, size)
-    local = xp.reshape(xp.reshape(chunks, (-1, size)) @ _kernel(xp, w, size, reverse, x), chunks.shape)
-    edge = local[..., 0] if reverse else local[..., size - 1]
-    carry = _matmul_scan(xp, edge, w**size, reverse, max(size, 2))
-    steps = xp.arange(size, dtype=x.dtype, device=device_of(x))
-    decay = xp.pow(xp.asarray(w, dtype=x.dtype, device=device_of(x)), (size - steps) if reverse else (steps + 1))
-    fixed = owned.add(local, _neighbour(xp, carry, reverse)[..., None] * decay)
-    return _from_chunks(xp, fixed, length)
+        return x @ kernel
+    chunks, padded = _to_chunks(xp, x, size)
+    edge = 0 if reverse else size - 1
+    # Each chunk's local value at its far edge: sum over the chunk of w^(distance to the edge) x.
+    edges = xp.reshape(xp.reshape(chunks, (-1, size)) @ kernel[:, edge], chunks.shape[:-1])
+    carry = _matmul_scan(xp, edges, w**size, reverse, max(size, 2), overwrite_x=True)
+    # The neighbouring chunk's value enters through the step next to it: x += w * carry there.
+    entry = size - 1 if reverse else 0
+    chunks = owned.add_to_columns(xp, chunks, entry, entry + 1, w * _neighbour(xp, carry, reverse)[..., None],
+                                  in_place=overwrite_x or padded)
+    return _from_chunks(xp, xp.reshape(xp.reshape(chunks, (-1, size)) @ kernel, chunks.shape), length)
 
 
 def _kernel(xp, w: float, size: int, reverse: bool, like):
-    """C x C matrix with K[k, t] = w^(k - t) for k >= t (reverse), else w^(t - k) for t >= k; 0 elsewhere."""
-    steps = xp.arange(size, dtype=like.dtype, device=device_of(like))
+    """C x C matrix with K[k, t] = w^(k - t) for k >= t (reverse), else w^(t - k) for t >= k; 0 elsewhere.
+
+    In like's dtype and on its device; cached per namespace, device and dtype,
+    except for traced arrays (JAX), whose constants belong to one trace.
+    """
+    if is_lazy_array(like):
+        return _build_kernel(xp, w, size, reverse, like.dtype, device_of(like))
+    try:
+        return _cached_kernel(xp, w, size, reverse, like.dtype, device_of(like))
+    except TypeError:  # a device or dtype that cannot be a cache key
+        return _build_kernel(xp, w, size, reverse, like.dtype, device_of(like))
+
+
+def _build_kernel(xp, w: float, size: int, reverse: bool, dtype, device):
+    steps = xp.arange(size, dtype=dtype, device=device)
     lag = steps[:, None] - steps[None, :] if reverse else steps[None, :] - steps[:, None]
     causal = lag >= 0
-    base = xp.asarray(w, dtype=like.dtype, device=device_of(like))
-    powers = xp.pow(base, xp.where(causal, lag, xp.zeros_like(lag)))
+    powers = xp.pow(xp.asarray(w, dtype=dtype, device=device), xp.where(causal, lag, xp.zeros_like(lag)))
     return xp.where(causal, powers, xp.zeros_like(powers))
+
+
+_cached_kernel = functools.lru_cache(maxsize=128)(_build_kernel)
 
 
 def _doubling_chunk_scan(xp, x, a, reverse: bool, size: int):
@@ -160,7 +179,7 @@ def _across(xp, x, size: int):
     The doubling scan's slices are then runs of whole rows rather than pieces
     C long, and the copy is this package's own to update in place.
     """
-    chunks = xp.matrix_transpose(_to_chunks(xp, x, size))
+    chunks = xp.matrix_transpose(_to_chunks(xp, x, size)[0])
     return xp.reshape(chunks, chunks.shape, copy=True)
 
 
@@ -195,14 +214,14 @@ def _doubling(xp, b, a, reverse: bool, *, fresh: bool):
 
 
 def _to_chunks(xp, x, size: int):
-    """Zero-pad the last axis to a multiple of size and view it as (..., n, size)."""
+    """(chunks, padded): the last axis zero-padded to a multiple of size (a new array) and viewed as (..., n, size)."""
     length = x.shape[-1]
     n = math.ceil(length / size)
     pad = n * size - length
     if pad:
         filler = xp.zeros((*x.shape[:-1], pad), dtype=x.dtype, device=device_of(x))
         x = xp.concat([x, filler], axis=-1)
-    return xp.reshape(x, (*x.shape[:-1], n, size))
+    return xp.reshape(x, (*x.shape[:-1], n, size)), bool(pad)
 
 
 def _from_chunks(xp, chunks, length: int):
