@@ -18,11 +18,18 @@ class Backend(Protocol):
 
     name: str
 
-    def unavailable_reason(self, xp, arrays) -> str | None:
-        """None when this backend can serve these arrays, else why not (one line)."""
+    def unavailable_reason(self, xp, arrays, *, forced: bool = False) -> str | None:
+        """None when this backend can serve these arrays, else why not (one line).
 
-    def scan(self, xp, x, a, *, reverse: bool, chunk_size: int | None) -> Any:
-        """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; ``a`` a float or an array like x."""
+        ``forced`` is True when the caller named this backend rather than "auto".
+        """
+
+    def scan(self, xp, x, a, *, reverse: bool, chunk_size: int | None, overwrite_x: bool = False) -> Any:
+        """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis.
+
+        ``a`` is a float or an array broadcastable to x; with ``overwrite_x``
+        the caller gives x up as scratch space.
+        """
 
     def gae(self, problem, *, chunk_size: int | None) -> tuple[Any, Any]:
         """(advantages, returns) of a ``gae_xp._inputs.GaeProblem``, time on the last axis, compute dtype."""
@@ -30,6 +37,8 @@ class Backend(Protocol):
 
 #: name -> module, in the order ``backend="auto"`` tries them (the last one serves every array).
 REGISTRY: dict[str, str] = {
+    "numba-cuda": "gae_xp.backends.numba_cuda",
+    "numba": "gae_xp.backends.numba_cpu",
     "xp": "gae_xp.backends.xp",
 }
 
@@ -48,7 +57,7 @@ def select(name: str, xp, arrays) -> Backend:
         raise ValueError(f"backend must be one of {', '.join(map(repr, names()))}, got {name!r}")
     if name != "auto":
         backend = load(name)
-        reason = backend.unavailable_reason(xp, arrays)
+        reason = backend.unavailable_reason(xp, arrays, forced=True)
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend

@@ -9,11 +9,11 @@ from gae_xp._scan import scan
 class ArrayAPIBackend:
     name = "xp"
 
-    def unavailable_reason(self, xp, arrays):
+    def unavailable_reason(self, xp, arrays, *, forced=False):
         return None
 
-    def scan(self, xp, x, a, *, reverse, chunk_size):
-        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+    def scan(self, xp, x, a, *, reverse, chunk_size, overwrite_x=False):
+        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size, overwrite_x=overwrite_x)
 
     def gae(self, problem, *, chunk_size):
         return gae_on_scan(problem, chunk_size=chunk_size, solve=scan)

@@ -94,7 +94,7 @@ def gae(
         truncated=None if truncated is None else inputs.flag(xp, "truncated", truncated, shape, axis),
         mask=None if mask is None else inputs.bool_mask(xp, mask, shape, axis),
     )
-    solver = backends.select(backend, xp, [a for a in arrays.values() if a is not None])
+    solver = backends.select(backend, xp, inputs.arrays_among(arrays))
     advantages, returns = solver.gae(problem, chunk_size=chunk_size)
     return _restore(xp, advantages, out_dtype, axis), _restore(xp, returns, out_dtype, axis)
 
@@ -127,7 +127,7 @@ def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk
     if initial is not None and shape[axis] > 0:
         batch_shape = shape[:axis] + shape[axis + 1:]
         y = fold_initial(xp, y, a, inputs.boundary(xp, "initial", initial, batch_shape, dtype, x), reverse=reverse)
-    solver = backends.select(backend, xp, [v for v in arrays.values() if v is not None])
+    solver = backends.select(backend, xp, inputs.arrays_among(arrays))
     return _restore(xp, solver.scan(xp, y, a, reverse=reverse, chunk_size=chunk_size), out_dtype, axis)
 
 

@@ -52,9 +52,18 @@ class GaeProblem:
         )
 
 
+def arrays_among(named: dict[str, Any]) -> list:
+    """The arguments that are arrays (not None, not Python numbers)."""
+    return [value for value in named.values() if _is_array(value)]
+
+
+def _is_array(value) -> bool:
+    return value is not None and is_array_api_obj(value) and not isinstance(value, numbers.Number)
+
+
 def namespace_of(named: dict[str, Any]):
     """The array namespace shared by the named arrays; TypeError naming the odd one out."""
-    arrays = {name: value for name, value in named.items() if value is not None and is_array_api_obj(value)}
+    arrays = {name: value for name, value in named.items() if _is_array(value)}
     try:
         return array_namespace(*arrays.values())
     except TypeError:
@@ -82,7 +91,7 @@ def check_same_device(named: dict[str, Any], anchor: str) -> None:
     """ValueError naming the first array on another device than ``anchor`` (a traced array, device None, is not compared)."""
     where = device_of(named[anchor])
     for name, value in named.items():
-        if value is None or not is_array_api_obj(value) or isinstance(value, numbers.Number):
+        if not _is_array(value):
             continue
         other = device_of(value)
         if where is not None and other is not None and other != where:

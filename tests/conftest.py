@@ -9,7 +9,7 @@ GPU that is not there, are skipped with the reason; the libraries named in
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,6 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
+
+import gae_xp
 
 settings.register_profile(
     "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -38,15 +40,34 @@ class Namespace:
     asarray: Callable[[np.ndarray], Any]
     to_numpy: Callable[[Any], np.ndarray]
     device: Any = None
+    #: the gae_xp backend the tests force: "xp" on NumPy (so that an installed numba does not hide it),
+    #: "numba" for the numba CPU kernels, "auto" elsewhere.
+    backend: str = "auto"
+    #: the largest array (elements) a test should hand this namespace: the CUDA simulator runs Python per thread.
+    max_elements: int = 2**40
 
     def __repr__(self):
         return self.id
+
+    def gae(self, *args, **kwargs):
+        return gae_xp.gae(*args, backend=self.backend, **kwargs)
+
+    def discounted_cumsum(self, *args, **kwargs):
+        return gae_xp.discounted_cumsum(*args, backend=self.backend, **kwargs)
 
 
 def _numpy():
     import array_api_compat.numpy as xp
 
-    return Namespace("numpy", xp, lambda a: np.array(a), lambda a: np.asarray(a))
+    return Namespace("numpy", xp, lambda a: np.array(a), lambda a: np.asarray(a), backend="xp")
+
+
+def _numba():
+    import array_api_compat.numpy as xp
+
+    if importlib.util.find_spec("numba") is None:
+        raise _Unavailable("numba is not installed")
+    return Namespace("numba", xp, lambda a: np.array(a), lambda a: np.asarray(a), backend="numba")
 
 
 def _array_api_strict():
@@ -91,8 +112,22 @@ class _Unavailable(Exception):
     pass
 
 
+def _numba_cuda_sim():
+    import array_api_compat.numpy as xp
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        raise _Unavailable("the CUDA simulator needs NUMBA_ENABLE_CUDASIM=1 before numba is imported "
+                           "(its own pytest run: see .ci/run)")
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        raise _Unavailable("numba-cuda is not installed")
+    return Namespace("numba_cuda_sim", xp, lambda a: np.array(a), lambda a: np.asarray(a), backend="numba-cuda",
+                     max_elements=20_000)
+
+
 FACTORIES = {
     "numpy": _numpy,
+    "numba": _numba,
+    "numba_cuda_sim": _numba_cuda_sim,
     "array_api_strict": _array_api_strict,
     "torch": lambda: _torch("cpu"),
     "jax": _jax,
@@ -124,8 +159,3 @@ def pytest_configure(config):
 )
 def xp(request) -> Namespace:
     return load_namespace(request.param)
-
-
-@pytest.fixture(scope="session")
-def cpu_xp_ids():
-    return [name for name in FACTORIES if name not in GPU_IDS]

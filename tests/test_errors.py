@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -168,3 +170,15 @@ def test_discounted_cumsum_errors():
         gae_xp.discounted_cumsum(R, 0.5, axis=5)
     with pytest.raises(TypeError, match="x must be an array"):
         gae_xp.discounted_cumsum([1.0], 0.5)
+
+
+def test_forced_numba_cuda_refuses_host_arrays():
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("under the CUDA simulator the kernels take NumPy arrays")
+    check(ValueError, "numba-cuda", backend="numba-cuda")
+
+
+def test_forced_numba_refuses_torch_tensors():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="numba"):
+        gae_xp.gae(torch.zeros(2, 10), torch.zeros(2, 10), backend="numba")

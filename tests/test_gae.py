@@ -13,7 +13,7 @@ DISCOUNTS = [0.0, 0.5, 0.99, 1.0]
 
 
 def run(ns, case, axis=-1, dtype=None, **options):
-    return gae_xp.gae(**to_namespace(ns, case, dtype), axis=axis, **options)
+    return ns.gae(**to_namespace(ns, case, dtype), axis=axis, **options)
 
 
 @pytest.mark.parametrize("chunk", CHUNKS)
@@ -57,6 +57,8 @@ def test_discount_grid(xp, gamma, lam, time_varying):
 
 @pytest.mark.parametrize("time_varying", [False, True])
 def test_long_sequence(xp, time_varying):
+    if xp.max_elements < 2 * 65536:
+        pytest.skip(f"{xp.id} runs small arrays only (the CUDA simulator executes Python per thread)")
     case = make_case(np.random.default_rng(7), (2, 65536), dones=0.001 if time_varying else 0.0,
                      holes=0.2 if time_varying else 0.0)
     advantages, returns = run(xp, case)
@@ -119,7 +121,7 @@ def test_non_contiguous_inputs(xp, view):
     pick, axis = VIEWS[view]
     rng = np.random.default_rng(3)
     base_r, base_v = rng.standard_normal((300, 8)), rng.standard_normal((300, 8))
-    advantages, returns = gae_xp.gae(pick(xp.asarray(base_r)), pick(xp.asarray(base_v)), axis=axis, chunk_size=16)
+    advantages, returns = xp.gae(pick(xp.asarray(base_r)), pick(xp.asarray(base_v)), axis=axis, chunk_size=16)
     want_a, want_r = expected({"rewards": pick(base_r), "values": pick(base_v)}, axis=axis)
     assert_close(xp, advantages, want_a)
     assert_close(xp, returns, want_r)
@@ -161,16 +163,16 @@ def test_inputs_are_not_modified(xp):
     before = {k: xp.to_numpy(v).copy() for k, v in converted.items() if not isinstance(v, float)}
     for chunk in (None, 1, 16):
         for kwargs in (converted, {k: v for k, v in converted.items() if k in ("rewards", "values")}):
-            gae_xp.gae(**kwargs, chunk_size=chunk)
-            gae_xp.discounted_cumsum(kwargs["rewards"], 0.9, chunk_size=chunk)
+            xp.gae(**kwargs, chunk_size=chunk)
+            xp.discounted_cumsum(kwargs["rewards"], 0.9, chunk_size=chunk)
     for key, value in before.items():
         np.testing.assert_array_equal(xp.to_numpy(converted[key]), value, err_msg=f"{key} was modified")
 
 
 @pytest.mark.parametrize("backend", ["auto", "xp"])
-def test_backends_agree(xp, backend):
+def test_auto_and_generic_dispatch(xp, backend):
     case = make_case(np.random.default_rng(4), (2, 500), dones=0.02, holes=0.1)
-    advantages, returns = run(xp, case, backend=backend)
+    advantages, returns = gae_xp.gae(**to_namespace(xp, case), backend=backend)
     want_a, want_r = expected(case)
     assert_close(xp, advantages, want_a)
     assert_close(xp, returns, want_r)

@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 
 import gae_xp
+from conftest import load_namespace
 from gae_xp import backends
 
 
+@pytest.mark.parametrize("backend", ["xp", "numba"])
 @pytest.mark.parametrize("time_varying", [False, True])
-def test_peak_memory_is_a_small_multiple_of_one_input(time_varying):
+def test_peak_memory_is_a_small_multiple_of_one_input(backend, time_varying):
+    load_namespace("numpy" if backend == "xp" else backend)
     rng = np.random.default_rng(0)
     shape = (4, 2**20)
     rewards = rng.standard_normal(shape, dtype=np.float32)
@@ -25,7 +28,7 @@ def test_peak_memory_is_a_small_multiple_of_one_input(time_varying):
                    "mask": rng.random(shape) >= 0.2}
     tracemalloc.start()
     try:
-        advantages, returns = gae_xp.gae(rewards, values, **options)
+        advantages, returns = gae_xp.gae(rewards, values, backend=backend, **options)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -33,15 +36,22 @@ def test_peak_memory_is_a_small_multiple_of_one_input(time_varying):
     assert peak <= 16 * rewards.nbytes, f"peak {peak / rewards.nbytes:.1f} x one input"
 
 
+HEAVY = "{'torch', 'jax', 'cupy', 'numba', 'scipy', 'array_api_strict', 'matplotlib', 'rich'}"
+
+
+def _modules_after(code: str) -> str:
+    script = f"import sys\n{code}\nprint(sorted({HEAVY} & set(sys.modules)))\n"
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_import_loads_no_framework_and_no_compiler():
-    code = (
-        "import sys, numpy as np, gae_xp\n"
-        "gae_xp.gae(np.ones((2, 300)), np.ones((2, 300)), mask=np.ones((2, 300), bool))\n"
-        "heavy = {'torch', 'jax', 'cupy', 'numba', 'scipy', 'array_api_strict'} & set(sys.modules)\n"
-        "print(sorted(heavy))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert _modules_after("import gae_xp") == "[]"
+
+
+def test_generic_path_on_numpy_loads_nothing_more():
+    code = ("import numpy as np, gae_xp\n"
+            "gae_xp.gae(np.ones((2, 300)), np.ones((2, 300)), mask=np.ones((2, 300), bool), backend='xp')")
+    assert _modules_after(code) == "[]"
 
 
 def test_registry_names_and_forced_xp():

@@ -6,7 +6,6 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-import gae_xp
 from gae_xp import reference
 from helpers import assert_close, to_namespace
 
@@ -52,7 +51,7 @@ def gae_cases(draw):
 def test_gae_equals_the_loop(xp, drawn):
     case, options, dtype = drawn
     want_a, want_r = reference.gae_loop(**case, axis=options["axis"])
-    got_a, got_r = gae_xp.gae(**to_namespace(xp, case, dtype), **options)
+    got_a, got_r = xp.gae(**to_namespace(xp, case, dtype), **options)
     assert_close(xp, got_a, want_a, dtype)
     assert_close(xp, got_r, want_r, dtype)
 
@@ -72,6 +71,6 @@ def test_discounted_cumsum_equals_the_loop(xp, length, chunk, reverse, kind, val
          "zeros": np.where(rng.random((2, length)) < 0.3, 0.0, value)}[kind]
     initial = rng.standard_normal(2)
     want = reference.discounted_cumsum_loop(x, a, reverse=reverse, initial=initial)
-    got = gae_xp.discounted_cumsum(xp.asarray(x), a if kind == "float" else xp.asarray(a), reverse=reverse,
+    got = xp.discounted_cumsum(xp.asarray(x), a if kind == "float" else xp.asarray(a), reverse=reverse,
                                    initial=xp.asarray(initial), chunk_size=chunk)
     assert_close(xp, got, want)

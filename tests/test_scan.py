@@ -25,7 +25,7 @@ def test_discounted_cumsum(xp, reverse, discount_kind, chunk):
     initial = rng.standard_normal(3)
     want = reference.discounted_cumsum_loop(x, discount, reverse=reverse, initial=initial)
     converted = discount if isinstance(discount, float) else xp.asarray(discount)
-    got = gae_xp.discounted_cumsum(xp.asarray(x), converted, reverse=reverse, initial=xp.asarray(initial),
+    got = xp.discounted_cumsum(xp.asarray(x), converted, reverse=reverse, initial=xp.asarray(initial),
                                    chunk_size=chunk)
     assert_close(xp, got, want)
 
@@ -34,19 +34,19 @@ def test_discounted_cumsum(xp, reverse, discount_kind, chunk):
 def test_discounted_cumsum_short_and_scalar_initial(xp, length):
     x = np.arange(length, dtype=np.float64)
     want = reference.discounted_cumsum_loop(x, 0.5, initial=2.0)
-    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 0.5, initial=2.0, chunk_size=4), want)
+    assert_close(xp, xp.discounted_cumsum(xp.asarray(x), 0.5, initial=2.0, chunk_size=4), want)
 
 
 def test_discounted_cumsum_axis(xp):
     x = np.random.default_rng(1).standard_normal((50, 4))
     want = reference.discounted_cumsum_loop(x, 0.8, axis=0, reverse=False)
-    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 0.8, axis=0, reverse=False, chunk_size=8), want)
+    assert_close(xp, xp.discounted_cumsum(xp.asarray(x), 0.8, axis=0, reverse=False, chunk_size=8), want)
 
 
 def test_discounted_cumsum_discount_above_one(xp):
     x = np.random.default_rng(2).standard_normal((2, 40))
     want = reference.discounted_cumsum_loop(x, 1.05)
-    assert_close(xp, gae_xp.discounted_cumsum(xp.asarray(x), 1.05, chunk_size=8), want)
+    assert_close(xp, xp.discounted_cumsum(xp.asarray(x), 1.05, chunk_size=8), want)
 
 
 def test_matrix_method_equals_loop():

@@ -13,7 +13,9 @@ Paths:
   chunks (constant discount only);
 * ``matrix``: the O(T^2) matrix method (constant discount, T <= 8192);
 * ``lfilter``: ``scipy.signal.lfilter`` on the reversed deltas (NumPy, constant
-  discount only), the classic fastest CPU trick.
+  discount only), the classic fastest CPU trick;
+* ``numba-bare``: a bare numba one-pass loop, parallel over rows, for the
+  constant-discount case only: the floor a compiled CPU path can reach.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def _gae_xp_path(backend: str) -> Path:
         import array_api_compat
 
         sample = library.asarray(np.zeros((1, 1), dtype=workload.dtype))
-        return backends.load(backend).unavailable_reason(array_api_compat.array_namespace(sample), [sample])
+        return backends.load(backend).unavailable_reason(array_api_compat.array_namespace(sample), [sample],
+                                                         forced=True)
 
     @functools.lru_cache(maxsize=64)
     def compiled(library, workload, chunk):
@@ -142,6 +145,39 @@ def _lfilter_run(arrays, workload, chunk, library):
     return advantages, advantages + values
 
 
+def _bare_numba_skip(library, workload):
+    if library.name != "numpy":
+        return "the bare numba loop takes NumPy arrays"
+    if importlib.util.find_spec("numba") is None:
+        return "numba is not installed"
+    return _constant_only(library, workload)
+
+
+@functools.lru_cache(maxsize=1)
+def _bare_numba_kernel():
+    import numba
+
+    @numba.njit(parallel=True)
+    def kernel(rewards, values, gamma, lam, advantages, returns):
+        for row in numba.prange(rewards.shape[0]):
+            following = 0.0
+            next_value = 0.0
+            for t in range(rewards.shape[1] - 1, -1, -1):
+                following = rewards[row, t] + gamma * next_value - values[row, t] + gamma * lam * following
+                next_value = values[row, t]
+                advantages[row, t] = following
+                returns[row, t] = following + next_value
+
+    return kernel
+
+
+def _bare_numba_run(arrays, workload, chunk, library):
+    rewards, values = arrays["rewards"], arrays["values"]
+    advantages, returns = np.empty_like(rewards), np.empty_like(rewards)
+    _bare_numba_kernel()(rewards, values, workload.gamma, workload.lam, advantages, returns)
+    return advantages, returns
+
+
 BASELINES = (
     Path("serial", False, True, lambda library, workload: None, _serial_run),
     Path("slime-chunked", True, False, _constant_only,
@@ -151,6 +187,7 @@ BASELINES = (
          lambda arrays, workload, chunk, library: reference.gae_matrix(arrays["rewards"], arrays["values"],
                                                               gamma=workload.gamma, lam=workload.lam)),
     Path("lfilter", False, False, _lfilter_skip, _lfilter_run),
+    Path("numba-bare", False, False, _bare_numba_skip, _bare_numba_run),
 )
 
 
