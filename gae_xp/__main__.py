@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import sys
 
+USAGE = "usage: python -m gae_xp bench [options]   (python -m gae_xp bench --help lists the options)"
+
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] in ("-h", "--help") or argv[0] != "bench":
-        print("usage: python -m gae_xp bench [options]   (python -m gae_xp bench --help for the options)",
-              file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
-    from gae_xp.bench.cli import run
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:
+        from gae_xp.bench.cli import run
 
-    return run(argv[1:])
+        return run(argv[1:])
+    asked = argv[:1] in (["-h"], ["--help"])
+    print(USAGE, file=sys.stdout if asked else sys.stderr)
+    return 0 if asked else 2
 
 
 if __name__ == "__main__":

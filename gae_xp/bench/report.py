@@ -60,7 +60,8 @@ def _serial_extrapolated(measured):
     return any(m.path == "serial" and m.extrapolated_from for m in measured)
 
 
-def print_report(results: list[Measurement], stream=sys.stdout) -> None:
+def print_report(results: list[Measurement], stream=None) -> None:
+    stream = stream or sys.stdout
     table = rows(results)
     try:
         from rich.console import Console
