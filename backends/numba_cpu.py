@@ -9,7 +9,8 @@ float32 loop), and writes each output once:
     Vnext   = next_values[t] | V at the next real step | bootstrap
     delta   = r_t + (0 if terminated_t else gamma_t Vnext) - V_t
     A_t     = delta + gamma_t lam_t (1 - terminated_t) (1 - truncated_t) A_{t+1}
-    masked steps: outputs 0, the running A and Vnext pass through unchanged.
+    masked steps: outputs 0 (or, with ``fill_masked``, the running A and
+    A + V_t), and the running A and Vnext pass through unchanged.
 
 numba is imported when this module is, i.e. when NumPy arrays meet
 ``backend="auto"`` or ``"numba"`` and numba is installed.
@@ -42,14 +43,18 @@ class NumbaCPUBackend:
         dtype = problem.rewards.dtype
         advantages = np.empty(rows.shape, dtype=dtype)
         returns = np.empty(rows.shape, dtype=dtype)
+        bootstrap = _rows(np.broadcast_to(problem.bootstrap, (*shape[:-1], 1)))[:, 0].astype(np.float64)
+        if problem.is_constant and problem.next_values is None:
+            _kernels().gae_plain(rows, _rows(problem.values), bootstrap, problem.gamma, problem.lam, advantages,
+                                 returns)
+            return advantages.reshape(shape), returns.reshape(shape)
         gamma_scalar, gamma_steps = _coefficient(problem.gamma, dtype, shape)
         lam_scalar, lam_steps = _coefficient(problem.lam, dtype, shape)
         _kernels().gae_rows(
-            rows, _rows(problem.values), _optional(problem.next_values, dtype, rows.shape),
-            _rows(np.broadcast_to(problem.bootstrap, (*shape[:-1], 1)))[:, 0].astype(np.float64),
+            rows, _rows(problem.values), _optional(problem.next_values, dtype, rows.shape), bootstrap,
             _optional(problem.terminated, np.bool_, rows.shape), _optional(problem.truncated, np.bool_, rows.shape),
             _optional(problem.mask, np.bool_, rows.shape),
-            gamma_scalar, gamma_steps, lam_scalar, lam_steps, advantages, returns,
+            gamma_scalar, gamma_steps, lam_scalar, lam_steps, problem.fill_masked, advantages, returns,
         )
         return advantages.reshape(shape), returns.reshape(shape)
 
@@ -97,8 +102,23 @@ def _compile():
     import numba
 
     @numba.njit(parallel=True, cache=True)
+    def gae_plain(rewards, values, bootstrap, gamma, lam, advantages, returns):
+        # The constant-discount case alone: the shortest loop, as fast as a hand-written one.
+        for row in numba.prange(rewards.shape[0]):
+            next_value = bootstrap[row]
+            following = 0.0
+            for t in range(rewards.shape[1] - 1, -1, -1):
+                value = np.float64(values[row, t])
+                following = np.float64(rewards[row, t]) + gamma * next_value - value + gamma * lam * following
+                next_value = value
+                advantages[row, t] = following
+                returns[row, t] = following + value
+
+    @numba.njit(parallel=True, cache=True)
     def gae_rows(rewards, values, next_values, bootstrap, terminated, truncated, mask,
-                 gamma_scalar, gamma_steps, lam_scalar, lam_steps, advantages, returns):
+                 gamma_scalar, gamma_steps, lam_scalar, lam_steps, fill_masked, advantages, returns):
+        # Every step does the same arithmetic and picks with selects, off the chain through
+        # ``following``: random holes in a mask would otherwise cost a mispredicted branch each.
         n_rows, length = rewards.shape
         has_next = next_values.shape[0] > 0
         has_terminated = terminated.shape[0] > 0
@@ -111,23 +131,20 @@ def _compile():
             following = 0.0
             for t in range(length - 1, -1, -1):
                 value = np.float64(values[row, t])
-                if has_mask and not mask[row, t]:
-                    advantages[row, t] = 0.0
-                    returns[row, t] = 0.0
-                    continue
                 gamma = np.float64(gamma_steps[row, t]) if gamma_per_step else gamma_scalar
                 lam = np.float64(lam_steps[row, t]) if lam_per_step else lam_scalar
                 v_next = np.float64(next_values[row, t]) if has_next else next_value
                 ended = has_terminated and terminated[row, t]
-                bootstrapped = 0.0 if ended else gamma * v_next
-                delta = np.float64(rewards[row, t]) + bootstrapped - value
-                keep = gamma * lam
-                if ended or (has_truncated and truncated[row, t]):
-                    keep = 0.0
-                following = delta + keep * following
-                next_value = value
-                advantages[row, t] = following
-                returns[row, t] = following + value
+                cut = ended or (has_truncated and truncated[row, t])
+                real = not has_mask or mask[row, t]
+                delta = np.float64(rewards[row, t]) + (0.0 if ended else gamma * v_next) - value
+                # A masked step is the identity of the recurrence: input 0, coefficient 1.
+                coeff = (0.0 if cut else gamma * lam) if real else 1.0
+                following = (delta if real else 0.0) + coeff * following
+                next_value = value if real else next_value
+                kept = real or fill_masked
+                advantages[row, t] = following if kept else 0.0
+                returns[row, t] = following + value if kept else 0.0
 
     @numba.njit(parallel=True, cache=True)
     def scan_rows(x, a_scalar, a_steps, reverse, out):
@@ -141,7 +158,7 @@ def _compile():
                 state = np.float64(x[row, t]) + a * state
                 out[row, t] = state
 
-    return SimpleNamespace(gae_rows=gae_rows, scan_rows=scan_rows)
+    return SimpleNamespace(gae_plain=gae_plain, gae_rows=gae_rows, scan_rows=scan_rows)
 
 
 BACKEND = NumbaCPUBackend()

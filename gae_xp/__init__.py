@@ -8,6 +8,8 @@ only; a framework or a kernel compiler is imported when its arrays arrive.
 
 from . import reference
 from ._api import discounted_cumsum, gae
+from .estimators import discounted_returns, lambda_returns, vtrace, whiten
 
 __version__ = "0.1.0"
-__all__ = ["gae", "discounted_cumsum", "reference", "__version__"]
+__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "reference",
+           "__version__"]

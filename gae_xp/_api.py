@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gae_xp import backends
 
 from . import _inputs as inputs
@@ -60,31 +62,65 @@ def gae(
     (float16/bfloat16 are computed in float32; integer rewards give the
     namespace's default float). Inputs are never modified.
     """
+    call = prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value, next_values=next_values,
+                   terminated=terminated, truncated=truncated, mask=mask, axis=axis, chunk_size=chunk_size,
+                   backend=backend)
+    advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
+    return call.restore(advantages), call.restore(returns)
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A checked call: the problem (time last, compute dtype), its backend, and how to lay results out again."""
+
+    problem: inputs.GaeProblem
+    solver: object
+    chunk_size: int | None
+    out_dtype: object
+    axis: int
+
+    def restore(self, result):
+        """A result in the output dtype, with time back on the caller's axis."""
+        return _restore(self.problem.xp, result, self.out_dtype, self.axis)
+
+
+def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
+            terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
+            extra=None, fill_masked=False) -> PreparedCall:
+    """Check the arguments shared by gae() and the other estimators, and lay them out as a GaeProblem.
+
+    ``values`` may be None for estimators without a value function; ``extra``
+    names further per-step float arrays (shape of rewards) to check, cast and
+    lay out the same way: they land in ``problem.extra``.
+    """
+    extra = extra or {}
     inputs.require_array("rewards", rewards)
-    inputs.require_array("values", values)
+    if values is not None:
+        inputs.require_array("values", values)
     arrays = {
         "rewards": rewards, "values": values, "next_values": next_values, "terminated": terminated,
         "truncated": truncated, "mask": mask, "gamma": gamma, "lam": lam, "bootstrap_value": bootstrap_value,
+        **extra,
     }
     xp = inputs.namespace_of(arrays)
     inputs.check_same_device(arrays, "rewards")
     shape = tuple(rewards.shape)
     axis = inputs.check_axis(axis, len(shape))
     chunk_size = inputs.check_chunk_size(chunk_size)
-    inputs.same_shape("values", values, shape)
-    if next_values is not None:
-        inputs.require_array("next_values", next_values)
-        inputs.same_shape("next_values", next_values, shape)
-        if bootstrap_value is not None:
-            raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
+    for name, value in {"values": values, "next_values": next_values, **extra}.items():
+        if value is not None:
+            inputs.require_array(name, value)
+            inputs.same_shape(name, value, shape)
+    if next_values is not None and bootstrap_value is not None:
+        raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
     out_dtype, dtype = inputs.compute_dtypes(
-        xp, {"rewards": rewards, "values": values, "next_values": next_values, "bootstrap_value": bootstrap_value}, rewards
-    )
+        xp, {"rewards": rewards, "values": values, "next_values": next_values, "bootstrap_value": bootstrap_value,
+             **extra}, rewards)
     batch_shape = shape[:axis] + shape[axis + 1:]
     problem = inputs.GaeProblem(
         xp=xp,
         rewards=inputs.time_last(xp, rewards, dtype, axis),
-        values=inputs.time_last(xp, values, dtype, axis),
+        values=None if values is None else inputs.time_last(xp, values, dtype, axis),
         gamma=inputs.coefficient(xp, "gamma", gamma, shape, dtype, axis, unit_interval=True),
         lam=inputs.coefficient(xp, "lam", lam, shape, dtype, axis, unit_interval=True),
         bootstrap=inputs.boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
@@ -93,10 +129,11 @@ def gae(
         terminated=None if terminated is None else inputs.flag(xp, "terminated", terminated, shape, axis),
         truncated=None if truncated is None else inputs.flag(xp, "truncated", truncated, shape, axis),
         mask=None if mask is None else inputs.bool_mask(xp, mask, shape, axis),
+        fill_masked=fill_masked,
+        extra={name: inputs.time_last(xp, value, dtype, axis) for name, value in extra.items()},
     )
     solver = backends.select(backend, xp, inputs.arrays_among(arrays))
-    advantages, returns = solver.gae(problem, chunk_size=chunk_size)
-    return _restore(xp, advantages, out_dtype, axis), _restore(xp, returns, out_dtype, axis)
+    return PreparedCall(problem, solver, chunk_size, out_dtype, axis)
 
 
 def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk_size=None, backend="auto"):

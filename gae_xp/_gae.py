@@ -32,17 +32,8 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
     zero = xp.asarray(0.0, dtype=r.dtype, device=device_of(r))
     one = xp.asarray(1.0, dtype=r.dtype, device=device_of(r))
 
-    if p.next_values is not None:
-        bootstrapped = p.gamma * p.next_values
-    else:
-        if m is None:
-            latest = v
-        else:
-            skip = xp.where(m, zero, one)
-            latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
-                           reverse=True, chunk_size=chunk_size, overwrite_x=True)
-        # Vnext_t = latest_{t+1}, and the bootstrap value after the last step.
-        bootstrapped = owned.mul(xp.concat([latest[..., 1:], p.bootstrap], axis=-1), p.gamma)
+    v_next = next_real_values(p, solve=solve, chunk_size=chunk_size)
+    bootstrapped = p.gamma * v_next if v_next is p.next_values else owned.mul(v_next, p.gamma)
     if p.terminated is not None:
         bootstrapped = xp.where(p.terminated, zero, bootstrapped)
     delta = owned.sub(owned.add(bootstrapped, r), v)
@@ -60,8 +51,27 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
 
     advantages = solve(xp, delta, coeff, reverse=True, chunk_size=chunk_size, overwrite_x=True)
     returns = advantages + v
-    if m is not None:
+    if m is not None and not p.fill_masked:
         advantages = xp.where(m, advantages, zero)
         returns = xp.where(m, returns, zero)
     return advantages, returns
 
+
+
+def next_real_values(p: GaeProblem, *, solve, chunk_size):
+    """Vnext_t: ``next_values`` when given, else V at the next real (unmasked) step, else the bootstrap value.
+
+    Returns ``p.next_values`` itself or a new array. With a mask, "V at the
+    next real step" is the reverse recurrence ``y_t = m_t V_t + (1 - m_t) y_{t+1}``,
+    ``y_T = bootstrap``, solved by the scan (exactly: coefficients 0 or 1).
+    """
+    xp, v, m = p.xp, p.values, p.mask
+    if p.next_values is not None:
+        return p.next_values
+    latest = v
+    if m is not None:
+        zero = xp.asarray(0.0, dtype=v.dtype, device=device_of(v))
+        skip = xp.where(m, zero, zero + 1)
+        latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
+                       reverse=True, chunk_size=chunk_size, overwrite_x=True)
+    return xp.concat([latest[..., 1:], p.bootstrap], axis=-1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
@@ -27,11 +27,15 @@ class GaeProblem:
     last axis. ``gamma`` and ``lam`` are Python floats or arrays shaped like
     ``rewards``; ``bootstrap`` has the batch shape plus a trailing axis of 1.
     ``terminated``, ``truncated`` and ``mask`` are bool arrays or None.
+    ``values`` is None for estimators without a value function. With
+    ``fill_masked`` a masked step gets the advantage of the next real step (0
+    after the last one) and returns = that + its own value, as verl does,
+    instead of 0. ``extra`` holds an estimator's further per-step arrays.
     """
 
     xp: Any
     rewards: Array
-    values: Array
+    values: Array | None
     gamma: float | Array
     lam: float | Array
     bootstrap: Array
@@ -39,6 +43,8 @@ class GaeProblem:
     terminated: Array | None
     truncated: Array | None
     mask: Array | None
+    fill_masked: bool = False
+    extra: dict = field(default_factory=dict)
 
     @property
     def is_constant(self) -> bool:

@@ -64,6 +64,81 @@ def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, nex
     return xp.moveaxis(advantages, -1, axis), xp.moveaxis(returns, -1, axis)
 
 
+def discounted_returns_loop(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None,
+                            bootstrap_value=None, axis=-1):
+    """``G_t = r_t + gamma_t (1 - done_t) G_{t+1}``, ``G_T = bootstrap_value``, one step at a time; masked steps skipped."""
+    xp, r, at = _per_step(rewards, axis, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask)
+    zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
+    following = zero if bootstrap_value is None else xp.broadcast_to(_as_array(xp, bootstrap_value, r), zero.shape)
+    columns = []
+    for t in reversed(range(r.shape[-1])):
+        step = at(t)
+        value = r[..., t] + step["gamma"] * _not_done(xp, step, r.dtype) * following
+        real = step["mask"]
+        following = value if real is None else xp.where(real, value, following)
+        columns.append(value if real is None else xp.where(real, value, zero))
+    return xp.moveaxis(_stack_reversed(xp, columns, r), -1, axis)
+
+
+def lambda_returns_loop(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
+                        axis=-1):
+    """TD(lambda) targets one step at a time; ``G_{t+1} := V'_t`` at a done step and at a row's last real step."""
+    xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, next_values=next_values, terminated=terminated,
+                          truncated=truncated, mask=mask)
+    zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
+    following, seen = zero, xp.zeros(zero.shape, dtype=xp.bool, device=device_of(r))
+    columns = []
+    for t in reversed(range(r.shape[-1])):
+        step = at(t)
+        v_next = step["next_values"]
+        after = xp.where(seen & (_not_done(xp, step, r.dtype) == 1), following, v_next)
+        discount = step["gamma"] * _not(xp, step["terminated"], r.dtype)
+        value = r[..., t] + discount * ((1 - step["lam"]) * v_next + step["lam"] * after)
+        real = step["mask"]
+        if real is None:
+            following, seen = value, xp.ones_like(seen)
+            columns.append(value)
+        else:
+            following, seen = xp.where(real, value, following), seen | real
+            columns.append(xp.where(real, value, zero))
+    return xp.moveaxis(_stack_reversed(xp, columns, r), -1, axis)
+
+
+def vtrace_loop(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold=1.0, clip_c_threshold=1.0,
+                clip_pg_rho_threshold=1.0, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
+                mask=None, axis=-1):
+    """``gae_xp.vtrace``'s contract one step at a time: returns (vs, pg_advantages)."""
+    xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, log_rhos=log_rhos,
+                          next_values=next_values, terminated=terminated, truncated=truncated, mask=mask)
+    zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
+    latest_v = zero if bootstrap_value is None else xp.broadcast_to(_as_array(xp, bootstrap_value, r), zero.shape)
+    latest_correction = zero  # vs - V at the next real step
+    vs_columns, pg_columns = [], []
+    for t in reversed(range(r.shape[-1])):
+        step = at(t)
+        rho = xp.exp(step["log_rhos"])
+        v, v_next = step["values"], latest_v if step["next_values"] is None else step["next_values"]
+        discount = step["gamma"] * _not(xp, step["terminated"], r.dtype)
+        keep = _not_done(xp, step, r.dtype)
+        delta = xp.minimum(rho, clip_rho_threshold + 0 * rho) * (r[..., t] + discount * v_next - v)
+        c = step["lam"] * xp.minimum(rho, clip_c_threshold + 0 * rho)
+        correction = delta + step["gamma"] * keep * c * latest_correction
+        vs_next = v_next + keep * latest_correction
+        pg = xp.minimum(rho, clip_pg_rho_threshold + 0 * rho) * (r[..., t] + discount * vs_next - v)
+        real = step["mask"]
+        if real is None:
+            latest_v, latest_correction = v, correction
+            vs_columns.append(correction + v)
+            pg_columns.append(pg)
+        else:
+            latest_v = xp.where(real, v, latest_v)
+            latest_correction = xp.where(real, correction, latest_correction)
+            vs_columns.append(xp.where(real, correction + v, zero))
+            pg_columns.append(xp.where(real, pg, zero))
+    return (xp.moveaxis(_stack_reversed(xp, vs_columns, r), -1, axis),
+            xp.moveaxis(_stack_reversed(xp, pg_columns, r), -1, axis))
+
+
 def discounted_cumsum_loop(x, discount, *, axis=-1, reverse=True, initial=None):
     """``y_t = x_t + discount_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward), one step at a time."""
     xp = array_namespace(x)
@@ -126,6 +201,34 @@ def slime_chunked_gae(rewards, values, gamma, lam, chunk_size=128):
         pieces.append(piece)
     advantages = xp.flip(xp.concat(pieces, axis=-1)[..., :length], axis=-1)
     return advantages, advantages + values
+
+
+def _per_step(rewards, axis, **named):
+    """(xp, rewards with time last, at) where at(t) gives every named argument at step t (a float stays a float)."""
+    xp = array_namespace(rewards)
+    shape = tuple(rewards.shape)
+    r = _time_last(xp, rewards, axis)
+    moved = {}
+    for name, value in named.items():
+        if value is None or isinstance(value, (int, float)):
+            moved[name] = value
+        else:
+            moved[name] = _time_last(xp, xp.broadcast_to(value, shape), axis)
+
+    def at(t):
+        return {name: value if value is None or isinstance(value, (int, float)) else value[..., t]
+                for name, value in moved.items()}
+
+    return xp, r, at
+
+
+def _not(xp, flag, dtype):
+    """1 - flag as a float (1 where the flag is absent)."""
+    return 1.0 if flag is None else 1 - xp.astype(flag != 0, dtype)
+
+
+def _not_done(xp, step, dtype):
+    return _not(xp, step["terminated"], dtype) * _not(xp, step["truncated"], dtype)
 
 
 def _time_last(xp, a, axis):

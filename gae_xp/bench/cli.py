@@ -35,9 +35,9 @@ def build_parser(prog: str = "python -m gae_xp bench") -> argparse.ArgumentParse
     parser.add_argument("--gamma", type=_unit, default=0.99)
     parser.add_argument("--lam", type=_unit, default=0.95)
     parser.add_argument("--repeat", type=_positive_int, default=5, help="timed runs per case (default 5)")
-    parser.add_argument("--serial-budget", type=_positive_float, default=2.0, metavar="SECONDS",
-                        help="a serial loop expected to take longer than this runs on a prefix and is "
-                             "extrapolated linearly to T, marked ~ (default 2)")
+    parser.add_argument("--serial-budget", type=_positive_float, default=1.0, metavar="SECONDS",
+                        help="a path with a Python loop over time (serial, slime-chunked) expected to take longer "
+                             "than this runs on a prefix and is extrapolated linearly to T, marked ~ (default 1)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
                         help="comma-separated paths to run (default: all): "
                              + ", ".join(p.name for p in paths.all_paths()))

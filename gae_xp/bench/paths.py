@@ -81,8 +81,9 @@ class Path:
     name: str
     #: whether the path takes a chunk size; None (auto) is offered only to gae_xp paths.
     chunked: bool
-    #: per-step cost: True for paths whose time grows like T with a large constant (extrapolated when slow).
-    serial: bool
+    #: True for paths with a Python loop over time (steps or chunks): their time grows like T with a large
+    #: constant, so past the time budget they run on a prefix and are extrapolated.
+    python_loop: bool
     skip_reason: Callable[[Library, Workload], str | None]
     run: Callable[..., tuple]
 
@@ -180,7 +181,7 @@ def _bare_numba_run(arrays, workload, chunk, library):
 
 BASELINES = (
     Path("serial", False, True, lambda library, workload: None, _serial_run),
-    Path("slime-chunked", True, False, _constant_only,
+    Path("slime-chunked", True, True, _constant_only,
          lambda arrays, workload, chunk, library: reference.slime_chunked_gae(arrays["rewards"], arrays["values"],
                                                                      workload.gamma, workload.lam, chunk)),
     Path("matrix", False, False, _matrix_skip,

@@ -72,7 +72,7 @@ def print_report(results: list[Measurement], stream=None) -> None:
         for line in [COLUMNS, *table]:
             print("  ".join(cell.rjust(w) for cell, w in zip(line, widths)), file=stream)
     else:
-        rich_table = Table(title="gae_xp bench (~ = serial time extrapolated from a prefix; "
+        rich_table = Table(title="gae_xp bench (~ = time extrapolated from a prefix; "
                                  "spread = half the interquartile range)")
         for column in COLUMNS:
             rich_table.add_column(column, justify="left" if column in ("library", "path") else "right")
@@ -128,7 +128,7 @@ def write_plot(results: list[Measurement], path: str) -> None:
         ax.set_title(library)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
-    figure.suptitle("GAE time against sequence length (dashed: extrapolated serial loop)")
+    figure.suptitle("GAE time against sequence length (dashed: extrapolated from a prefix)")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)

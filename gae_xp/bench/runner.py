@@ -12,7 +12,7 @@ import numpy as np
 from gae_xp.bench.libraries import Library
 from gae_xp.bench.paths import Path, Workload, exact_advantages, prefix
 
-#: Steps of the first, probing run of a serial path.
+#: Steps of the first, probing run of a path with a Python loop over time.
 PROBE_STEPS = 512
 
 
@@ -48,7 +48,7 @@ class Sweep:
     paths: tuple[Path, ...]
     chunk_sizes: tuple[int | None, ...]
     repeat: int = 5
-    serial_budget_s: float = 2.0
+    serial_budget_s: float = 1.0
 
     def cases(self) -> list[tuple[Library, Workload, Path, int | None]]:
         """Every case to time, in order; paths that do not apply are left out."""
@@ -87,7 +87,7 @@ def _measure(library, workload, path, chunk, arrays, sweep) -> Measurement:
 
     steps = workload.T
     repeat = sweep.repeat
-    if path.serial and workload.T > PROBE_STEPS:
+    if path.python_loop and workload.T > PROBE_STEPS:
         probe = _times(lambda: once(prefix(arrays, PROBE_STEPS)), 1)[0]
         estimate = probe * workload.T / PROBE_STEPS
         if estimate > sweep.serial_budget_s:
@@ -105,7 +105,7 @@ def _measure(library, workload, path, chunk, arrays, sweep) -> Measurement:
     if steps == workload.T:
         advantages = library.to_numpy(result[0]).astype(np.float64)
         measurement.max_abs_error = float(np.max(np.abs(advantages - exact_advantages(workload)), initial=0.0))
-        if not path.serial:
+        if not path.python_loop:
             measurement.peak_bytes = library.peak_memory(lambda: once(data))
     return measurement
 

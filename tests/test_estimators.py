@@ -1,0 +1,126 @@
+"""discounted_returns, lambda_returns, vtrace and whiten against their float64 per-step loops, on every library."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gae_xp
+from gae_xp import reference
+from helpers import assert_close
+
+
+def _case(rng, shape, dones, holes, padding):
+    case = {"rewards": rng.standard_normal(shape)}
+    if dones:
+        case["terminated"] = rng.random(shape) < dones
+        case["truncated"] = rng.random(shape) < dones
+    if holes or padding:
+        steps = np.arange(shape[-1])
+        case["mask"] = (rng.random(shape) >= holes) & (steps < shape[-1] - padding)
+    return case
+
+
+def _converted(xp, case):
+    return {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+
+
+cases = st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([(1,), (3,), (2, 2)]), st.integers(0, 90),
+                  st.sampled_from([0.0, 0.1, 0.5]), st.sampled_from([0.0, 0.3]), st.integers(0, 5),
+                  st.one_of(st.none(), st.integers(1, 40)), st.floats(0, 1), st.floats(0, 1))
+
+
+@given(cases)
+def test_discounted_returns(xp, drawn):
+    seed, batch, length, dones, holes, padding, chunk, gamma, _ = drawn
+    rng = np.random.default_rng(seed)
+    case = _case(rng, batch + (length,), dones, holes, padding)
+    bootstrap = rng.standard_normal(batch)
+    want = reference.discounted_returns_loop(**case, gamma=gamma, bootstrap_value=bootstrap)
+    got = gae_xp.discounted_returns(**_converted(xp, case), gamma=gamma, bootstrap_value=xp.asarray(bootstrap),
+                                    chunk_size=chunk, backend=xp.backend)
+    assert_close(xp, got, want)
+
+
+@given(cases)
+def test_lambda_returns(xp, drawn):
+    seed, batch, length, dones, holes, padding, chunk, gamma, lam = drawn
+    rng = np.random.default_rng(seed)
+    case = _case(rng, batch + (length,), dones, holes, padding)
+    rewards, next_values = case.pop("rewards"), rng.standard_normal(batch + (length,))
+    want = reference.lambda_returns_loop(rewards, next_values, **case, gamma=gamma, lam=lam)
+    got = gae_xp.lambda_returns(xp.asarray(rewards), xp.asarray(next_values), **_converted(xp, case), gamma=gamma,
+                                lam=lam, chunk_size=chunk, backend=xp.backend)
+    assert_close(xp, got, want)
+
+
+@given(cases, st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from(["bootstrap", "next_values"]))
+def test_vtrace(xp, drawn, clip, boundary):
+    seed, batch, length, dones, holes, padding, chunk, gamma, lam = drawn
+    rng = np.random.default_rng(seed)
+    shape = batch + (length,)
+    case = _case(rng, shape, dones, holes, padding)
+    log_rhos, values = rng.normal(0, 0.7, shape), rng.standard_normal(shape)
+    extra = {"bootstrap_value": rng.standard_normal(batch)} if boundary == "bootstrap" else {
+        "next_values": rng.standard_normal(shape)}
+    options = dict(gamma=gamma, lam=lam, clip_rho_threshold=clip, clip_c_threshold=1.0, clip_pg_rho_threshold=clip)
+    want_vs, want_pg = reference.vtrace_loop(log_rhos, case["rewards"], values, **options, **extra,
+                                             **{k: v for k, v in case.items() if k != "rewards"})
+    converted = _converted(xp, {**case, **extra})
+    rewards = converted.pop("rewards")
+    got_vs, got_pg = gae_xp.vtrace(xp.asarray(log_rhos), rewards, xp.asarray(values), **options, **converted,
+                                   chunk_size=chunk, backend=xp.backend)
+    assert_close(xp, got_vs, want_vs)
+    assert_close(xp, got_pg, want_pg)
+
+
+def test_vtrace_on_policy_equals_gae_with_lam():
+    # rho = 1 everywhere: vs - V is GAE's advantage with the same lam.
+    rng = np.random.default_rng(0)
+    r, v = rng.standard_normal((2, 300)), rng.standard_normal((2, 300))
+    vs, _ = gae_xp.vtrace(np.zeros((2, 300)), r, v, gamma=0.97, lam=0.9)
+    advantages, _ = gae_xp.gae(r, v, gamma=0.97, lam=0.9)
+    np.testing.assert_allclose(vs - v, advantages, rtol=1e-10, atol=1e-10)
+
+
+def test_lambda_one_returns_equal_discounted_returns_with_a_bootstrap():
+    rng = np.random.default_rng(1)
+    r, next_values = rng.standard_normal((2, 200)), rng.standard_normal((2, 200))
+    got = gae_xp.lambda_returns(r, next_values, gamma=0.9, lam=1.0)
+    want = gae_xp.discounted_returns(r, gamma=0.9, bootstrap_value=0.9 * next_values[:, -1] / 0.9)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("unbiased", [True, False])
+@pytest.mark.parametrize("shift_mean", [True, False])
+def test_whiten(xp, unbiased, shift_mean):
+    rng = np.random.default_rng(2)
+    x = rng.normal(3.0, 2.0, (4, 50))
+    mask = rng.random((4, 50)) < 0.7
+    poisoned = np.where(mask, x, np.nan)
+    real = x[mask]
+    mean, var = real.mean(), real.var(ddof=1 if unbiased else 0)
+    want = (x - mean) / np.sqrt(var + 1e-8) + (0 if shift_mean else mean)
+    got = gae_xp.whiten(xp.asarray(poisoned), xp.asarray(mask), unbiased=unbiased, shift_mean=shift_mean)
+    assert_close(xp, got, np.where(mask, want, 0.0))
+    whole = gae_xp.whiten(xp.asarray(x), unbiased=unbiased, shift_mean=shift_mean)
+    full_want = (x - x.mean()) / np.sqrt(x.var(ddof=1 if unbiased else 0) + 1e-8) + (0 if shift_mean else x.mean())
+    assert_close(xp, whole, full_want)
+
+
+def test_estimator_errors():
+    r = np.zeros((2, 5))
+    with pytest.raises(ValueError, match="gamma"):
+        gae_xp.discounted_returns(r, gamma=1.5)
+    with pytest.raises(ValueError, match="next_values"):
+        gae_xp.lambda_returns(r, np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="clip_rho_threshold"):
+        gae_xp.vtrace(r, r, r, clip_rho_threshold=0)
+    with pytest.raises(ValueError, match="log_rhos"):
+        gae_xp.vtrace(np.zeros(3), r, r)
+    with pytest.raises(TypeError, match="mask"):
+        gae_xp.whiten(r, np.ones((2, 5)))
+    with pytest.raises(ValueError, match="eps"):
+        gae_xp.whiten(r, eps=-1)
