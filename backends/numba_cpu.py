@@ -18,6 +18,7 @@ numba is imported when this module is, i.e. when NumPy arrays meet
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 
@@ -50,7 +51,9 @@ class NumbaCPUBackend:
             return advantages.reshape(shape), returns.reshape(shape)
         gamma_scalar, gamma_steps = _coefficient(problem.gamma, dtype, shape)
         lam_scalar, lam_steps = _coefficient(problem.lam, dtype, shape)
-        _kernels().gae_rows(
+        present = tuple(a is not None for a in (problem.next_values, problem.terminated, problem.truncated,
+                                                problem.mask))
+        _general_kernel(*present)(
             rows, _rows(problem.values), _optional(problem.next_values, dtype, rows.shape), bootstrap,
             _optional(problem.terminated, np.bool_, rows.shape), _optional(problem.truncated, np.bool_, rows.shape),
             _optional(problem.mask, np.bool_, rows.shape),
@@ -115,15 +118,35 @@ def _compile():
                 returns[row, t] = following + value
 
     @numba.njit(parallel=True, cache=True)
+    def scan_rows(x, a_scalar, a_steps, reverse, out):
+        n_rows, length = x.shape
+        per_step = a_steps.shape[0] > 0
+        for row in numba.prange(n_rows):
+            state = 0.0
+            for i in range(length):
+                t = length - 1 - i if reverse else i
+                a = np.float64(a_steps[row, t]) if per_step else a_scalar
+                state = np.float64(x[row, t]) + a * state
+                out[row, t] = state
+
+    return SimpleNamespace(gae_plain=gae_plain, scan_rows=scan_rows)
+
+
+@functools.lru_cache(maxsize=16)
+def _general_kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask: bool):
+    """The whole contract, compiled once per combination of the optional arrays present.
+
+    The flags are constants of the compiled code, so what is absent costs
+    nothing, and what is present costs no test per step.
+    """
+    import numba
+
+    @numba.njit(parallel=True)
     def gae_rows(rewards, values, next_values, bootstrap, terminated, truncated, mask,
                  gamma_scalar, gamma_steps, lam_scalar, lam_steps, fill_masked, advantages, returns):
         # Every step does the same arithmetic and picks with selects, off the chain through
         # ``following``: random holes in a mask would otherwise cost a mispredicted branch each.
         n_rows, length = rewards.shape
-        has_next = next_values.shape[0] > 0
-        has_terminated = terminated.shape[0] > 0
-        has_truncated = truncated.shape[0] > 0
-        has_mask = mask.shape[0] > 0
         gamma_per_step = gamma_steps.shape[0] > 0
         lam_per_step = lam_steps.shape[0] > 0
         for row in numba.prange(n_rows):
@@ -146,19 +169,7 @@ def _compile():
                 advantages[row, t] = following if kept else 0.0
                 returns[row, t] = following + value if kept else 0.0
 
-    @numba.njit(parallel=True, cache=True)
-    def scan_rows(x, a_scalar, a_steps, reverse, out):
-        n_rows, length = x.shape
-        per_step = a_steps.shape[0] > 0
-        for row in numba.prange(n_rows):
-            state = 0.0
-            for i in range(length):
-                t = length - 1 - i if reverse else i
-                a = np.float64(a_steps[row, t]) if per_step else a_scalar
-                state = np.float64(x[row, t]) + a * state
-                out[row, t] = state
-
-    return SimpleNamespace(gae_plain=gae_plain, gae_rows=gae_rows, scan_rows=scan_rows)
+    return gae_rows
 
 
 BACKEND = NumbaCPUBackend()

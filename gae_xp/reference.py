@@ -203,6 +203,48 @@ def slime_chunked_gae(rewards, values, gamma, lam, chunk_size=128):
     return advantages, advantages + values
 
 
+def verl_gae_loop(rewards, values, response_mask, gamma, lam):
+    """verl's loop: masked tokens skipped (mixed in by multiplication), masked whitening. [B, T]."""
+    xp = array_namespace(rewards, values)
+    mask = xp.astype(response_mask, values.dtype)
+    next_value = last = xp.zeros(rewards.shape[:-1], dtype=values.dtype, device=device_of(values))
+    columns = []
+    for t in reversed(range(rewards.shape[-1])):
+        delta = rewards[..., t] + gamma * next_value - values[..., t]
+        candidate = delta + gamma * lam * last
+        next_value = values[..., t] * mask[..., t] + (1 - mask[..., t]) * next_value
+        last = candidate * mask[..., t] + (1 - mask[..., t]) * last
+        columns.append(last)
+    advantages = _stack_reversed(xp, columns, rewards)
+    returns = advantages + values
+    count = xp.sum(mask)
+    mean = xp.sum(advantages * mask) / count
+    var = xp.sum((advantages - mean) ** 2 * mask) / count * (count / (count - 1))
+    return (advantages - mean) / xp.sqrt(var + 1e-8), returns
+
+
+def openrlhf_gae_loop(values, rewards, action_mask, gamma, lam):
+    """OpenRLHF's loop: values and rewards multiplied by the mask, value 0 after the end. [B, T]."""
+    xp = array_namespace(rewards, values)
+    mask = xp.astype(action_mask, values.dtype)
+    advantages, _ = slime_serial_gae(rewards * mask, values * mask, gamma, lam)
+    return advantages, advantages + values * mask
+
+
+def torchrl_gae_loop(gamma, lmbda, state_value, next_state_value, reward, done, terminated):
+    """torchrl's GAE one step at a time, time at -2: delta = r + g (1 - term) V' - V; A = delta + g l (1 - done) A'."""
+    xp = array_namespace(reward)
+    following = xp.zeros_like(reward[..., 0, :])
+    not_done, not_terminated = 1 - xp.astype(done, reward.dtype), 1 - xp.astype(terminated, reward.dtype)
+    columns = []
+    for t in reversed(range(reward.shape[-2])):
+        delta = reward[..., t, :] + gamma * not_terminated[..., t, :] * next_state_value[..., t, :] - state_value[..., t, :]
+        following = delta + gamma * lmbda * not_done[..., t, :] * following
+        columns.append(following)
+    advantage = xp.stack(columns[::-1], axis=-2)
+    return advantage, advantage + state_value
+
+
 def _per_step(rewards, axis, **named):
     """(xp, rewards with time last, at) where at(t) gives every named argument at step t (a float stays a float)."""
     xp = array_namespace(rewards)

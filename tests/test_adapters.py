@@ -1,4 +1,4 @@
-"""Each adapter against its framework's per-step loop, restated here from the framework's description,
+"""Each adapter against its framework's per-step loop (restated in gae_xp.reference from the framework's description),
 on random cases with holes, padding and dones; and against torchrl itself where it is installed."""
 
 from __future__ import annotations
@@ -9,45 +9,6 @@ import pytest
 from gae_xp import reference
 from gae_xp.adapters import openrlhf, slime, torchrl, verl
 from helpers import assert_close
-
-
-def verl_loop(rewards, values, mask, gamma, lam):
-    """verl: masked tokens skipped, a masked position keeps the next valid advantage; masked whitening."""
-    next_value, last = np.zeros(rewards.shape[0]), np.zeros(rewards.shape[0])
-    columns = []
-    for t in reversed(range(rewards.shape[1])):
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        candidate = delta + gamma * lam * last
-        next_value = values[:, t] * mask[:, t] + (1 - mask[:, t]) * next_value
-        last = candidate * mask[:, t] + (1 - mask[:, t]) * last
-        columns.append(last)
-    advantages = np.stack(columns[::-1], axis=1)
-    returns = advantages + values
-    count = mask.sum()
-    mean = (advantages * mask).sum() / count
-    var = (((advantages - mean) ** 2) * mask).sum() / count * count / (count - 1)
-    return (advantages - mean) / np.sqrt(var + 1e-8), returns
-
-
-def openrlhf_loop(values, rewards, mask, gamma, lam):
-    values, rewards = values * mask, rewards * mask
-    last, columns = np.zeros(rewards.shape[0]), []
-    for t in reversed(range(rewards.shape[1])):
-        next_value = values[:, t + 1] if t < rewards.shape[1] - 1 else 0.0
-        last = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * last
-        columns.append(last)
-    advantages = np.stack(columns[::-1], axis=1)
-    return advantages, advantages + values
-
-
-def torchrl_gae_loop(gamma, lmbda, value, next_value, reward, done, terminated):
-    """[B, T, F], time at -2: delta = r + g (1 - term) V' - V; A_t = delta + g l (1 - done) A_{t+1}."""
-    advantage, following = np.zeros_like(reward), np.zeros_like(reward[..., 0, :])
-    for t in reversed(range(reward.shape[-2])):
-        delta = reward[..., t, :] + gamma * (1 - terminated[..., t, :]) * next_value[..., t, :] - value[..., t, :]
-        following = delta + gamma * lmbda * (1 - done[..., t, :]) * following
-        advantage[..., t, :] = following
-    return advantage, advantage + value
 
 
 def torchrl_vtrace_loop(gamma, log_pi, log_mu, value, next_value, reward, done, terminated, rho_thresh, c_thresh):
@@ -74,7 +35,7 @@ def _llm_batch(rng, batch=3, length=300):
 @pytest.mark.parametrize("seed", range(3))
 def test_verl(xp, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed))
-    want_a, want_r = verl_loop(rewards, values, mask, 0.99, 0.95)
+    want_a, want_r = reference.verl_gae_loop(rewards, values, mask, 0.99, 0.95)
     got_a, got_r = verl.compute_gae_advantage_return(xp.asarray(rewards), xp.asarray(values), xp.asarray(mask),
                                                       0.99, 0.95)
     assert_close(xp, got_a, want_a)
@@ -94,7 +55,7 @@ def test_slime(xp, chunk):
 @pytest.mark.parametrize("seed", range(3))
 def test_openrlhf(xp, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed))
-    want_a, want_r = openrlhf_loop(values, rewards, mask, 0.99, 0.95)
+    want_a, want_r = reference.openrlhf_gae_loop(values, rewards, mask, 0.99, 0.95)
     got_a, got_r = openrlhf.get_advantages_and_returns(xp.asarray(values), xp.asarray(rewards), xp.asarray(mask),
                                                         0.99, 0.95)
     assert_close(xp, got_a, want_a)
@@ -113,7 +74,8 @@ def _torchrl_case(seed, shape=(2, 3, 150, 2)):
 @pytest.mark.parametrize("seed", range(2))
 def test_torchrl_gae(xp, seed):
     c = _torchrl_case(seed)
-    want_a, want_t = torchrl_gae_loop(0.98, 0.9, c["value"], c["next_value"], c["reward"], c["done"], c["terminated"])
+    want_a, want_t = reference.torchrl_gae_loop(0.98, 0.9, c["value"], c["next_value"], c["reward"], c["done"],
+                                              c["terminated"])
     args = [xp.asarray(c[k]) for k in ("value", "next_value", "reward")]
     got_a, got_t = torchrl.generalized_advantage_estimate(
         0.98, 0.9, *args, xp.asarray(c["done"] != 0), xp.asarray(c["terminated"] != 0))
@@ -145,8 +107,8 @@ def test_against_torchrl_itself():
     # torchrl's vectorised GAE drops the filter's terms below 1e-7 of the first: close, not equal.
     torch.testing.assert_close(got_a, want_a, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_t, want_t, rtol=1e-5, atol=1e-5)
-    exact, _ = torchrl_gae_loop(0.98, 0.9, *(c[k].numpy() for k in ("value", "next_value", "reward", "done",
-                                                                       "terminated")))
+    exact, _ = reference.torchrl_gae_loop(0.98, 0.9, *(c[k].numpy() for k in ("value", "next_value", "reward", "done",
+                                                                                 "terminated")))
     assert np.abs(got_a.numpy() - exact).max() <= np.abs(want_a.numpy() - exact).max()
     want_a, want_vs = functional.vtrace_advantage_estimate(0.98, c["log_pi"], c["log_mu"], c["value"],
                                                            c["next_value"], c["reward"], done, terminated)

@@ -12,6 +12,8 @@ import numpy as np
 from gae_xp.bench.libraries import Library
 from gae_xp.bench.paths import Path, Workload, exact_advantages, prefix
 
+#: Seconds the first case of each library runs untimed before any timing.
+WARM_UP_S = 0.3
 #: Steps of the first, probing run of a path with a Python loop over time.
 PROBE_STEPS = 512
 
@@ -68,18 +70,23 @@ class Sweep:
 def run(sweep: Sweep, *, on_case_done: Callable[[Measurement], None] = lambda m: None) -> list[Measurement]:
     results = []
     converted: dict = {}
+    warmed = set()
     for library, workload, path, chunk in sweep.cases():
         key = (library.name, workload)
         if key not in converted:
             converted = {key: {k: library.asarray(v) for k, v in workload.arrays().items()}}
-        measurement = _measure(library, workload, path, chunk, converted[key], sweep)
+        # The first case of a library runs for a while untimed: thread pools, caches and the
+        # CPU's clock settle there, not in the first timed case.
+        settle = WARM_UP_S if library.name not in warmed else 0.0
+        warmed.add(library.name)
+        measurement = _measure(library, workload, path, chunk, converted[key], sweep, settle)
         results.append(measurement)
         on_case_done(measurement)
     _add_speedups(results)
     return results
 
 
-def _measure(library, workload, path, chunk, arrays, sweep) -> Measurement:
+def _measure(library, workload, path, chunk, arrays, sweep, settle_s) -> Measurement:
     def once(data):
         result = path.run(data, workload, chunk, library)
         library.synchronize(result)
@@ -95,6 +102,9 @@ def _measure(library, workload, path, chunk, arrays, sweep) -> Measurement:
         repeat = max(1, min(repeat, int(sweep.serial_budget_s / max(estimate * steps / workload.T, 1e-9))))
     data = arrays if steps == workload.T else prefix(arrays, steps)
     result = once(data)  # warm-up: compilation, caches, lazy imports
+    deadline = time.perf_counter() + settle_s
+    while time.perf_counter() < deadline:
+        result = once(data)
     times = [t * workload.T / steps for t in _times(lambda: once(data), repeat)]
     q25, q75 = (np.percentile(times, [25, 75]) if len(times) > 1 else (times[0], times[0]))
     measurement = Measurement(
