@@ -31,7 +31,7 @@ import importlib.util
 import os
 
 from array_api_compat import device as device_of
-from array_api_compat import is_cupy_array, is_numpy_array, is_torch_array
+from array_api_compat import is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
 
 from gae_xp import _owned as owned
 from gae_xp._gae import gae_on_scan
@@ -58,6 +58,8 @@ class NumbaCUDABackend:
             if not all(is_numpy_array(a) for a in arrays):
                 return "under NUMBA_ENABLE_CUDASIM=1 the kernels take NumPy arrays"
             return None
+        if any(is_jax_array(a) for a in arrays):
+            return "JAX arrays are immutable and the kernels write in place: the 'xp' path serves them"
         if not all(hasattr(a, "__cuda_array_interface__") for a in arrays):
             return "the numba-CUDA kernels take CUDA arrays (CuPy arrays, torch CUDA tensors)"
         if any(getattr(a, "requires_grad", False) for a in arrays):

@@ -13,8 +13,6 @@ from gae_xp import reference
 #: Tolerances of a result in the given dtype against the float64 loop, relative to the largest |value|.
 TOLERANCE = {"float64": 1e-10, "float32": 2e-5, "float16": 3e-3, "bfloat16": 2e-2}
 
-ARRAY_KEYS = ("rewards", "values", "next_values", "terminated", "truncated", "mask", "gamma", "lam", "bootstrap_value")
-
 
 def make_case(rng, shape, *, axis=-1, dones=0.0, holes=0.0, padding=0, per_step_gamma=False, per_row_lam=False,
               bootstrap=False, next_values=False, gamma=0.99, lam=0.95):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gae_xp
 from gae_xp import reference
 from helpers import assert_close
 

@@ -129,12 +129,16 @@ def _matrix_skip(library, workload):
     return _constant_only(library, workload)
 
 
-def _lfilter_skip(library, workload):
-    if library.name != "numpy":
-        return "scipy.signal.lfilter takes NumPy arrays"
-    if importlib.util.find_spec("scipy") is None:
-        return "scipy is not installed"
-    return _constant_only(library, workload)
+def _numpy_baseline(module: str, what: str):
+    """The skip rule of a NumPy-only baseline built on ``module``, for the constant-discount case."""
+    def skip(library, workload):
+        if library.name != "numpy":
+            return f"{what} takes NumPy arrays"
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed"
+        return _constant_only(library, workload)
+
+    return skip
 
 
 def _lfilter_run(arrays, workload, chunk, library):
@@ -146,14 +150,6 @@ def _lfilter_run(arrays, workload, chunk, library):
     w = workload.gamma * workload.lam
     advantages = lfilter([1.0], [1.0, -w], delta[:, ::-1], axis=-1)[:, ::-1].astype(rewards.dtype)
     return advantages, advantages + values
-
-
-def _bare_numba_skip(library, workload):
-    if library.name != "numpy":
-        return "the bare numba loop takes NumPy arrays"
-    if importlib.util.find_spec("numba") is None:
-        return "numba is not installed"
-    return _constant_only(library, workload)
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,8 +185,8 @@ BASELINES = (
     Path("matrix", False, False, _matrix_skip,
          lambda arrays, workload, chunk, library: reference.gae_matrix(arrays["rewards"], arrays["values"],
                                                               gamma=workload.gamma, lam=workload.lam)),
-    Path("lfilter", False, False, _lfilter_skip, _lfilter_run),
-    Path("numba-bare", False, False, _bare_numba_skip, _bare_numba_run),
+    Path("lfilter", False, False, _numpy_baseline("scipy", "scipy.signal.lfilter"), _lfilter_run),
+    Path("numba-bare", False, False, _numpy_baseline("numba", "the bare numba loop"), _bare_numba_run),
 )
 
 
