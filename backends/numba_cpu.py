@@ -12,7 +12,8 @@ float32 loop), and writes each output once:
     masked steps: outputs 0 (or, with ``fill_masked``, the running A and
     A + V_t), and the running A and Vnext pass through unchanged.
 
-numba is imported when this module is, i.e. when NumPy arrays meet
+There are no chunks here, so ``chunk_size`` has no effect on this backend.
+numba is imported on the first call of a kernel, i.e. when NumPy arrays meet
 ``backend="auto"`` or ``"numba"`` and numba is installed.
 """
 

@@ -110,19 +110,22 @@ def test_asv_benchmarks_run_and_skip_cleanly():
     _load_asv_module("common")
     bench = _load_asv_module("bench_gae")
     timed = bench.TimeGAE()
-    timed.setup("numpy", "xp", 8, 4096, "auto")
-    timed.time_gae("numpy", "xp", 8, 4096, "auto")
+    timed.setup("numpy/xp", 8, 4096)
+    timed.time_gae("numpy/xp", 8, 4096)
     with pytest.raises(NotImplementedError):
-        bench.TimeGAE().setup("cupy" if libraries.unavailable("cupy") else "fortran", "xp", 8, 4096, "auto")
+        bench.TimeGAE().setup("cupy/xp" if libraries.unavailable("cupy") else "fortran/xp", 8, 4096)
     with pytest.raises(NotImplementedError):
-        bench.TimeGAE().setup("numpy", "numba-cuda", 8, 4096, "auto")
+        bench.TimeGAE().setup("numpy/numba-cuda", 8, 4096)
     with pytest.raises(NotImplementedError):
-        bench.TimeBaselines().setup("numpy", "matrix", 65536)
+        bench.TimeBaselines().setup("numpy", "matrix", 131072)
+    if libraries.unavailable("torch:cuda"):
+        with pytest.raises(NotImplementedError):
+            bench.TrackGPUMemory().setup("torch:cuda", "constant")
     accuracy = bench.TrackAccuracy()
-    accuracy.setup("numpy", "gae_xp[xp]", "gamma=0.99 lam=0.95")
+    accuracy.setup("numpy/xp", "gamma=0.99 lam=0.95")
     accuracy.workload = paths.Workload(2, 1000)
     accuracy.arrays = accuracy.workload.arrays()
-    assert 0 <= accuracy.track_max_abs_error("numpy", "gae_xp[xp]", "gamma=0.99 lam=0.95") < 1e-4
+    assert 0 <= accuracy.track_max_abs_error("numpy/xp", "gamma=0.99 lam=0.95") < 1e-4
 
 
 def test_asv_check_passes():

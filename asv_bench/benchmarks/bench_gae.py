@@ -4,58 +4,68 @@ from __future__ import annotations
 
 from gae_xp.bench import paths
 
-from .common import BACKENDS, CHUNKS, DISPATCH, LENGTHS, XPBenchmark, chunk_size
-
-TIME_VARYING = {"dones": (0.01, 0.0), "mask": (0.0, 0.2), "dones+mask": (0.01, 0.2)}
+from .common import (CHUNKS, CPU_LIBRARIES, GENERIC_TARGETS, GPU_LIBRARIES, LENGTHS, TARGETS, TIME_VARYING,
+                     XPBenchmark, chunk_size)
 
 
 class TimeGAE(XPBenchmark):
-    """Constant gamma and lam: the matmul local scan."""
+    """Constant gamma and lam, the automatic chunk size, per library and dispatch path."""
 
-    param_names = ["backend", "dispatch", "B", "T", "chunk_size"]
-    params = [BACKENDS, DISPATCH, [8, 256], LENGTHS, CHUNKS]
+    param_names = ["target", "B", "T"]
+    params = [TARGETS, [8, 256], LENGTHS]
 
-    def setup(self, backend, dispatch, B, T, chunk):
-        self.setup_library(backend)
-        self.setup_workload(paths.Workload(B, T))
-        self.path = self.gae_path(dispatch)
-        self.run(self.path, chunk_size(chunk))  # warm-up, and jax.jit compilation
+    def setup(self, target, B, T):
+        self.setup_target(target, paths.Workload(B, T))
+        self.run(self.path)  # warm-up, and jax.jit compilation
 
-    def time_gae(self, backend, dispatch, B, T, chunk):
+    def time_gae(self, target, B, T):
+        self.run(self.path)
+
+
+class TimeGAEChunkSize(XPBenchmark):
+    """The generic path at each chunk size, B=8, T=131072."""
+
+    param_names = ["target", "chunk_size"]
+    params = [GENERIC_TARGETS, CHUNKS]
+
+    def setup(self, target, chunk):
+        self.setup_target(target, paths.Workload(8, 131072))
+        self.run(self.path, chunk_size(chunk))
+
+    def time_gae(self, target, chunk):
         self.run(self.path, chunk_size(chunk))
 
 
 class TimeGAETimeVarying(XPBenchmark):
-    """Terminations/truncations at 1% and masks with 20% holes: the doubling local scan."""
+    """Terminations/truncations at 1% and masks with 20% holes (the doubling local scan), B=8, T=131072."""
 
-    param_names = ["backend", "dispatch", "T", "case"]
-    params = [BACKENDS, DISPATCH, LENGTHS, list(TIME_VARYING)]
+    param_names = ["target", "case"]
+    params = [TARGETS, ["dones", "mask", "dones+mask"]]
 
-    def setup(self, backend, dispatch, T, case):
-        self.setup_library(backend)
+    def setup(self, target, case):
         dones, holes = TIME_VARYING[case]
-        self.setup_workload(paths.Workload(8, T, dones=dones, holes=holes))
-        self.path = self.gae_path(dispatch)
+        self.setup_target(target, paths.Workload(8, 131072, dones=dones, holes=holes))
         self.run(self.path)
 
-    def time_gae(self, backend, dispatch, T, case):
+    def time_gae(self, target, case):
         self.run(self.path)
 
 
 class TimeBaselines(XPBenchmark):
     """The serial loop, slime's chunk scan (Python loop over chunks) and the O(T^2) matrix, at B=8."""
 
-    param_names = ["backend", "baseline", "T"]
-    params = [BACKENDS, ["serial", "slime-chunked-64", "slime-chunked-128", "slime-chunked-256", "matrix"], LENGTHS]
+    param_names = ["library", "baseline", "T"]
+    params = [["numpy", "torch:cpu", "jax:cpu", "torch:cuda", "cupy"],
+              ["serial", "slime-chunked-64", "slime-chunked-128", "slime-chunked-256", "matrix"], [4096, 131072]]
     number = 1
     repeat = (1, 3, 30.0)
     warmup_time = 0.0
     timeout = 600
 
-    def setup(self, backend, baseline, T):
-        self.setup_library(backend)
-        if baseline == "serial" and T > 4096 and backend in ("array_api_strict", "jax:cpu", "jax:cuda"):
-            raise NotImplementedError("an eager per-step loop on this library takes minutes beyond T=4096")
+    def setup(self, library, baseline, T):
+        self.setup_library(library)
+        if baseline != "matrix" and library.startswith("jax"):
+            raise NotImplementedError("a Python loop over time on eager JAX arrays takes minutes (each step compiles)")
         self.setup_workload(paths.Workload(8, T))
         name, _, size = baseline.partition("-chunked-")
         self.chunk = int(size) if size else None
@@ -64,50 +74,62 @@ class TimeBaselines(XPBenchmark):
         if reason is not None:
             raise NotImplementedError(reason)
 
-    def time_baseline(self, backend, baseline, T):
+    def time_baseline(self, library, baseline, T):
         self.run(self.path, self.chunk)
 
 
 class PeakMemGAE(XPBenchmark):
-    """Peak resident memory of a process that runs gae() once (asv's peakmem_), B=8."""
+    """Peak resident memory of a process that runs gae() once on the CPU (asv's peakmem_), B=8, T=131072."""
 
-    param_names = ["backend", "T", "case"]
-    params = [BACKENDS, LENGTHS, ["constant", "dones+mask"]]
+    param_names = ["library", "case"]
+    params = [CPU_LIBRARIES, ["constant", "dones+mask"]]
 
-    def setup(self, backend, T, case):
-        self.setup_library(backend)
-        dones, holes = TIME_VARYING.get(case, (0.0, 0.0))
-        self.setup_workload(paths.Workload(8, T, dones=dones, holes=holes))
-        self.path = self.gae_path("xp")
+    def setup(self, library, case):
+        dones, holes = TIME_VARYING[case]
+        self.setup_target(f"{library}/xp", paths.Workload(8, 131072, dones=dones, holes=holes))
 
-    def peakmem_gae(self, backend, T, case):
+    def peakmem_gae(self, library, case):
         self.run(self.path)
 
-    def track_device_peak_bytes(self, backend, T, case):
-        """Bytes allocated at the peak of one call, where the library can tell (torch CUDA); NaN elsewhere."""
-        peak = self.library.peak_memory(lambda: self.run(self.path))
-        return float("nan") if peak is None else peak
 
-    track_device_peak_bytes.unit = "bytes"
+class TrackGPUMemory(XPBenchmark):
+    """Bytes allocated on the device at the peak of one gae() call, where the library tells (torch CUDA)."""
+
+    param_names = ["library", "case"]
+    params = [GPU_LIBRARIES, ["constant", "dones+mask"]]
+    unit = "bytes"
+
+    def setup(self, library, case):
+        dones, holes = TIME_VARYING[case]
+        self.setup_target(f"{library}/xp", paths.Workload(8, 131072, dones=dones, holes=holes))
+        if self.library.peak_memory(lambda: None) is None:
+            raise NotImplementedError(f"{library} gives no peak-memory figure")
+
+    def track_device_peak_bytes(self, library, case):
+        return self.library.peak_memory(lambda: self.run(self.path))
 
 
 class TrackAccuracy(XPBenchmark):
     """Max |error| of the advantages against the float64 loop, float32 inputs, B=8, T=131072."""
 
-    param_names = ["backend", "path", "discounts"]
-    params = [BACKENDS, ["gae_xp[xp]", "serial"], ["gamma=1 lam=1", "gamma=0.99 lam=0.95", "dones+mask"]]
+    param_names = ["target", "discounts"]
+    params = [["numpy/xp", "numpy/numba", "numpy/serial", "torch:cpu/xp", "jax:cpu/xp", "torch:cuda/numba-cuda",
+               "cupy/numba-cuda"],
+              ["gamma=1 lam=1", "gamma=0.99 lam=0.95", "dones+mask"]]
+    unit = "absolute error"
     timeout = 600
 
-    def setup(self, backend, path, discounts):
-        self.setup_library(backend)
-        if path == "serial" and backend != "numpy":
-            raise NotImplementedError("the float32 serial loop's error is tracked on NumPy only")
+    def setup(self, target, discounts):
         gamma, lam = (1.0, 1.0) if discounts == "gamma=1 lam=1" else (0.99, 0.95)
         dones, holes = TIME_VARYING["dones+mask"] if discounts == "dones+mask" else (0.0, 0.0)
-        self.setup_workload(paths.Workload(8, 131072, dones=dones, holes=holes, gamma=gamma, lam=lam))
-        self.path = next(p for p in paths.all_paths() if p.name == path)
+        workload = paths.Workload(8, 131072, dones=dones, holes=holes, gamma=gamma, lam=lam)
+        name, dispatch = target.split("/")
+        if dispatch == "serial":
+            self.setup_library(name)
+            self.setup_workload(workload)
+            self.path = next(p for p in paths.BASELINES if p.name == "serial")
+        else:
+            self.setup_target(target, workload)
 
-    def track_max_abs_error(self, backend, path, discounts):
+    def track_max_abs_error(self, target, discounts):
         return self.max_error(self.run(self.path))
-
-    track_max_abs_error.unit = "absolute error"

@@ -1,8 +1,11 @@
-"""The base of every benchmark class: one ``backend`` parameter over the array libraries.
+"""The base of every benchmark class: an array-library parameter, skipped cleanly where it cannot run.
 
 Modelled on SciPy's ``XPBenchmark``: ``setup`` raises ``NotImplementedError``
 (asv's "skip") for a library that is not installed or has no device, and each
 timed call waits for the device (CUDA synchronize, JAX ``block_until_ready``).
+asv runs every parameter combination in a process of its own, so the
+parameters list the meaningful combinations only (a library with the gae_xp
+backends that can serve it), which keeps ``asv run --quick`` short.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ import numpy as np
 from gae_xp import backends
 from gae_xp.bench import libraries, paths
 
-BACKENDS = list(libraries.NAMES)
-DISPATCH = ["xp", "numba", "numba-cuda"]
+#: "library/dispatch": every gae_xp backend on every library it can serve.
+TARGETS = ["numpy/xp", "numpy/numba", "array_api_strict/xp", "torch:cpu/xp", "jax:cpu/xp",
+           "torch:cuda/xp", "torch:cuda/numba-cuda", "cupy/xp", "cupy/numba-cuda", "jax:cuda/xp"]
+GENERIC_TARGETS = ["numpy/xp", "torch:cpu/xp", "jax:cpu/xp", "torch:cuda/xp", "cupy/xp"]
+CPU_LIBRARIES = ["numpy", "array_api_strict", "torch:cpu", "jax:cpu"]
+GPU_LIBRARIES = ["torch:cuda", "cupy"]
 CHUNKS = ["auto", 64, 128, 256]
 LENGTHS = [4096, 65536, 131072]
+TIME_VARYING = {"constant": (0.0, 0.0), "dones": (0.01, 0.0), "mask": (0.0, 0.2), "dones+mask": (0.01, 0.2)}
 
 
 def chunk_size(value):
@@ -23,15 +31,20 @@ def chunk_size(value):
 
 
 class XPBenchmark:
-    """Subclasses list ``backend`` first in ``param_names``."""
-
     timeout = 300
 
-    def setup_library(self, backend):
-        reason = libraries.unavailable(backend)
+    def setup_library(self, name):
+        reason = libraries.unavailable(name)
         if reason is not None:
             raise NotImplementedError(reason)
-        self.library = libraries.load(backend)
+        self.library = libraries.load(name)
+
+    def setup_target(self, target, workload: paths.Workload):
+        """Load the library of "library/dispatch", lay the workload out in it, and pick the gae_xp path."""
+        name, dispatch = target.split("/")
+        self.setup_library(name)
+        self.setup_workload(workload)
+        self.path = self.gae_path(dispatch)
 
     def setup_workload(self, workload: paths.Workload):
         self.workload = workload
