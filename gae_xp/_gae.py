@@ -29,8 +29,7 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
     r, v, m = p.rewards, p.values, p.mask
     if r.shape[-1] == 0:
         return xp.zeros_like(r), xp.zeros_like(r)
-    zero = xp.asarray(0.0, dtype=r.dtype, device=device_of(r))
-    one = xp.asarray(1.0, dtype=r.dtype, device=device_of(r))
+    zero = _zero(p)
 
     v_next = next_real_values(p, solve=solve, chunk_size=chunk_size)
     bootstrapped = p.gamma * v_next if v_next is p.next_values else owned.mul(v_next, p.gamma)
@@ -40,14 +39,7 @@ def gae_on_scan(p: GaeProblem, *, chunk_size: int | None, solve=scan):
 
     coeff = p.gamma * p.lam
     if not p.is_constant:
-        if isinstance(coeff, float):
-            coeff = xp.full(r.shape, coeff, dtype=r.dtype, device=device_of(r))
-        for done in (p.terminated, p.truncated):
-            if done is not None:
-                coeff = xp.where(done, zero, coeff)
-        if m is not None:
-            coeff = xp.where(m, coeff, one)
-            delta = xp.where(m, delta, zero)
+        delta, coeff = skip_masked(p, delta, cut_at_done(p, coeff))
 
     advantages = solve(xp, delta, coeff, reverse=True, chunk_size=chunk_size, overwrite_x=True)
     returns = advantages + v
@@ -75,3 +67,30 @@ def next_real_values(p: GaeProblem, *, solve, chunk_size):
         latest = solve(xp, fold_initial(xp, xp.where(m, v, zero), skip, p.bootstrap, reverse=True), skip,
                        reverse=True, chunk_size=chunk_size, overwrite_x=True)
     return xp.concat([latest[..., 1:], p.bootstrap], axis=-1)
+
+
+def _zero(p: GaeProblem):
+    return p.xp.asarray(0.0, dtype=p.rewards.dtype, device=device_of(p.rewards))
+
+
+def done_flags(p: GaeProblem):
+    """``terminated | truncated`` as one bool array, or None when neither is given."""
+    flags = [f for f in (p.terminated, p.truncated) if f is not None]
+    if not flags:
+        return None
+    return flags[0] if len(flags) == 1 else flags[0] | flags[1]
+
+
+def cut_at_done(p: GaeProblem, coeff):
+    """A coefficient (a float or an array) as an array shaped like the rewards, 0 at done steps."""
+    coeff = coeff + p.xp.zeros_like(p.rewards)
+    done = done_flags(p)
+    return coeff if done is None else p.xp.where(done, _zero(p), coeff)
+
+
+def skip_masked(p: GaeProblem, x, coeff):
+    """(x, coeff) with every masked step made the identity of the recurrence: input 0, coefficient 1."""
+    if p.mask is None:
+        return x, coeff
+    zero = _zero(p)
+    return p.xp.where(p.mask, x, zero), p.xp.where(p.mask, coeff, zero + 1)

@@ -12,7 +12,7 @@ from array_api_compat import device as device_of
 
 from . import _inputs as inputs
 from ._api import prepare
-from ._gae import next_real_values
+from ._gae import _zero, cut_at_done, done_flags, next_real_values, skip_masked
 from ._scan import fold_initial
 
 
@@ -27,14 +27,10 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
     call = prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
                    bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend, lam=1.0)
     p = call.problem
-    xp, m = p.xp, p.mask
+    xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
-    coeff = _cut(p, p.gamma)
-    x = p.rewards
-    if m is not None:
-        zero = _zero(p)
-        coeff, x = xp.where(m, coeff, zero + 1), xp.where(m, x, zero)
+    x, coeff = skip_masked(p, p.rewards, cut_at_done(p, p.gamma))
     returns = _solve(call, fold_initial(xp, x, coeff, p.bootstrap, reverse=True), coeff)
     return call.restore(_masked(p, returns))
 
@@ -52,19 +48,18 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     call = prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
                    axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values})
     p = call.problem
-    xp, m = p.xp, p.mask
+    xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
     zero = _zero(p)
     discount = p.gamma if p.terminated is None else xp.where(p.terminated, zero, p.gamma + zero)
     cut = _last_real_step(call)
-    if p.terminated is not None or p.truncated is not None:
-        cut = cut | _done(p)
+    done = done_flags(p)
+    if done is not None:
+        cut = cut | done
     lam_ = p.lam + zero
     x = p.rewards + discount * xp.where(cut, zero + 1, 1 - lam_) * p.extra["next_values"]
-    coeff = xp.where(cut, zero, discount * lam_)
-    if m is not None:
-        coeff, x = xp.where(m, coeff, zero + 1), xp.where(m, x, zero)
+    x, coeff = skip_masked(p, x, xp.where(cut, zero, discount * lam_))
     return call.restore(_masked(p, _solve(call, x, coeff)))
 
 
@@ -98,7 +93,7 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
                    terminated=terminated, truncated=truncated, mask=mask, axis=axis, chunk_size=chunk_size,
                    backend=backend, extra={"log_rhos": log_rhos})
     p = call.problem
-    xp, m, v = p.xp, p.mask, p.values
+    xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
     zero = _zero(p)
@@ -106,13 +101,12 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     v_next = next_real_values(p, solve=call.solver.scan, chunk_size=call.chunk_size)
     discount = p.gamma if p.terminated is None else xp.where(p.terminated, zero, p.gamma + zero)
     delta = xp.minimum(rho, zero + clip_rho_threshold) * (p.rewards + discount * v_next - v)
-    coeff = _cut(p, p.gamma * p.lam * xp.minimum(rho, zero + clip_c_threshold))
-    if m is not None:
-        coeff, delta = xp.where(m, coeff, zero + 1), xp.where(m, delta, zero)
+    delta, coeff = skip_masked(p, delta, cut_at_done(p, p.gamma * p.lam * xp.minimum(rho, zero + clip_c_threshold)))
     corrections = _solve(call, delta, coeff)  # vs - V; at a masked step, that of the next real step
     following = xp.concat([corrections[..., 1:], xp.zeros_like(corrections[..., :1])], axis=-1)
-    if p.terminated is not None or p.truncated is not None:
-        following = xp.where(_done(p), zero, following)
+    done = done_flags(p)
+    if done is not None:
+        following = xp.where(done, zero, following)
     vs_next = v_next + following
     pg = xp.minimum(rho, zero + clip_pg_rho_threshold) * (p.rewards + discount * vs_next - v)
     return call.restore(_masked(p, corrections + v)), call.restore(_masked(p, pg))
@@ -153,25 +147,6 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     if mask is not None and masked_fill is not None:
         out = xp.where(real, out, zero + masked_fill)
     return xp.astype(out, out_dtype, copy=False)
-
-
-def _zero(p):
-    return p.xp.asarray(0.0, dtype=p.rewards.dtype, device=device_of(p.rewards))
-
-
-def _done(p):
-    flags = [f for f in (p.terminated, p.truncated) if f is not None]
-    return flags[0] if len(flags) == 1 else flags[0] | flags[1]
-
-
-def _cut(p, coeff):
-    """coeff (a float or an array) with 0 at done steps, as an array shaped like the rewards."""
-    xp = p.xp
-    zero = _zero(p)
-    coeff = coeff + xp.zeros_like(p.rewards)
-    if p.terminated is None and p.truncated is None:
-        return coeff
-    return xp.where(_done(p), zero, coeff)
 
 
 def _last_real_step(call):
