@@ -24,6 +24,7 @@ def gae(
     axis=-1,
     chunk_size=None,
     backend="auto",
+    fill_masked=False,
 ):
     r"""Generalized Advantage Estimation; returns ``(advantages, returns)``.
 
@@ -57,6 +58,9 @@ def gae(
             ``gae_xp._scan.choose_chunk_size``.
         backend: "auto" (the fastest installed path for these arrays) or a
             name from ``gae_xp.backends.names()``, such as "xp".
+        fill_masked: what a masked step gets. False (default): 0 in both
+            outputs. True (verl's convention): the advantage of the next real
+            step (0 after the last one), and returns = that + its own value.
 
     The outputs have the inputs' namespace, device and floating dtype
     (float16/bfloat16 are computed in float32; integer rewards give the
@@ -64,7 +68,7 @@ def gae(
     """
     call = prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value, next_values=next_values,
                    terminated=terminated, truncated=truncated, mask=mask, axis=axis, chunk_size=chunk_size,
-                   backend=backend)
+                   backend=backend, fill_masked=fill_masked)
     advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
     return call.restore(advantages), call.restore(returns)
 

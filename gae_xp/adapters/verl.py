@@ -16,15 +16,12 @@ from __future__ import annotations
 
 from array_api_compat import array_namespace
 
-from gae_xp._api import prepare
-from gae_xp.estimators import whiten
+import gae_xp
 
 
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
     """(advantages, returns) as verl computes them, for [B, T] arrays of any array-API library."""
     xp = array_namespace(response_mask)
     real = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
-    call = prepare(token_level_rewards, values, gamma=gamma, lam=lam, mask=real, fill_masked=True)
-    advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
-    advantages, returns = call.restore(advantages), call.restore(returns)
-    return whiten(advantages, real, unbiased=True, eps=1e-8, masked_fill=None), returns
+    advantages, returns = gae_xp.gae(token_level_rewards, values, gamma=gamma, lam=lam, mask=real, fill_masked=True)
+    return gae_xp.whiten(advantages, real, unbiased=True, eps=1e-8, masked_fill=None), returns
