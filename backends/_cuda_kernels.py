@@ -20,7 +20,8 @@ def carry(edges, products, carries, reverse):
 
     Thread k composes the k-th segment of chunks in recurrence order, the
     block scans the segments' (value, product) pairs in shared memory, and
-    every thread rescans its segment from the value coming into it.
+    every thread rescans its segment from the value coming into it. A zero
+    product cuts exactly: nothing, NaN and inf included, crosses it.
     """
     row = cuda.blockIdx.x
     tid = cuda.threadIdx.x
@@ -33,7 +34,7 @@ def carry(edges, products, carries, reverse):
     p = 1.0
     for i in range(count):
         c = first + step * i
-        b = edges[row, c] + products[row, c] * b
+        b = edges[row, c] + _carried(products[row, c], b)
         p = products[row, c] * p
     seg_b = cuda.shared.array(CARRY_THREADS, float64)
     seg_p = cuda.shared.array(CARRY_THREADS, float64)
@@ -49,7 +50,7 @@ def carry(edges, products, carries, reverse):
             earlier_p = seg_p[tid - offset]
         cuda.syncthreads()
         if tid >= offset:
-            b = b + p * earlier_b
+            b = b + _carried(p, earlier_b)
             p = p * earlier_p
             seg_b[tid] = b
             seg_p[tid] = p
@@ -58,19 +59,11 @@ def carry(edges, products, carries, reverse):
     incoming = seg_b[tid - 1] if tid > 0 else 0.0
     for i in range(count):
         c = first + step * i
-        incoming = edges[row, c] + products[row, c] * incoming
+        incoming = edges[row, c] + _carried(products[row, c], incoming)
         carries[row, c] = incoming
 
 
-@cuda.jit
-def fixup(local, decay, carries, reverse):
-    """local[r, j, c] += decay[r, j, c] * carries[r, c -+ 1] (nothing past the edge), grid-stride over every element."""
-    n_rows, size, n = local.shape
-    total = n_rows * size * n
-    for flat in range(cuda.grid(1), total, cuda.gridsize(1)):
-        c = flat % n
-        neighbour = c + 1 if reverse else c - 1
-        if 0 <= neighbour < n:
-            j = (flat // n) % size
-            r = flat // (n * size)
-            local[r, j, c] += decay[r, j, c] * carries[r, neighbour]
+@cuda.jit(device=True)
+def _carried(coefficient, value):
+    """coefficient * value, with a zero coefficient cutting exactly (0 * inf would be NaN)."""
+    return coefficient * value if coefficient != 0.0 else 0.0

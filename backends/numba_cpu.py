@@ -1,4 +1,4 @@
-"""NumPy on the CPU: the whole contract in one compiled pass over memory (numba ``njit``, parallel over rows).
+"""Host memory: the whole contract in one compiled pass over memory (numba ``njit``, parallel over rows).
 
 The recurrence is serial in time, so on a CPU the fastest exact method is one
 pass per row, with the rows spread over the cores (``prange``). Every step
@@ -8,13 +8,19 @@ float32 loop), and writes each output once:
 
     Vnext   = next_values[t] | V at the next real step | bootstrap
     delta   = r_t + (0 if terminated_t else gamma_t Vnext) - V_t
-    A_t     = delta + gamma_t lam_t (1 - terminated_t) (1 - truncated_t) A_{t+1}
+    a_t     = 0 if terminated_t or truncated_t else gamma_t lam_t
+    A_t     = delta + (0 if a_t == 0 else a_t A_{t+1})
     masked steps: outputs 0 (or, with ``fill_masked``, the running A and
     A + V_t), and the running A and Vnext pass through unchanged.
 
-There are no chunks here, so ``chunk_size`` has no effect on this backend.
-numba is imported on the first call of a kernel, i.e. when NumPy arrays meet
-``backend="auto"`` or ``"numba"`` and numba is installed.
+It serves NumPy arrays and PyTorch CPU tensors that record no autograd
+history (through zero-copy NumPy views; the outputs are tensors again).
+There are no chunks here, so ``chunk_size`` has no effect. numba is imported
+on the first call of a kernel. Small problems run a single-threaded build of
+the same kernel (starting the thread pool costs more than their work), and
+calls from several Python threads are safe on every threading layer: numba's
+``workqueue`` layer (the one left where neither TBB nor OpenMP is installed)
+aborts the process on concurrent use, so launches are serialised there.
 """
 
 from __future__ import annotations
@@ -22,52 +28,81 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import threading
 
 import numpy as np
-from array_api_compat import is_numpy_array
+
+from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
 
 NAME = "numba"
+#: Below this many elements a call runs the single-threaded kernel.
+PARALLEL_FROM = 1 << 15
 
 
 class NumbaCPUBackend:
     name = NAME
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
-        if importlib.util.find_spec("numba") is None:
+        for a in arrays:
+            if is_torch_array(a):
+                if a.device.type != "cpu":
+                    return "the numba CPU kernels take arrays in host memory (NumPy, torch CPU tensors)"
+                if a.requires_grad:
+                    return "tensors that require grad need backend='xp' (the kernels have no autograd formula)"
+                if not values_are_readable(a):
+                    return "traced or meta tensors need backend='xp'"
+            elif not is_numpy_array(a):
+                return "the numba CPU kernels take NumPy arrays and PyTorch CPU tensors"
+        if not _numba_installed():
             return "numba is not installed (pip install 'gae_xp[numba]')"
-        if not all(is_numpy_array(a) for a in arrays):
-            return "the numba CPU kernels take NumPy arrays"
         return None
 
     def gae(self, problem, *, chunk_size):
-        rows = _rows(problem.rewards)
-        shape = problem.rewards.shape
-        dtype = problem.rewards.dtype
+        p = problem
+        rewards = _host(p.rewards)
+        shape, dtype = rewards.shape, rewards.dtype
+        rows = _rows(rewards)
         advantages = np.empty(rows.shape, dtype=dtype)
         returns = np.empty(rows.shape, dtype=dtype)
-        bootstrap = _rows(np.broadcast_to(problem.bootstrap, (*shape[:-1], 1)))[:, 0].astype(np.float64)
-        if problem.is_constant and problem.next_values is None:
-            _kernels().gae_plain(rows, _rows(problem.values), bootstrap, problem.gamma, problem.lam, advantages,
-                                 returns)
-            return advantages.reshape(shape), returns.reshape(shape)
-        gamma_scalar, gamma_steps = _coefficient(problem.gamma, dtype, shape)
-        lam_scalar, lam_steps = _coefficient(problem.lam, dtype, shape)
-        present = tuple(a is not None for a in (problem.next_values, problem.terminated, problem.truncated,
-                                                problem.mask))
-        _general_kernel(*present)(
-            rows, _rows(problem.values), _optional(problem.next_values, dtype, rows.shape), bootstrap,
-            _optional(problem.terminated, np.bool_, rows.shape), _optional(problem.truncated, np.bool_, rows.shape),
-            _optional(problem.mask, np.bool_, rows.shape),
-            gamma_scalar, gamma_steps, lam_scalar, lam_steps, problem.fill_masked, advantages, returns,
-        )
-        return advantages.reshape(shape), returns.reshape(shape)
+        bootstrap = _rows(np.broadcast_to(_host(p.bootstrap), (*shape[:-1], 1)))[:, 0].astype(np.float64)
+        values = _rows(_host(p.values))
+        parallel = rewards.size >= PARALLEL_FROM
+        if p.is_constant and p.next_values is None:
+            _launch(parallel, _kernels(parallel).gae_plain, rows, values, bootstrap, p.gamma, p.lam, advantages, returns)
+        else:
+            gamma_scalar, gamma_steps = _coefficient(p.gamma, dtype, shape)
+            lam_scalar, lam_steps = _coefficient(p.lam, dtype, shape)
+            present = tuple(a is not None for a in (p.next_values, p.terminated, p.truncated, p.mask))
+            _launch(parallel, _general_kernel(*present, parallel),
+                    rows, values, _optional(p.next_values, dtype, rows.shape), bootstrap,
+                    _optional(p.terminated, np.bool_, rows.shape), _optional(p.truncated, np.bool_, rows.shape),
+                    _optional(p.mask, np.bool_, rows.shape),
+                    gamma_scalar, gamma_steps, lam_scalar, lam_steps, p.fill_masked, advantages, returns)
+        like = p.rewards
+        return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
 
-    def scan(self, xp, x, a, *, reverse, chunk_size, overwrite_x=False):
-        rows = _rows(x)
-        out = np.empty(rows.shape, dtype=x.dtype)
-        a_scalar, a_steps = _coefficient(a, x.dtype, x.shape)
-        _kernels().scan_rows(rows, a_scalar, a_steps, reverse, out)
-        return out.reshape(x.shape)
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        host = _host(x)
+        rows = _rows(host)
+        out = np.empty(rows.shape, dtype=host.dtype)
+        a_scalar, a_steps = _coefficient(a, host.dtype, host.shape)
+        parallel = host.size >= PARALLEL_FROM
+        _launch(parallel, _kernels(parallel).scan_rows, rows, a_scalar, a_steps, reverse, out)
+        return _like(out.reshape(host.shape), x)
+
+
+def _host(a):
+    """A NumPy view of a NumPy array or a torch CPU tensor (zero-copy)."""
+    return a.numpy() if is_torch_array(a) else a
+
+
+def _like(result: np.ndarray, like):
+    """result as the caller's kind of array: a torch tensor sharing its memory, or itself."""
+    if is_torch_array(like):
+        import torch
+
+        return torch.from_numpy(result)
+    return result
 
 
 def _rows(a):
@@ -79,46 +114,67 @@ def _coefficient(value, dtype, shape):
     """(scalar, (rows, T) array): a float goes in the scalar beside an empty array, an array in the array."""
     if isinstance(value, float):
         return value, np.empty((0, 0), dtype=dtype)
-    return 0.0, _rows(np.broadcast_to(value, shape))
+    return 0.0, _rows(np.broadcast_to(_host(value), shape))
 
 
 def _optional(value, dtype, shape):
     """The (rows, T) array, or an empty (0, 0) one that tells the kernel the argument is absent."""
     if value is None:
         return np.empty((0, 0), dtype=dtype)
-    return np.reshape(value, shape)
+    return np.reshape(_host(value), shape)
 
 
-_COMPILED = None
+@functools.cache
+def _numba_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None
 
 
-def _kernels():
-    """Compile the kernels on first use (numba is imported here, not at import time)."""
-    global _COMPILED
-    if _COMPILED is None:
-        _COMPILED = _compile()
-    return _COMPILED
+_LAUNCH_LOCK = threading.Lock()
+_concurrency_safe = False
 
 
-def _compile():
+def _launch(parallel: bool, kernel, *args):
+    """Run a kernel; parallel ones are serialised until numba's threading layer is known to allow concurrent calls."""
+    global _concurrency_safe
+    if _concurrency_safe or not parallel:
+        kernel(*args)
+        return
+    with _LAUNCH_LOCK:
+        kernel(*args)
+        _concurrency_safe = _threading_layer() in ("tbb", "omp")
+
+
+def _threading_layer() -> str | None:
+    """The threading layer numba runs parallel kernels on, or None before it has started one."""
+    import numba
+
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return None
+
+
+@functools.cache
+def _kernels(parallel: bool):
+    """The constant-discount and scan kernels, compiled on first use (numba is imported here)."""
     from types import SimpleNamespace
 
     import numba
 
-    @numba.njit(parallel=True, cache=True)
     def gae_plain(rewards, values, bootstrap, gamma, lam, advantages, returns):
         # The constant-discount case alone: the shortest loop, as fast as a hand-written one.
+        w = gamma * lam
         for row in numba.prange(rewards.shape[0]):
             next_value = bootstrap[row]
             following = 0.0
             for t in range(rewards.shape[1] - 1, -1, -1):
                 value = np.float64(values[row, t])
-                following = np.float64(rewards[row, t]) + gamma * next_value - value + gamma * lam * following
+                carried = w * following if w != 0.0 else 0.0
+                following = np.float64(rewards[row, t]) + gamma * next_value - value + carried
                 next_value = value
                 advantages[row, t] = following
                 returns[row, t] = following + value
 
-    @numba.njit(parallel=True, cache=True)
     def scan_rows(x, a_scalar, a_steps, reverse, out):
         n_rows, length = x.shape
         per_step = a_steps.shape[0] > 0
@@ -127,14 +183,15 @@ def _compile():
             for i in range(length):
                 t = length - 1 - i if reverse else i
                 a = np.float64(a_steps[row, t]) if per_step else a_scalar
-                state = np.float64(x[row, t]) + a * state
+                state = np.float64(x[row, t]) + (a * state if a != 0.0 else 0.0)
                 out[row, t] = state
 
-    return SimpleNamespace(gae_plain=gae_plain, scan_rows=scan_rows)
+    compile_ = numba.njit(parallel=parallel, cache=True)
+    return SimpleNamespace(gae_plain=compile_(gae_plain), scan_rows=compile_(scan_rows))
 
 
-@functools.lru_cache(maxsize=16)
-def _general_kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask: bool):
+@functools.lru_cache(maxsize=32)
+def _general_kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask: bool, parallel: bool):
     """The whole contract, compiled once per combination of the optional arrays present.
 
     The flags are constants of the compiled code, so what is absent costs
@@ -142,7 +199,6 @@ def _general_kernel(has_next: bool, has_terminated: bool, has_truncated: bool, h
     """
     import numba
 
-    @numba.njit(parallel=True)
     def gae_rows(rewards, values, next_values, bootstrap, terminated, truncated, mask,
                  gamma_scalar, gamma_steps, lam_scalar, lam_steps, fill_masked, advantages, returns):
         # Every step does the same arithmetic and picks with selects, off the chain through
@@ -163,14 +219,16 @@ def _general_kernel(has_next: bool, has_terminated: bool, has_truncated: bool, h
                 real = not has_mask or mask[row, t]
                 delta = np.float64(rewards[row, t]) + (0.0 if ended else gamma * v_next) - value
                 # A masked step is the identity of the recurrence: input 0, coefficient 1.
-                coeff = (0.0 if cut else gamma * lam) if real else 1.0
-                following = (delta if real else 0.0) + coeff * following
+                coefficient = (0.0 if cut else gamma * lam) if real else 1.0
+                # A zero coefficient cuts exactly: 0 * inf would be NaN.
+                carried = coefficient * following if coefficient != 0.0 else 0.0
+                following = (delta if real else 0.0) + carried
                 next_value = value if real else next_value
                 kept = real or fill_masked
                 advantages[row, t] = following if kept else 0.0
                 returns[row, t] = following + value if kept else 0.0
 
-    return gae_rows
+    return numba.njit(parallel=parallel)(gae_rows)
 
 
 BACKEND = NumbaCPUBackend()

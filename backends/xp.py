@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gae_xp._gae import gae_on_scan
+from gae_xp._recurrences import gae_on_scan
 from gae_xp._scan import scan
 
 
@@ -12,11 +12,11 @@ class ArrayAPIBackend:
     def unavailable_reason(self, xp, arrays, *, forced=False):
         return None
 
-    def scan(self, xp, x, a, *, reverse, chunk_size, overwrite_x=False):
-        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size, overwrite_x=overwrite_x)
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
 
     def gae(self, problem, *, chunk_size):
-        return gae_on_scan(problem, chunk_size=chunk_size, solve=scan)
+        return gae_on_scan(problem, chunk_size=chunk_size, solve=self.scan)
 
 
 BACKEND = ArrayAPIBackend()

@@ -1,237 +1,347 @@
-"""The one chunked prefix scan, written only against the array API namespace.
+r"""The one chunked prefix scan, written only against the array API namespace.
 
 It solves the first-order linear recurrence along the last axis
 
-    reverse=True:   y_t = x_t + a_t * y_{t+1},   y_T  = 0
-    reverse=False:  y_t = x_t + a_t * y_{t-1},   y_-1 = 0
+    reverse=True:   y_t = x_t + a_t y_{t+1},   y_T  = 0
+    reverse=False:  y_t = x_t + a_t y_{t-1},   y_-1 = 0
 
-(a boundary value is folded into x by the caller, see ``fold_initial``).
+(a boundary value is folded into x by the caller). A zero coefficient cuts
+the trace exactly: where ``a_t = 0``, ``y_t = x_t`` even if the neighbour is
+NaN or inf. With T steps cut into n pieces of C steps:
 
-Time is cut into chunks of C steps, viewed as (..., n, C):
-
-1. a local scan inside every chunk at once;
-2. the carry between chunks, ``carry_c = edge_c + P_c * carry_{c-1}``, where
-   ``edge_c`` is the chunk's local solution at its far edge and ``P_c`` the
-   product of the coefficients over the chunk. That is the same recurrence on
-   n = T/C steps, so it is solved by calling this scan again, one level up;
-3. the neighbouring chunk's carry is brought into every step of the chunk.
-
-Levels above the first use at least C = 2, so chunk_size=1 still halves the
-length at every level. The number of array operations is O(log_C T): no
-Python loop grows with T/C, and ``jax.jit`` traces a short program.
+0. **pieces**: x zero-padded to n C steps and viewed piece by piece;
+1. **local scan** in every piece at once, as if nothing came into it; a
+   piece's summary is its solution at its far edge ``e_c`` (the step the
+   recurrence leaves it by) and the product of its coefficients ``P_c``;
+2. **carry** between pieces: ``carry_c = e_c + P_c carry_{c+-1}``, the same
+   recurrence on n steps. The ``carry`` argument solves it; by default this
+   scan, one level up (so the number of array operations is O(log_C T) and
+   ``jax.jit`` traces a short program). A caller whose pieces live apart
+   (ranks, Dask blocks, CUDA blocks) brings its own;
+3. **fix-up**: the carry of the neighbouring piece enters every step,
+   ``y_t += D_t carry_{c+-1}`` with ``D_t`` the product of the coefficients
+   from t to the piece's edge.
 
 Two local scans:
 
-* constant coefficient ``a_t = w`` (a Python float): one shared C x C kernel,
-  ``K[k, t] = w^|t - k|`` on the causal side and 0 elsewhere. The chunks' edge
-  values are one matrix-vector product with a column of K; the neighbour's
-  carry is added to the step next to it (``x += w * carry``), and then one
-  matmul, ``y = chunks @ K``, gives the final values. O(T C) work, O(T + C^2)
-  memory, one full-size result;
-* time-varying ``a_t`` (an array): a doubling (Hillis-Steele) scan of
-  ceil(log2 C) steps, ``b_t += a_t b_{t+-k}; a_t *= a_{t+-k}``, built from
-  slicing and ``concat`` only, then ``y = b + p * carry`` with p the products
-  of a up to the chunk's edge. O(T log C) work, O(T) memory, exact at a_t = 0.
+* **constant coefficient** ``a_t = w`` (a Python float): one shared C x C
+  kernel ``K[k, t] = w^{|t - k|}`` on the causal side, built in float64 from
+  the exact w and then rounded (so no entry carries a power of w's rounding
+  error). Step 1 is one matrix-vector product with the kernel's edge column.
+  Step 3 lets the neighbour's carry *enter through the step next to it*
+  (``x_entry += w carry``) and then one matmul ``y = pieces @ K`` gives the
+  final values: O(T C) work, O(T + C^2) memory;
+* **time-varying coefficient** (an array): a sequential scan inside the
+  pieces, vectorised across them: pieces laid out as (..., C, n), so that
+  step j of every piece is one contiguous row; C - 1 row operations
+  ``y_j = x_j + a_j y_{j+-1}`` and ``D_j = a_j D_{j+-1}``. O(T) work and
+  memory.
 
-A matmul multiplies the kernel's zeros with every entry of a chunk, so a NaN or
-inf would leak to the steps the recurrence never reaches. The constant path is
-therefore taken only when the input is known to be finite; otherwise (or when
-that cannot be checked without tracing, as under ``jax.jit``) the doubling scan
-runs with the constant broadcast, and non-finite values travel only in the
-recurrence's direction.
-
-Temporaries are updated in place where the library allows (see ``_owned``);
-``overwrite_x=True`` lets the scan use x itself as one.
+Non-finite values. A matmul multiplies the kernel's zeros with every entry of
+a piece, and ``0 * inf`` is NaN, so non-finite values must not meet it. When x
+is known to be finite (one reduction, on arrays in host memory whose values
+can be read now) the routes run as above. Otherwise (a NaN or inf in x, or
+values that cannot be read: ``jax.jit``, ``torch.compile``, GPU arrays, where
+a check would synchronise) the constant route solves the finite part of x and
+lays over it the serial loop's pattern of inf and NaN, which a cumulative sum
+of the non-finite entries gives exactly (only additions); the time-varying
+route cuts with ``where`` at zero coefficients. Either way a non-finite value
+travels only in the recurrence's direction and never crosses a cut.
 """
 
 from __future__ import annotations
 
-import functools
 import math
+import threading
+from collections import OrderedDict
+from contextlib import nullcontext
+from typing import Callable
 
-from array_api_compat import device as device_of
-from array_api_compat import is_lazy_array
+import numpy as np
 
-from . import _owned as owned
+from ._compat import at, device_of, is_torch_array, known_finite, values_are_readable
 
-#: Default chunk sizes of the two local scans; see ``choose_chunk_size``.
+#: Default piece lengths of the two local scans; see ``choose_chunk_size``.
 MATMUL_CHUNK = 32
-DOUBLING_CHUNK = 16
+SEQUENTIAL_CHUNK = 16
+
+#: ``carry(edges, products) -> carries``: step 2 of the scan, for the pieces' summaries laid along the last axis.
+Carry = Callable[[object, object], object]
 
 
-def choose_chunk_size(length: int, method: str) -> int:
-    """Chunk size used when ``chunk_size=None``.
+def choose_chunk_size(length: int, constant: bool) -> int:
+    """Piece length C used when ``chunk_size=None``; never more than T (a short sequence is one piece).
 
-    * ``"matmul"`` (constant coefficient): the work is T*C multiply-adds and
-      a skinny matmul runs below BLAS peak, so C is small: 32;
-    * ``"doubling"`` (time-varying coefficient): the work is log2(C) passes
-      over memory per level, and the levels shrink by C: C = 16.
+    * constant coefficient: the work is T C multiply-adds in a skinny
+      matmul that runs below BLAS peak, so C is small: 32;
+    * time-varying: C - 1 row operations per level, levels shrinking by C: 16.
 
-    C never exceeds T (a sequence shorter than C is one chunk). Measured with
-    ``python -m gae_xp bench --chunk-size auto,8,16,32,64,128`` on NumPy and
-    PyTorch CPU, float32 and float64 (see the README).
+    Measured with ``python -m gae_xp bench --chunk-size auto,8,16,32,64,128``
+    on NumPy and PyTorch CPU (see the README).
     """
-    size = MATMUL_CHUNK if method == "matmul" else DOUBLING_CHUNK
-    return max(1, min(size, length))
+    return max(1, min(MATMUL_CHUNK if constant else SEQUENTIAL_CHUNK, length))
 
 
-def fold_initial(xp, x, a, initial, *, reverse: bool):
-    """Fold the boundary value y_T (reverse) or y_-1 (forward) into x (a new array).
-
-    ``initial`` has the batch shape with a trailing axis of 1; ``a`` is a
-    Python float or an array shaped like x.
-    """
-    if reverse:
-        head, tail = x[..., :-1], x[..., -1:]
-        a_edge = a if isinstance(a, float) else a[..., -1:]
-        return xp.concat([head, tail + a_edge * initial], axis=-1)
-    head, tail = x[..., :1], x[..., 1:]
-    a_edge = a if isinstance(a, float) else a[..., :1]
-    return xp.concat([head + a_edge * initial, tail], axis=-1)
-
-
-def scan(xp, x, a, *, reverse: bool, chunk_size: int | None, overwrite_x: bool = False):
+def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry | None = None):
     """Solve the recurrence along the last axis of x (see the module docstring).
 
-    ``a`` is a Python float (constant coefficient) or an array broadcastable
-    to x. Returns a new array shaped like x, in x's dtype and on its device.
-    With ``overwrite_x`` the caller gives x up, and it may be written into.
+    ``x`` is an array this package owns: the scan may overwrite it, and the
+    result may be x itself. ``a`` is a Python float (constant coefficient) or
+    an array broadcastable to x. Returns an array shaped like x, in x's dtype,
+    on its device.
     """
-    length = x.shape[-1]
-    if length == 0:
-        return xp.zeros_like(x)
-    if isinstance(a, float) and _is_known_finite(xp, x):
-        size = chunk_size or choose_chunk_size(length, "matmul")
-        return _matmul_scan(xp, x, a, reverse, size, overwrite_x)
-    if isinstance(a, float):
-        a = xp.full(x.shape, a, dtype=x.dtype, device=device_of(x))
-    else:
+    if x.shape[-1] == 0 or (isinstance(a, float) and a == 0.0):
+        return x
+    finite = known_finite(xp, x)
+    if isinstance(a, float) and not finite:
+        kept = xp.isfinite(x)
+        y = _solve(xp, xp.where(kept, x, xp.zeros_like(x)), a, reverse, chunk_size, carry, finite=True)
+        return _non_finite_pattern(xp, x, kept, y, a, reverse)
+    if not isinstance(a, float):
         a = xp.broadcast_to(a, x.shape)
-    size = chunk_size or choose_chunk_size(length, "doubling")
-    return _doubling_chunk_scan(xp, x, a, reverse, size)
+    return _solve(xp, x, a, reverse, chunk_size, carry, finite=finite)
 
 
-def _is_known_finite(xp, x) -> bool:
-    """True when x can be read eagerly and holds no NaN or inf.
+def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
+    constant = isinstance(a, float)
+    size = min(chunk_size or choose_chunk_size(x.shape[-1], constant), x.shape[-1])
+    local = MatmulLocal(xp, a, reverse) if constant else SequentialLocal(xp, reverse, exact=not finite)
+    if carry is None:
+        def carry(edges, products):
+            return _solve(xp, edges, products, reverse, max(size, 2), None, finite=finite)
+    return chunk_scan(xp, x, a, size, local, carry)
 
-    One reduction, no temporary: a finite sum means finite entries. A sum that
-    overflows only sends finite data to the (equally correct) doubling scan.
-    """
-    return not is_lazy_array(x) and math.isfinite(float(xp.sum(x)))
 
-
-def _matmul_scan(xp, x, w: float, reverse: bool, size: int, overwrite_x: bool):
+def chunk_scan(xp, x, a, size: int, local, carry: Carry):
+    """Steps 0-3 of the module docstring, with ``local`` the local scan and ``carry`` step 2."""
     length = x.shape[-1]
-    kernel = _kernel(xp, w, min(size, length), reverse, x)
-    if length <= size:
-        return x @ kernel
-    chunks, padded = _to_chunks(xp, x, size)
-    edge = 0 if reverse else size - 1
-    # Each chunk's local value at its far edge: sum over the chunk of w^(distance to the edge) x.
-    edges = xp.reshape(xp.reshape(chunks, (-1, size)) @ kernel[:, edge], chunks.shape[:-1])
-    carry = _matmul_scan(xp, edges, w**size, reverse, max(size, 2), overwrite_x=True)
-    # The neighbouring chunk's value enters through the step next to it: x += w * carry there.
-    entry = size - 1 if reverse else 0
-    chunks = owned.add_to_columns(xp, chunks, entry, entry + 1, w * _neighbour(xp, carry, reverse)[..., None],
-                                  in_place=overwrite_x or padded)
-    return _from_chunks(xp, xp.reshape(xp.reshape(chunks, (-1, size)) @ kernel, chunks.shape), length)
+    pieces = local.split(x, a, size)                        # 0. pieces
+    if pieces.count == 1:
+        return local.solve_alone(pieces, length)
+    edges, products = local.summarize(pieces)               # 1. local scan: each piece's summary
+    carries = carry(edges, products)                        # 2. carry between pieces
+    return local.fix_up(pieces, neighbour(xp, carries, local.reverse), length)  # 3. fix-up
 
 
-def _kernel(xp, w: float, size: int, reverse: bool, like):
-    """C x C matrix with K[k, t] = w^(k - t) for k >= t (reverse), else w^(t - k) for t >= k; 0 elsewhere.
+class Pieces:
+    """The chunked layout a local scan works on: its arrays, the number of pieces n and their length C."""
 
-    In like's dtype and on its device; cached per namespace, device and dtype,
-    except for traced arrays (JAX), whose constants belong to one trace.
-    """
-    if is_lazy_array(like):
-        return _build_kernel(xp, w, size, reverse, like.dtype, device_of(like))
-    try:
-        return _cached_kernel(xp, w, size, reverse, like.dtype, device_of(like))
-    except TypeError:  # a device or dtype that cannot be a cache key
-        return _build_kernel(xp, w, size, reverse, like.dtype, device_of(like))
+    __slots__ = ("x", "a", "count", "size", "state")
+
+    def __init__(self, x, a, count: int, size: int):
+        self.x, self.a, self.count, self.size, self.state = x, a, count, size, None
 
 
-def _build_kernel(xp, w: float, size: int, reverse: bool, dtype, device):
-    steps = xp.arange(size, dtype=dtype, device=device)
-    lag = steps[:, None] - steps[None, :] if reverse else steps[None, :] - steps[:, None]
-    causal = lag >= 0
-    powers = xp.pow(xp.asarray(w, dtype=dtype, device=device), xp.where(causal, lag, xp.zeros_like(lag)))
-    return xp.where(causal, powers, xp.zeros_like(powers))
+class MatmulLocal:
+    """Constant coefficient w: the C x C kernel, one matrix-vector product for the summaries, one matmul at the end."""
+
+    def __init__(self, xp, w: float, reverse: bool):
+        self.xp, self.w, self.reverse = xp, w, reverse
+
+    def split(self, x, a, size):
+        chunks, count = to_pieces(self.xp, x, size)
+        return Pieces(chunks, None, count, size)
+
+    def solve_alone(self, pieces, length):
+        xp, x = self.xp, pieces.x
+        return xp.reshape(x, x.shape[:-2] + (length,)) @ self._kernel(length, x)
+
+    def summarize(self, pieces):
+        xp, chunks, size = self.xp, pieces.x, pieces.size
+        edge = 0 if self.reverse else size - 1
+        flat = xp.reshape(chunks, (-1, size)) @ self._kernel(size, chunks)[:, edge]
+        return xp.reshape(flat, chunks.shape[:-1]), self.w ** size
+
+    def fix_up(self, pieces, incoming, length):
+        xp, chunks, size = self.xp, pieces.x, pieces.size
+        # The neighbouring piece's carry enters through the step next to it: x_entry += w * carry.
+        entry = size - 1 if self.reverse else 0
+        chunks = at(chunks, (..., slice(entry, entry + 1))).add(self.w * incoming[..., None])
+        solved = xp.reshape(xp.reshape(chunks, (-1, size)) @ self._kernel(size, chunks), chunks.shape)
+        return from_pieces(xp, solved, length)
+
+    def _kernel(self, size, like):
+        return kernel(self.xp, self.w, size, self.reverse, like)
 
 
-_cached_kernel = functools.lru_cache(maxsize=128)(_build_kernel)
+class SequentialLocal:
+    """Time-varying coefficients: C - 1 row operations on the (..., C, n) layout; ``exact`` cuts with ``where``."""
+
+    def __init__(self, xp, reverse: bool, *, exact: bool):
+        self.xp, self.reverse, self.exact = xp, reverse, exact
+
+    def split(self, x, a, size):
+        xp = self.xp
+        x_chunks, count = to_pieces(xp, x, size)
+        a_chunks, _ = to_pieces(xp, a, size)
+        return Pieces(_rows_major(xp, x_chunks), _rows_major(xp, a_chunks), count, size)
+
+    def solve_alone(self, pieces, length):
+        rows, _ = self._scan_rows(pieces)
+        return self._join(rows, length)
+
+    def summarize(self, pieces):
+        rows, decay = self._scan_rows(pieces)
+        pieces.state = (rows, decay)
+        edge = 0 if self.reverse else pieces.size - 1
+        return rows[edge], decay[edge]
+
+    def fix_up(self, pieces, incoming, length):
+        rows, decay = pieces.state
+        return self._join([self._carried(y, d, incoming) for y, d in zip(rows, decay)], length)
+
+    def _scan_rows(self, pieces):
+        """(y_j, D_j) per row j: the local solution and the product of the coefficients from j to the piece's edge."""
+        x, a, size = pieces.x, pieces.a, pieces.size
+        order = range(size - 1, -1, -1) if self.reverse else range(size)
+        rows, decay = [None] * size, [None] * size
+        previous = None
+        for j in order:
+            if previous is None:
+                rows[j], decay[j] = x[..., j, :], a[..., j, :]
+            else:
+                rows[j] = self._carried(x[..., j, :], a[..., j, :], rows[previous])
+                decay[j] = a[..., j, :] * decay[previous]
+            previous = j
+        return rows, decay
+
+    def _carried(self, y, coefficient, incoming):
+        """y + coefficient * incoming, with a zero coefficient cutting exactly when ``exact`` (0 * inf is NaN)."""
+        if self.exact:
+            incoming = self.xp.where(coefficient == 0, self.xp.zeros_like(incoming), incoming)
+        return y + coefficient * incoming
+
+    def _join(self, rows, length):
+        xp = self.xp
+        stacked = xp.stack(rows, axis=-1)  # (..., n, C): piece by piece, in time order
+        return xp.reshape(stacked, stacked.shape[:-2] + (stacked.shape[-2] * stacked.shape[-1],))[..., :length]
 
 
-def _doubling_chunk_scan(xp, x, a, reverse: bool, size: int):
+def _rows_major(xp, chunks):
+    """A (..., C, n) copy of (..., n, C) pieces: step j of every piece is one contiguous row."""
+    moved = xp.matrix_transpose(chunks)
+    return xp.reshape(moved, moved.shape, copy=True)
+
+
+def to_pieces(xp, x, size: int):
+    """(pieces, n): the last axis zero-padded to a multiple of ``size`` and viewed as (..., n, size)."""
     length = x.shape[-1]
-    if length <= size:
-        return _doubling(xp, x[..., None], a[..., None], reverse, fresh=False)[0][..., 0]
-    local, decay = _doubling(xp, _across(xp, x, size), _across(xp, a, size), reverse, fresh=True)
-    edge = 0 if reverse else size - 1
-    carry = _doubling_chunk_scan(xp, local[..., edge, :], decay[..., edge, :], reverse, max(size, 2))
-    correction = decay * _neighbour(xp, carry, reverse)[..., None, :]
-    return _from_chunks(xp, xp.matrix_transpose(owned.add(local, correction)), length)
-
-
-def _across(xp, x, size: int):
-    """A new row-major array of x's chunks laid out as (..., C, n): step within the chunk on axis -2, chunk last.
-
-    The doubling scan's slices are then runs of whole rows rather than pieces
-    C long, and the copy is this package's own to update in place.
-    """
-    chunks = xp.matrix_transpose(_to_chunks(xp, x, size)[0])
-    return xp.reshape(chunks, chunks.shape, copy=True)
-
-
-def _doubling(xp, b, a, reverse: bool, *, fresh: bool):
-    """Hillis-Steele scan along axis -2.
-
-    Returns (b, p): b the local solution, p_t the product of a from t to the
-    edge the recurrence starts from (the last step if reverse, else the first).
-    Step k combines every step with the one k away, on the side the recurrence
-    comes from: ``b_t += a_t b_{t+-k}; a_t *= a_{t+-k}``. Arrays that are
-    ``fresh`` (this package's own copies) are updated in place where the
-    library allows; otherwise the first step builds new arrays, and later steps
-    update those. With one step per chunk the inputs come back unchanged.
-    """
-    size = b.shape[-2]
-    shift = 1
-    while shift < size:
-        keep = size - shift
-        near = slice(None, keep) if reverse else slice(shift, None)
-        far = slice(shift, None) if reverse else slice(None, keep)
-        if (fresh or shift > 1) and owned.writable(b) and owned.writable(a):
-            b[..., near, :] += a[..., near, :] * b[..., far, :]
-            a[..., near, :] = a[..., near, :] * a[..., far, :]
-        else:
-            rest = slice(keep, None) if reverse else slice(None, shift)
-            b_near = b[..., near, :] + a[..., near, :] * b[..., far, :]
-            a_near = a[..., near, :] * a[..., far, :]
-            pieces = ((b_near, b[..., rest, :]), (a_near, a[..., rest, :]))
-            b, a = (xp.concat(list(p if reverse else p[::-1]), axis=-2) for p in pieces)
-        shift *= 2
-    return b, a
-
-
-def _to_chunks(xp, x, size: int):
-    """(chunks, padded): the last axis zero-padded to a multiple of size (a new array) and viewed as (..., n, size)."""
-    length = x.shape[-1]
-    n = math.ceil(length / size)
-    pad = n * size - length
+    count = math.ceil(length / size)
+    pad = count * size - length
     if pad:
         filler = xp.zeros((*x.shape[:-1], pad), dtype=x.dtype, device=device_of(x))
         x = xp.concat([x, filler], axis=-1)
-    return xp.reshape(x, (*x.shape[:-1], n, size)), bool(pad)
+    return xp.reshape(x, (*x.shape[:-1], count, size)), count
 
 
-def _from_chunks(xp, chunks, length: int):
+def from_pieces(xp, chunks, length: int):
+    """The (..., n, C) pieces back as (..., T), padding dropped."""
     flat = xp.reshape(chunks, (*chunks.shape[:-2], chunks.shape[-2] * chunks.shape[-1]))
     return flat[..., :length]
 
 
-def _neighbour(xp, carry, reverse: bool):
-    """The carry of the chunk the recurrence comes from: c+1 if reverse, c-1 if not; 0 past the edge."""
+def neighbour(xp, carry, reverse: bool):
+    """The carry of the piece the recurrence comes from: c+1 if reverse, c-1 if not; 0 past the edge."""
     zero = xp.zeros((*carry.shape[:-1], 1), dtype=carry.dtype, device=device_of(carry))
     if reverse:
         return xp.concat([carry[..., 1:], zero], axis=-1)
     return xp.concat([zero, carry[..., :-1]], axis=-1)
+
+
+def _non_finite_pattern(xp, x, kept, y, w: float, reverse: bool):
+    """The serial loop's inf/NaN pattern laid over y, the solution on x's finite part (w a nonzero constant).
+
+    With ``s_t`` the sum of x's non-finite entries from t on (in the
+    recurrence's direction) the loop's y_t is non-finite exactly where s_t is,
+    and then equals ``x_t + w s_{t+-1}``: w > 0 keeps an infinity's sign and
+    NaN absorbs all, so the sum of the entries ahead has the loop's kind.
+    """
+    ahead = _cumulative_sum(xp, xp.where(kept, xp.zeros_like(x), x), reverse)
+    following = neighbour(xp, ahead, reverse)
+    return xp.where(xp.isfinite(ahead), y, x + w * following)
+
+
+def _cumulative_sum(xp, x, reverse: bool):
+    if not reverse:
+        return xp.cumulative_sum(x, axis=-1)
+    return xp.flip(xp.cumulative_sum(xp.flip(x, axis=-1), axis=-1), axis=-1)
+
+
+# --- the constant kernel and its cache ---------------------------------------------------------------------------
+
+
+def kernel(xp, w: float, size: int, reverse: bool, like):
+    """The C x C matrix ``K[k, t] = w^(k - t)`` for k >= t (reverse), else ``w^(t - k)`` for t >= k; 0 elsewhere.
+
+    Built in float64 from the exact w and rounded once to like's dtype, on
+    like's device. Cached (see ``KERNELS``) except for traced arrays, whose
+    constants belong to one trace.
+    """
+    if not values_are_readable(like):
+        return xp.asarray(_kernel64(w, size, reverse), dtype=like.dtype)
+    device = device_of(like)
+    key = (xp.__name__, str(device), str(like.dtype), w, size, reverse)
+    return KERNELS.get(key, lambda: _build(xp, w, size, reverse, like.dtype, device, torch=is_torch_array(like)))
+
+
+def _kernel64(w: float, size: int, reverse: bool) -> np.ndarray:
+    steps = np.arange(size)
+    lag = steps[:, None] - steps[None, :] if reverse else steps[None, :] - steps[:, None]
+    causal = lag >= 0
+    return np.where(causal, np.float64(w) ** np.where(causal, lag, 0), 0.0)
+
+
+def _build(xp, w, size, reverse, dtype, device, *, torch: bool):
+    # Under torch.inference_mode a new tensor is an inference tensor, which autograd refuses to save later:
+    # the cached kernel is made outside it, so that one process may infer and train.
+    with _normal_tensors() if torch else nullcontext():
+        return xp.asarray(_kernel64(w, size, reverse), dtype=dtype, device=device)
+
+
+def _normal_tensors():
+    import torch
+
+    return torch.inference_mode(False)
+
+
+class KernelCache:
+    """The kernels in use, least recently used first out, bounded by their total bytes (not by their count)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, key, build):
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        value = build()
+        nbytes = _nbytes(value)
+        with self._lock:
+            if key not in self._entries and nbytes <= self.max_bytes:
+                self._entries[key] = value
+                self._bytes += nbytes
+                while self._bytes > self.max_bytes:
+                    _, evicted = self._entries.popitem(last=False)
+                    self._bytes -= _nbytes(evicted)
+        return value
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+def _nbytes(array) -> int:
+    return getattr(array, "nbytes", None) or math.prod(array.shape) * 8
+
+
+#: Kernels kept between calls: 16 MiB in all (a 256 x 256 float64 kernel is 512 KiB).
+KERNELS = KernelCache(16 * 2**20)

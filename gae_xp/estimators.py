@@ -1,19 +1,96 @@
-"""More estimators on the same scan, with gae()'s conventions for arrays, devices, dtypes, dones and masks.
+r"""The public estimators: GAE, the scan itself, and the returns and corrections built on it.
 
-Every estimator here is one or two calls of the scan primitive behind
-``discounted_cumsum`` (``y_t = x_t + a_t y_{t+1}``) on coefficients built with
-``where``; time is ``axis``, a masked step is skipped (coefficient 1, input 0)
-and gets output 0, ``done_t = terminated_t or truncated_t`` cuts the trace.
+Every function checks its arguments in ``gae_xp._prepare``, hands the laid-out
+problem to a backend (``gae_xp.backends``) or to the recurrences of
+``gae_xp._recurrences`` on that backend's scan, and gives back arrays of the
+caller's library, on the caller's device, with the caller's time axis. Time
+is ``axis``; a masked step is skipped (coefficient 1, input 0) and gets
+output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 """
 
 from __future__ import annotations
 
-from array_api_compat import device as device_of
+from . import _prepare as prepare_
+from ._compat import device_of
+from ._recurrences import Picker, done_flags, last_real_step, next_real_values, owned_rewards, step_coefficients
 
-from . import _inputs as inputs
-from ._api import prepare
-from ._gae import _zero, cut_at_done, done_flags, next_real_values, skip_masked
-from ._scan import fold_initial
+
+def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None,
+        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False):
+    r"""Generalized Advantage Estimation; returns ``(advantages, returns)``.
+
+    Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
+
+        Vnext_t = next_values[t]            if next_values is given,
+                  V at the next real step   else (skipping masked steps),
+                  bootstrap_value           after the last real step (default 0)
+        delta_t = r_t + gamma_t (1 - terminated_t) Vnext_t - V_t
+        A_t     = delta_t + gamma_t lam_t (1 - done_t) A_{t+1},     A_T = 0
+        returns = A + V
+
+    A done step, or a step whose gamma_t lam_t is 0, cuts the trace exactly:
+    nothing behind it, NaN and inf included, reaches the steps before it.
+
+    Args:
+        rewards, values: arrays of one shape (any array-API library).
+        gamma, lam: numbers in [0, 1], or arrays broadcastable to ``rewards``
+            (per-step or per-row discounts), checked wherever their values
+            can be read (traced values under ``jax.jit``/``torch.compile``
+            are not checked).
+        bootstrap_value: the value after the last step, a number or an array
+            of the batch shape (``rewards.shape`` without ``axis``).
+        next_values: V(s_{t+1}) per step, e.g. the value of the final
+            observation at a truncation; replaces the shifted ``values`` and
+            ``bootstrap_value`` (pass one of the two).
+        terminated: bool array: the episode ended at t; no bootstrap from
+            Vnext_t and the trace is cut.
+        truncated: bool array: the episode was cut at t; the trace is cut but
+            Vnext_t is still bootstrapped (give ``next_values`` for it).
+        mask: bool array, True for a real step. Masked steps are skipped as if
+            absent: their rewards and values are ignored (NaN there is harmless),
+            no discount is applied across them, and their outputs are 0.
+        axis: the time axis.
+        chunk_size: piece length C of the scan; None picks it by the rule in
+            ``gae_xp._scan.choose_chunk_size``. Any C gives the same numbers to
+            within the float32 serial loop's own error.
+        backend: "auto" (the fastest installed path for these arrays) or a
+            name from ``gae_xp.backends.names()``, such as "xp".
+        fill_masked: what a masked step gets. False (default): 0 in both
+            outputs. True (verl's convention): the advantage of the next real
+            step (0 after the last one), and returns = that + its own value.
+
+    The outputs have the inputs' namespace, device and floating dtype
+    (float16/bfloat16 are computed in float32, wider floats in float64;
+    integer rewards give the namespace's default float). Inputs are never
+    modified and no output shares memory with an input.
+    """
+    call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
+                            next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
+                            axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked)
+    advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
+    return call.restore(advantages), call.restore(returns)
+
+
+def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk_size=None, backend="auto"):
+    r"""The scan primitive: a discounted cumulative sum along ``axis``.
+
+    ::
+
+        reverse=True:   y_t = x_t + discount_t * y_{t+1},   y_T  = initial (default 0)
+        reverse=False:  y_t = x_t + discount_t * y_{t-1},   y_-1 = initial (default 0)
+
+    ``discount`` is a number in [-1, 1] or an array of such values
+    broadcastable to x (a larger |discount| is rejected with ValueError: its
+    products overflow in any parallel form long before the loop's values do);
+    a zero discount cuts the trace exactly. ``initial`` is a number or an
+    array of the batch shape. ``y`` has x's namespace, device and floating
+    dtype (integer or bool x gives the namespace's default float) and never
+    shares memory with x. ``gae()`` is built on this scan.
+    """
+    call = prepare_.prepare_scan(x, discount, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
+                                 backend=backend)
+    y = call.solver.scan(call.xp, call.x, call.discount, reverse=call.reverse, chunk_size=call.chunk_size)
+    return prepare_.restore(call.xp, y, call.out_dtype, call.axis)
 
 
 def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None, bootstrap_value=None,
@@ -24,15 +101,16 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
 
     Arguments as in ``gae()``; masked steps are skipped and get 0.
     """
-    call = prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
-                   bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend, lam=1.0)
+    call = prepare_.prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
+                            bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
+                            lam=1.0, needs_values=False)
     p = call.problem
-    xp = p.xp
     if p.rewards.shape[-1] == 0:
-        return call.restore(xp.zeros_like(p.rewards))
-    x, coeff = skip_masked(p, p.rewards, cut_at_done(p, p.gamma))
-    returns = _solve(call, fold_initial(xp, x, coeff, p.bootstrap, reverse=True), coeff)
-    return call.restore(_masked(p, returns))
+        return call.restore(p.xp.zeros_like(p.rewards))
+    pick = Picker(p, p.rewards, p.bootstrap)
+    coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma)
+    x = prepare_.fold_boundary(p.xp, owned_rewards(p, pick), coefficient, p.bootstrap, reverse=True)
+    return call.restore(pick.only(p.mask, _solve(call, x, coefficient)))
 
 
 def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
@@ -45,22 +123,24 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     the trace is cut: at a done step and at the last real step of a row. So
     the last step is bootstrapped by its own V', as in rlax and torchrl.
     """
-    call = prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
-                   axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values})
+    call = prepare_.prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
+                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
+                            needs_values=False)
     p = call.problem
     xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
-    zero = _zero(p)
-    discount = p.gamma if p.terminated is None else xp.where(p.terminated, zero, p.gamma + zero)
-    cut = _last_real_step(call)
+    following = p.extra["next_values"]
+    pick = Picker(p, p.rewards, following)
+    cut = last_real_step(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size)
     done = done_flags(p)
     if done is not None:
         cut = cut | done
-    lam_ = p.lam + zero
-    x = p.rewards + discount * xp.where(cut, zero + 1, 1 - lam_) * p.extra["next_values"]
-    x, coeff = skip_masked(p, x, xp.where(cut, zero, discount * lam_))
-    return call.restore(_masked(p, _solve(call, x, coeff)))
+    kept = pick.as_float(~cut)
+    # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
+    x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
+    coefficient = step_coefficients(p, p.gamma * p.lam * kept)
+    return call.restore(pick.only(p.mask, _solve(call, pick.only(p.mask, x), coefficient)))
 
 
 def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold=1.0, clip_c_threshold=1.0,
@@ -79,37 +159,36 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     where ``vs_next_t = vs`` at the next real step, or Vnext_t where the
     trace is cut (a done step, the last step). Differences from the
     references: rlax ``vtrace`` takes ``rho`` (not its log), fixes the c
-    clip at 1 and has no dones (``discount_t = 0`` plays terminated);
-    torchrl ``vtrace_advantage_estimate`` has no lam (lam = 1) and takes
-    ``vs_next = vs_{t+1}`` (this function: next_values_t + (vs - V)_{t+1}, the
-    same when next_values_t = V_{t+1}); ``gae_xp.adapters.torchrl`` reproduces it.
+    clip at 1, mixes lambda into the policy-gradient target and takes the
+    bootstrap values ``v_t`` apart from ``v_tm1`` (``gae_xp.adapters.rlax``
+    reproduces it); torchrl ``vtrace_advantage_estimate`` has no lam
+    (lam = 1) and takes ``vs_next = vs_{t+1}`` (this function:
+    next_values_t + (vs - V)_{t+1}, the same when next_values_t = V_{t+1});
+    ``gae_xp.adapters.torchrl`` reproduces it.
     """
-    thresholds = {"clip_rho_threshold": clip_rho_threshold, "clip_c_threshold": clip_c_threshold,
-                  "clip_pg_rho_threshold": clip_pg_rho_threshold}
-    for name, value in thresholds.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
-    call = prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value, next_values=next_values,
-                   terminated=terminated, truncated=truncated, mask=mask, axis=axis, chunk_size=chunk_size,
-                   backend=backend, extra={"log_rhos": log_rhos})
+    thresholds = {name: prepare_.check_number(name, value, low=0.0, strict=True) for name, value in
+                  (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
+                   ("clip_pg_rho_threshold", clip_pg_rho_threshold))}
+    call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
+                            next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
+                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
     p = call.problem
     xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
-    zero = _zero(p)
+    pick = Picker(p, p.rewards, v, p.next_values, p.bootstrap, p.extra["log_rhos"])
     rho = xp.exp(p.extra["log_rhos"])
-    v_next = next_real_values(p, solve=call.solver.scan, chunk_size=call.chunk_size)
-    discount = p.gamma if p.terminated is None else xp.where(p.terminated, zero, p.gamma + zero)
-    delta = xp.minimum(rho, zero + clip_rho_threshold) * (p.rewards + discount * v_next - v)
-    delta, coeff = skip_masked(p, delta, cut_at_done(p, p.gamma * p.lam * xp.minimum(rho, zero + clip_c_threshold)))
-    corrections = _solve(call, delta, coeff)  # vs - V; at a masked step, that of the next real step
+    v_next = next_real_values(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size)
+    clipped = {name: xp.minimum(rho, xp.asarray(value, dtype=rho.dtype, device=device_of(rho)))
+               for name, value in thresholds.items()}
+    delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * v_next)
+                                                                - v))
+    coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"])
+    corrections = _solve(call, delta, coefficient)  # vs - V; at a masked step, that of the next real step
     following = xp.concat([corrections[..., 1:], xp.zeros_like(corrections[..., :1])], axis=-1)
-    done = done_flags(p)
-    if done is not None:
-        following = xp.where(done, zero, following)
-    vs_next = v_next + following
-    pg = xp.minimum(rho, zero + clip_pg_rho_threshold) * (p.rewards + discount * vs_next - v)
-    return call.restore(_masked(p, corrections + v)), call.restore(_masked(p, pg))
+    vs_next = v_next + pick.unless(done_flags(p), following)
+    pg = clipped["clip_pg_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * vs_next) - v)
+    return call.restore(pick.only(p.mask, corrections + v)), call.restore(pick.only(p.mask, pg))
 
 
 def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fill=0.0):
@@ -122,18 +201,19 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     the variance by n - 1. Masked slots get ``masked_fill``, or are whitened
     like the rest with ``masked_fill=None`` (verl's convention).
     """
-    inputs.require_array("x", x)
-    xp = inputs.namespace_of({"x": x, "mask": mask})
-    inputs.check_same_device({"x": x, "mask": mask}, "x")
-    out_dtype, dtype = inputs.compute_dtypes(xp, {"x": x}, x)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    prepare_.require_array("x", x)
+    if mask is not None:
+        prepare_.require_array("mask", mask)
+    xp = prepare_.namespace_of({"x": x, "mask": mask})
+    prepare_.check_same_device({"x": x, "mask": mask}, "x")
+    out_dtype, dtype = prepare_.compute_dtypes(xp, {"x": x}, x)
+    eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
     values = xp.astype(x, dtype, copy=False)
     zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
     if mask is None:
         real = xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
     else:
-        inputs.same_shape("mask", mask, values.shape)
+        prepare_.same_shape("mask", mask, values.shape)
         if not xp.isdtype(mask.dtype, "bool"):
             raise TypeError(f"mask must have dtype bool (True = a real entry), got {mask.dtype}")
         real = mask
@@ -149,23 +229,5 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     return xp.astype(out, out_dtype, copy=False)
 
 
-def _last_real_step(call):
-    """True at each row's last real step: the real steps after t, counted by the scan, are none."""
-    p = call.problem
-    xp = p.xp
-    length = p.rewards.shape[-1]
-    steps = xp.arange(length, device=device_of(p.rewards))
-    if p.mask is None:
-        return xp.broadcast_to(steps == length - 1, p.rewards.shape)
-    zero = _zero(p)
-    counts = _solve(call, xp.where(p.mask, zero + 1, zero), 1.0)
-    after = xp.concat([counts[..., 1:], xp.zeros_like(counts[..., :1])], axis=-1)
-    return p.mask & (after == 0)
-
-
-def _solve(call, x, coeff):
-    return call.solver.scan(call.problem.xp, x, coeff, reverse=True, chunk_size=call.chunk_size, overwrite_x=True)
-
-
-def _masked(p, result):
-    return result if p.mask is None else p.xp.where(p.mask, result, _zero(p))
+def _solve(call, x, coefficient):
+    return call.solver.scan(call.problem.xp, x, coefficient, reverse=True, chunk_size=call.chunk_size)

@@ -1,4 +1,4 @@
-"""Each adapter against its framework's per-step loop (restated in gae_xp.reference from the framework's description),
+"""Each adapter against its framework's per-step loop (restated in gae_xp.bench.baselines from the framework's description),
 on random cases with holes, padding and dones; and against torchrl itself where it is installed."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gae_xp import reference
+from gae_xp.bench import baselines
 from gae_xp.adapters import openrlhf, slime, torchrl, verl
 from helpers import assert_close
 
@@ -35,7 +35,7 @@ def _llm_batch(rng, batch=3, length=300):
 @pytest.mark.parametrize("seed", range(3))
 def test_verl(xp, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed))
-    want_a, want_r = reference.verl_gae_loop(rewards, values, mask, 0.99, 0.95)
+    want_a, want_r = baselines.verl_gae_loop(rewards, values, mask, 0.99, 0.95)
     got_a, got_r = verl.compute_gae_advantage_return(xp.asarray(rewards), xp.asarray(values), xp.asarray(mask),
                                                       0.99, 0.95)
     assert_close(xp, got_a, want_a)
@@ -45,7 +45,7 @@ def test_verl(xp, seed):
 @pytest.mark.parametrize("chunk", [64, 128, 256])
 def test_slime(xp, chunk):
     rewards, values, _ = _llm_batch(np.random.default_rng(chunk))
-    want = reference.slime_serial_gae(rewards, values, 0.99, 0.95)
+    want = baselines.slime_serial_gae(rewards, values, 0.99, 0.95)
     for got in (slime.vanilla_gae(xp.asarray(rewards), xp.asarray(values), 0.99, 0.95),
                 slime.chunked_gae(xp.asarray(rewards), xp.asarray(values), 0.99, 0.95, chunk_size=chunk)):
         assert_close(xp, got[0], want[0])
@@ -55,7 +55,7 @@ def test_slime(xp, chunk):
 @pytest.mark.parametrize("seed", range(3))
 def test_openrlhf(xp, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed))
-    want_a, want_r = reference.openrlhf_gae_loop(values, rewards, mask, 0.99, 0.95)
+    want_a, want_r = baselines.openrlhf_gae_loop(values, rewards, mask, 0.99, 0.95)
     got_a, got_r = openrlhf.get_advantages_and_returns(xp.asarray(values), xp.asarray(rewards), xp.asarray(mask),
                                                         0.99, 0.95)
     assert_close(xp, got_a, want_a)
@@ -74,7 +74,7 @@ def _torchrl_case(seed, shape=(2, 3, 150, 2)):
 @pytest.mark.parametrize("seed", range(2))
 def test_torchrl_gae(xp, seed):
     c = _torchrl_case(seed)
-    want_a, want_t = reference.torchrl_gae_loop(0.98, 0.9, c["value"], c["next_value"], c["reward"], c["done"],
+    want_a, want_t = baselines.torchrl_gae_loop(0.98, 0.9, c["value"], c["next_value"], c["reward"], c["done"],
                                               c["terminated"])
     args = [xp.asarray(c[k]) for k in ("value", "next_value", "reward")]
     got_a, got_t = torchrl.generalized_advantage_estimate(
@@ -107,7 +107,7 @@ def test_against_torchrl_itself():
     # torchrl's vectorised GAE drops the filter's terms below 1e-7 of the first: close, not equal.
     torch.testing.assert_close(got_a, want_a, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_t, want_t, rtol=1e-5, atol=1e-5)
-    exact, _ = reference.torchrl_gae_loop(0.98, 0.9, *(c[k].numpy() for k in ("value", "next_value", "reward", "done",
+    exact, _ = baselines.torchrl_gae_loop(0.98, 0.9, *(c[k].numpy() for k in ("value", "next_value", "reward", "done",
                                                                                  "terminated")))
     assert np.abs(got_a.numpy() - exact).max() <= np.abs(want_a.numpy() - exact).max()
     want_a, want_vs = functional.vtrace_advantage_estimate(0.98, c["log_pi"], c["log_mu"], c["value"],

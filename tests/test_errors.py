@@ -178,7 +178,7 @@ def test_forced_numba_cuda_refuses_host_arrays():
     check(ValueError, "numba-cuda", backend="numba-cuda")
 
 
-def test_forced_numba_refuses_torch_tensors():
+def test_forced_numba_refuses_tensors_that_record_history():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="numba"):
-        gae_xp.gae(torch.zeros(2, 10), torch.zeros(2, 10), backend="numba")
+        gae_xp.gae(torch.zeros(2, 10, requires_grad=True), torch.zeros(2, 10), backend="numba")

@@ -1,7 +1,7 @@
 """``python -m gae_xp.bench.adapters``: each adapter against its framework's own function, side by side.
 
 Torch CPU (or ``--device cuda``), B=8, T=131072 by default, float32. The
-framework functions are the per-step loops restated in ``gae_xp.reference``
+framework functions are the per-step loops restated in ``gae_xp.bench.baselines``
 (verl, OpenRLHF, slime) and torchrl's own functions when torchrl is installed.
 Loops run once (they take seconds); the adapters run ``--repeat`` times.
 """
@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from gae_xp import reference
+from gae_xp.bench import baselines
 from gae_xp.adapters import openrlhf, slime, torchrl, verl
 
 
@@ -49,13 +49,13 @@ def main(argv=None) -> int:
     done = (torch.rand(shape3, generator=generator) < 0.01).to(device)
     cases = [
         ("verl compute_gae_advantage_return",
-         lambda: reference.verl_gae_loop(r, v, numeric_mask, 0.99, 0.95),
+         lambda: baselines.verl_gae_loop(r, v, numeric_mask, 0.99, 0.95),
          lambda: verl.compute_gae_advantage_return(r, v, numeric_mask, 0.99, 0.95)),
-        ("slime vanilla_gae", lambda: reference.slime_serial_gae(r, v, 0.99, 0.95),
+        ("slime vanilla_gae", lambda: baselines.slime_serial_gae(r, v, 0.99, 0.95),
          lambda: slime.vanilla_gae(r, v, 0.99, 0.95)),
-        ("slime chunked_gae (C=128)", lambda: reference.slime_chunked_gae(r, v, 0.99, 0.95, 128),
+        ("slime chunked_gae (C=128)", lambda: baselines.slime_chunked_gae(r, v, 0.99, 0.95, 128),
          lambda: slime.chunked_gae(r, v, 0.99, 0.95, 128)),
-        ("OpenRLHF get_advantages_and_returns", lambda: reference.openrlhf_gae_loop(v, r, numeric_mask, 0.99, 0.95),
+        ("OpenRLHF get_advantages_and_returns", lambda: baselines.openrlhf_gae_loop(v, r, numeric_mask, 0.99, 0.95),
          lambda: openrlhf.get_advantages_and_returns(v, r, numeric_mask, 0.99, 0.95)),
     ]
     if importlib.util.find_spec("torchrl") is not None:

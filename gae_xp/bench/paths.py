@@ -29,6 +29,7 @@ import numpy as np
 
 import gae_xp
 from gae_xp import backends, reference
+from gae_xp.bench import baselines
 from gae_xp.bench.libraries import Library
 
 MATRIX_MAX_T = 8192
@@ -74,7 +75,7 @@ def exact_advantages(workload: Workload) -> np.ndarray:
     """The float64 per-step loop's advantages: what every path's error is measured against."""
     arrays = workload.arrays("float64")
     if not workload.time_varying:  # the same numbers, from the leaner loop
-        return reference.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)[0]
+        return baselines.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)[0]
     return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)[0]
 
 
@@ -116,7 +117,7 @@ def _gae_xp_path(backend: str) -> Path:
 def _serial_run(arrays, workload, chunk, library):
     if workload.time_varying:
         return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)
-    return reference.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)
+    return baselines.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)
 
 
 def _constant_only(library, workload):
@@ -180,10 +181,10 @@ def _bare_numba_run(arrays, workload, chunk, library):
 BASELINES = (
     Path("serial", False, True, lambda library, workload: None, _serial_run),
     Path("slime-chunked", True, True, _constant_only,
-         lambda arrays, workload, chunk, library: reference.slime_chunked_gae(arrays["rewards"], arrays["values"],
+         lambda arrays, workload, chunk, library: baselines.slime_chunked_gae(arrays["rewards"], arrays["values"],
                                                                      workload.gamma, workload.lam, chunk)),
     Path("matrix", False, False, _matrix_skip,
-         lambda arrays, workload, chunk, library: reference.gae_matrix(arrays["rewards"], arrays["values"],
+         lambda arrays, workload, chunk, library: baselines.gae_matrix(arrays["rewards"], arrays["values"],
                                                               gamma=workload.gamma, lam=workload.lam)),
     Path("lfilter", False, False, _numpy_baseline("scipy", "scipy.signal.lfilter"), _lfilter_run),
     Path("numba-bare", False, False, _numpy_baseline("numba", "the bare numba loop"), _bare_numba_run),

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 import gae_xp
-from gae_xp import reference
+from gae_xp.bench import baselines
 from gae_xp.bench import libraries
 
 B, T, RUNS = 256, 131072, 50
@@ -59,7 +59,7 @@ def main() -> int:
             r, v, terminated=library.asarray(rng.random((B, T)) < 0.01), mask=library.asarray(rng.random((B, T)) > 0.2),
             backend="numba-cuda")
         for size in (64, 128, 256):
-            cases[f"slime-chunked C={size}"] = lambda size=size: reference.slime_chunked_gae(r, v, 0.99, 0.95, size)
+            cases[f"slime-chunked C={size}"] = lambda size=size: baselines.slime_chunked_gae(r, v, 0.99, 0.95, size)
         for label, call in cases.items():
             try:
                 times = cuda_event_times(kind, call, RUNS if not label.startswith("slime") else 5)

@@ -1,0 +1,107 @@
+"""The one import point for array-api-compat and array-api-extra, and the questions this package asks of an array.
+
+Every module of the package takes these names from here, so that "is this
+an array", "can its values be read now" and "may it be updated in place"
+each have one answer.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import sys
+
+import array_api_extra as xpx
+from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
+from array_api_compat import device as device_of
+from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_jax_array,
+                              is_numpy_array, is_torch_array)
+
+__all__ = ["array_namespace", "device_of", "is_array", "is_array_api_strict_namespace", "is_cupy_array",
+           "is_dask_array", "is_jax_array", "is_numpy_array", "is_torch_array", "at", "known_finite",
+           "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
+
+
+def is_array(value) -> bool:
+    """True for an array of an array-API library; False for None, Python numbers and NumPy scalars."""
+    return value is not None and not isinstance(value, numbers.Number) and is_array_api_obj(value)
+
+
+def values_are_readable(x) -> bool:
+    """True when x's values can be read now, so that a check may look at them.
+
+    False under tracing or transformation (a JAX tracer, torch inside
+    ``torch.compile`` or ``torch.func``), for meta tensors and for lazy
+    arrays (Dask): only shapes are known there. Eager arrays of every
+    library, JAX included, are readable.
+    """
+    if is_torch_array(x):
+        return not _torch_is_symbolic(x)
+    if is_jax_array(x):
+        import jax
+
+        return not isinstance(x, jax.core.Tracer)
+    return not is_lazy_array(x)
+
+
+def on_cpu(x) -> bool:
+    """True when x lives in host memory (reading a value from it costs no device synchronisation)."""
+    if is_torch_array(x):
+        return x.device.type == "cpu"
+    if is_jax_array(x):
+        return all(d.platform == "cpu" for d in x.devices())
+    return not is_cupy_array(x)
+
+
+def values_are_cheap_to_read(x) -> bool:
+    """True when a data-dependent choice may look at x: readable, and in host memory (no device sync)."""
+    return values_are_readable(x) and on_cpu(x)
+
+
+def known_finite(xp, x) -> bool:
+    """True when x is in host memory, readable now, and holds no NaN or inf.
+
+    One reduction, no temporary: a finite sum means finite entries (a sum
+    that overflows only makes a caller take its exact route on finite data).
+    """
+    if not values_are_cheap_to_read(x):
+        return False
+    if getattr(x, "requires_grad", False):
+        x = x.detach()
+    return math.isfinite(float(xp.sum(x)))
+
+
+def _torch_is_symbolic(x) -> bool:
+    torch = sys.modules["torch"]
+    if x.device.type == "meta" or torch.compiler.is_compiling():
+        return True
+    return torch._C._functorch.is_functorch_wrapped_tensor(x)
+
+
+def at(x, index):
+    """``array_api_extra.at(x, index)`` with the copy rule of this package: call ``.add(y)``, ``.set(y)``...
+
+    The update is written into x where the library allows it and autograd
+    does not forbid it (a tensor that records history is copied first, since
+    its old values may be saved for the backward pass); JAX gets a new
+    array. Only arrays this package created are ever passed here.
+    """
+    return _At(x, index)
+
+
+class _At:
+    __slots__ = ("_at",)
+
+    def __init__(self, x, index):
+        if getattr(x, "requires_grad", False):
+            x = x.clone()  # a tensor with history: update a copy, which autograd records as an in-place op on it
+        self._at = xpx.at(x, index)
+
+    def add(self, y):
+        return self._at.add(y, copy=None)
+
+    def set(self, y):
+        return self._at.set(y, copy=None)
+
+    def multiply(self, y):
+        return self._at.multiply(y, copy=None)

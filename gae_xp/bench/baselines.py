@@ -1,0 +1,124 @@
+"""The benchmarks' baselines: the loops and the chunk scan that gae_xp replaces, as their authors write them.
+
+* ``slime_serial_gae``: slime's loop over t, vectorised over the batch;
+* ``slime_chunked_gae``: slime's published chunk scan, with a Python loop
+  over the chunks for the carry;
+* ``gae_matrix``: the fully parallel O(T^2) form ``A = delta @ W`` with
+  ``W[k, t] = (gamma lam)^(k - t)`` for k >= t (constant coefficient only);
+* ``verl_gae_loop``, ``openrlhf_gae_loop``, ``torchrl_gae_loop``: the
+  frameworks' GAE loops, for the adapter benchmark.
+
+They compute in the inputs' dtype in any array namespace and share nothing
+with gae_xp's implementation (each builds its own decay matrix). They are
+not the test oracle: that is ``gae_xp.reference``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from array_api_compat import array_namespace
+from array_api_compat import device as device_of
+
+
+def gae_matrix(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=0.0):
+    """The O(T^2) matrix method for a constant gamma and lam, time last: ``A = delta @ W``."""
+    xp = array_namespace(rewards, values)
+    tail = xp.full((*rewards.shape[:-1], 1), float(bootstrap_value), dtype=values.dtype, device=device_of(values))
+    delta = rewards + gamma * xp.concat([values[..., 1:], tail], axis=-1) - values
+    advantages = delta @ _decay_matrix(xp, float(gamma * lam), rewards.shape[-1], delta, reverse=True)
+    return advantages, advantages + values
+
+
+def slime_serial_gae(rewards, values, gamma, lam):
+    """slime's loop: t from T-1 down to 0, vectorised over the batch, V after the last step 0. Time last."""
+    xp = array_namespace(rewards, values)
+    length = rewards.shape[-1]
+    last = xp.zeros(rewards.shape[:-1], dtype=values.dtype, device=device_of(values))
+    reversed_advantages = []
+    for t in reversed(range(length)):
+        next_value = values[..., t + 1] if t < length - 1 else xp.zeros_like(last)
+        delta = rewards[..., t] + gamma * next_value - values[..., t]
+        last = delta + gamma * lam * last
+        reversed_advantages.append(last)
+    advantages = _stack_reversed(xp, reversed_advantages, rewards)
+    return advantages, advantages + values
+
+
+def slime_chunked_gae(rewards, values, gamma, lam, chunk_size=128):
+    """slime's published chunk scan: flip, pad, one matmul per chunk batch, then a Python loop over chunks."""
+    xp = array_namespace(rewards, values)
+    length, size, w = rewards.shape[-1], chunk_size, gamma * lam
+    tail = xp.zeros((*rewards.shape[:-1], 1), dtype=values.dtype, device=device_of(values))
+    delta = xp.flip(rewards + gamma * xp.concat([values[..., 1:], tail], axis=-1) - values, axis=-1)
+    n = math.ceil(length / size)
+    pad = xp.zeros((*delta.shape[:-1], n * size - length), dtype=delta.dtype, device=device_of(delta))
+    chunks = xp.reshape(xp.concat([delta, pad], axis=-1), (*delta.shape[:-1], n, size))
+    local = chunks @ _decay_matrix(xp, w, size, delta, reverse=False)
+    steps = xp.arange(1, size + 1, dtype=delta.dtype, device=device_of(delta))
+    decay = xp.pow(xp.asarray(w, dtype=delta.dtype, device=device_of(delta)), steps)
+    carry = xp.zeros(delta.shape[:-1], dtype=delta.dtype, device=device_of(delta))
+    pieces = []
+    for c in range(n):
+        piece = local[..., c, :] + carry[..., None] * decay
+        carry = piece[..., -1]
+        pieces.append(piece)
+    advantages = xp.flip(xp.concat(pieces, axis=-1)[..., :length], axis=-1)
+    return advantages, advantages + values
+
+
+def verl_gae_loop(rewards, values, response_mask, gamma, lam):
+    """verl's loop: masked tokens skipped (mixed in by multiplication), masked whitening. [B, T]."""
+    xp = array_namespace(rewards, values)
+    mask = xp.astype(response_mask, values.dtype)
+    next_value = last = xp.zeros(rewards.shape[:-1], dtype=values.dtype, device=device_of(values))
+    columns = []
+    for t in reversed(range(rewards.shape[-1])):
+        delta = rewards[..., t] + gamma * next_value - values[..., t]
+        candidate = delta + gamma * lam * last
+        next_value = values[..., t] * mask[..., t] + (1 - mask[..., t]) * next_value
+        last = candidate * mask[..., t] + (1 - mask[..., t]) * last
+        columns.append(last)
+    advantages = _stack_reversed(xp, columns, rewards)
+    returns = advantages + values
+    count = xp.sum(mask)
+    mean = xp.sum(advantages * mask) / count
+    var = xp.sum((advantages - mean) ** 2 * mask) / count * (count / (count - 1))
+    return (advantages - mean) / xp.sqrt(var + 1e-8), returns
+
+
+def openrlhf_gae_loop(values, rewards, action_mask, gamma, lam):
+    """OpenRLHF's loop: values and rewards multiplied by the mask, value 0 after the end. [B, T]."""
+    xp = array_namespace(rewards, values)
+    mask = xp.astype(action_mask, values.dtype)
+    advantages, _ = slime_serial_gae(rewards * mask, values * mask, gamma, lam)
+    return advantages, advantages + values * mask
+
+
+def torchrl_gae_loop(gamma, lmbda, state_value, next_state_value, reward, done, terminated):
+    """torchrl's GAE one step at a time, time at -2: delta = r + g (1 - term) V' - V; A = delta + g l (1 - done) A'."""
+    xp = array_namespace(reward)
+    following = xp.zeros_like(reward[..., 0, :])
+    not_done, not_terminated = 1 - xp.astype(done, reward.dtype), 1 - xp.astype(terminated, reward.dtype)
+    columns = []
+    for t in reversed(range(reward.shape[-2])):
+        delta = reward[..., t, :] + gamma * not_terminated[..., t, :] * next_state_value[..., t, :] - state_value[..., t, :]
+        following = delta + gamma * lmbda * not_done[..., t, :] * following
+        columns.append(following)
+    advantage = xp.stack(columns[::-1], axis=-2)
+    return advantage, advantage + state_value
+
+
+def _decay_matrix(xp, w: float, size: int, like, *, reverse: bool):
+    """``M[k, t] = w^(k - t)`` for k >= t (reverse), else ``w^(t - k)`` for t >= k; 0 elsewhere; in like's dtype."""
+    steps = xp.arange(size, dtype=like.dtype, device=device_of(like))
+    lag = steps[:, None] - steps[None, :] if reverse else steps[None, :] - steps[:, None]
+    causal = lag >= 0
+    powers = xp.pow(xp.asarray(w, dtype=like.dtype, device=device_of(like)), xp.where(causal, lag, xp.zeros_like(lag)))
+    return xp.where(causal, powers, xp.zeros_like(powers))
+
+
+def _stack_reversed(xp, columns, like):
+    if not columns:
+        return xp.zeros(like.shape, dtype=like.dtype, device=device_of(like))
+    return xp.stack(columns[::-1], axis=-1)
