@@ -117,10 +117,14 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
 
         out = (x - mean) / sqrt(var + eps)      (+ mean again if not shift_mean)
 
-    over all of x (every axis), or over ``mask`` (bool, True = real) with
-    ``where``, so NaN or inf in masked slots cannot leak. ``unbiased`` divides
-    the variance by n - 1. Masked slots get ``masked_fill``, or are whitened
-    like the rest with ``masked_fill=None`` (verl's convention).
+    over all of x (every axis), or over ``mask``: bool (True = real), or
+    numeric weights as verl's ``masked_mean`` takes them (a 0/1 float mask,
+    or fractional weights: ``mean = sum(w x) / sum(w)``,
+    ``var = sum(w (x - mean)^2) / sum(w)``). Entries with mask False or
+    weight 0 are left out with ``where``, so NaN or inf there cannot leak.
+    ``unbiased`` divides the variance by n - 1 (n = the count, or sum(w)).
+    Masked entries get ``masked_fill``, or are whitened like the rest with
+    ``masked_fill=None`` (verl's convention).
     """
     inputs.require_array("x", x)
     xp = inputs.namespace_of({"x": x, "mask": mask})
@@ -130,17 +134,29 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     values = xp.astype(x, dtype, copy=False)
     zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
+    weights = None
     if mask is None:
         real = xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
     else:
+        inputs.require_array("mask", mask)
         inputs.same_shape("mask", mask, values.shape)
-        if not xp.isdtype(mask.dtype, "bool"):
-            raise TypeError(f"mask must have dtype bool (True = a real entry), got {mask.dtype}")
-        real = mask
-    count = xp.sum(xp.astype(real, dtype))
-    mean = xp.sum(xp.where(real, values, zero)) / count
-    centred = values - mean
-    var = xp.sum(xp.where(real, centred * centred, zero)) / (count - 1 if unbiased else count)
+        if xp.isdtype(mask.dtype, "bool"):
+            real = mask
+        elif xp.isdtype(mask.dtype, ("real floating", "integral")):
+            weights = xp.astype(mask, dtype)
+            real = weights != 0
+        else:
+            raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
+    if weights is None:
+        count = xp.sum(xp.astype(real, dtype))
+        mean = xp.sum(xp.where(real, values, zero)) / count
+        centred = values - mean
+        var = xp.sum(xp.where(real, centred * centred, zero)) / (count - 1 if unbiased else count)
+    else:
+        count = xp.sum(weights)
+        mean = xp.sum(xp.where(real, weights * values, zero)) / count
+        centred = values - mean
+        var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if unbiased else count)
     out = centred / xp.sqrt(var + eps)
     if not shift_mean:
         out = out + mean
