@@ -28,6 +28,15 @@ def no_grad(like):
     return contextlib.nullcontext()
 
 
+def readable(x) -> bool:
+    """True when x's values can be read now: not a JAX tracer (jit, vmap, grad) nor another lazy array."""
+    if is_jax_array(x):
+        import jax
+
+        return not isinstance(x, jax.core.Tracer)
+    return not is_lazy_array(x)
+
+
 def stop_gradient(x):
     """jax.lax.stop_gradient for JAX arrays, detach() for torch tensors, x itself elsewhere."""
     if is_jax_array(x):
@@ -72,14 +81,14 @@ def scan(x, a, *, axis=-1, initial=None):
     and ``s_t = prod m`` from t to the next zero coefficient (a cut),
     ``z = discounted_cumsum(x / s, b)`` and ``y = s z``. Where every |a| <= 1,
     s is exactly 1 and this is discounted_cumsum itself. Arrays whose values
-    cannot be read (traced) always take the rescaled form.
+    cannot be read (traced) always take the rescaled form (the same numbers).
     """
     xp = array_namespace(x)
     if isinstance(a, numbers.Real) and not isinstance(a, bool):
         if abs(a) <= 1:
             return gae_xp.discounted_cumsum(x, float(a), axis=axis, initial=initial)
         a = xp.full(x.shape, float(a), dtype=x.dtype, device=device_of(x))
-    if not is_lazy_array(a) and bool(xp.all(xp.abs(a) <= 1)):
+    if readable(a) and bool(xp.all(xp.abs(a) <= 1)):
         return gae_xp.discounted_cumsum(x, a, axis=axis, initial=initial)
     a = xp.broadcast_to(a, tuple(x.shape))
     if xp.isdtype(x.dtype, "real floating"):

@@ -29,11 +29,11 @@ Deliberate differences from verl:
 
 from __future__ import annotations
 
-from array_api_compat import array_namespace, is_lazy_array
+from array_api_compat import array_namespace
 from array_api_compat import device as device_of
 
 import gae_xp
-from gae_xp.adapters._util import float_dtype, following, no_grad, scan, take_last
+from gae_xp.adapters._util import float_dtype, following, no_grad, readable, scan, take_last
 
 
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
@@ -58,7 +58,7 @@ def compute_gae_advantage_return(token_level_rewards, values, response_mask, gam
 
 def _check_mask_sum(xp, m):
     """verl's masked_var raises for a mask summing to 0 or to 1 (Bessel's n / (n - 1))."""
-    if is_lazy_array(m):
+    if not readable(m):
         return
     total = float(xp.sum(m))
     if total == 0:
