@@ -22,6 +22,9 @@ Deliberate differences from torchrl:
 
 * exact: torchrl's vectorised GAE drops the geometric filter's terms below
   1e-7; its loop and this scan agree to rounding.
+* exact: torchrl rounds gamma, gamma * lmbda and float thresholds to torch's
+  default dtype (float32, through the int flags and ``torch.tensor``) even
+  for float64 inputs; here they stay in the inputs' dtype.
 * a cut is a ``where``, not a product: NaN or inf in V' at a terminated step,
   or in the trace beyond a done step, does not reach earlier steps (torchrl
   multiplies by 0 and gets NaN).
