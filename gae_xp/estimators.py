@@ -79,10 +79,15 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     where ``vs_next_t = vs`` at the next real step, or Vnext_t where the
     trace is cut (a done step, the last step). Differences from the
     references: rlax ``vtrace`` takes ``rho`` (not its log), fixes the c
-    clip at 1 and has no dones (``discount_t = 0`` plays terminated);
-    torchrl ``vtrace_advantage_estimate`` has no lam (lam = 1) and takes
+    clip at 1, has no dones (``discount_t = 0`` plays terminated), mixes lam
+    into the policy-gradient target (``vs_next = lam vs_{t+1} + (1 - lam) V_{t+1}``;
+    here lam enters the trace only) and bootstraps the deltas from its own
+    ``v_t`` apart from the values it corrects (here Vnext, and
+    ``vs_next = Vnext + (vs - V)_{t+1}``); ``gae_xp.adapters.rlax`` reproduces rlax.
+    torchrl ``vtrace_advantage_estimate`` has no lam (lam = 1), takes
     ``vs_next = vs_{t+1}`` (this function: next_values_t + (vs - V)_{t+1}, the
-    same when next_values_t = V_{t+1}); ``gae_xp.adapters.torchrl`` reproduces it.
+    same when next_values_t = V_{t+1}) and cuts the trace at done only
+    (terminated alone drops the bootstrap); ``gae_xp.adapters.torchrl`` reproduces it.
     """
     thresholds = {"clip_rho_threshold": clip_rho_threshold, "clip_c_threshold": clip_c_threshold,
                   "clip_pg_rho_threshold": clip_pg_rho_threshold}
