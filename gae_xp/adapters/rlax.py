@@ -14,7 +14,8 @@ Any array-API library works; results have the inputs' library and dtype.
 * ``discounted_returns``: the same with lambda 1 (``v_t`` a scalar or a sequence).
 * ``truncated_generalized_advantage_estimation``: ``values`` has T + 1 entries,
   ``A_t = delta_t + d_t l_t A_{t+1}``, ``delta_t = r_t + d_t values[t+1] - values[t]``.
-* ``importance_corrected_td_errors``: ``rho_tm1[t] E_t``, ``E_t = delta_t + d_t rho_{t+1} l_t E_{t+1}``.
+* ``importance_corrected_td_errors`` (``rlax._src.multistep``, not exported by rlax):
+  ``rho_tm1[t] E_t``, ``E_t = delta_t + d_t rho_{t+1} l_t E_{t+1}``.
 * ``vtrace`` / ``leaky_vtrace``: errors ``e_t = rho_bar_t (r_t + d_t v_t - v_tm1_t) + d_t c_t e_{t+1}``
   with ``c_t = l_t min(1, rho_t)``; ``sample_mask`` (bool) skips a step: it
   keeps the error of the next step and adds nothing.

@@ -25,6 +25,9 @@ Deliberate differences from verl:
 * results are equal up to rounding, not bitwise (a tree of sums, not a chain).
 * under ``jax.jit`` the mask sum cannot be read, so the two errors are not
   raised there (the whitening then gives inf/NaN as verl's arithmetic would).
+* the mask is cast to the rewards' and values' float dtype (in verl a wider
+  mask dtype, say float64 against float32 values, would widen the results);
+  float16/bfloat16 scans run in float32.
 """
 
 from __future__ import annotations
