@@ -159,12 +159,15 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     where ``vs_next_t = vs`` at the next real step, or Vnext_t where the
     trace is cut (a done step, the last step). Differences from the
     references: rlax ``vtrace`` takes ``rho`` (not its log), fixes the c
-    clip at 1, mixes lambda into the policy-gradient target and takes the
-    bootstrap values ``v_t`` apart from ``v_tm1`` (``gae_xp.adapters.rlax``
-    reproduces it); torchrl ``vtrace_advantage_estimate`` has no lam
-    (lam = 1) and takes ``vs_next = vs_{t+1}`` (this function:
-    next_values_t + (vs - V)_{t+1}, the same when next_values_t = V_{t+1});
-    ``gae_xp.adapters.torchrl`` reproduces it.
+    clip at 1, has no dones (``discount_t = 0`` plays terminated), mixes lam
+    into the policy-gradient target (``vs_next = lam vs_{t+1} + (1 - lam) V_{t+1}``;
+    here lam enters the trace only) and bootstraps the deltas from its own
+    ``v_t`` apart from the values it corrects (here Vnext, and
+    ``vs_next = Vnext + (vs - V)_{t+1}``); ``gae_xp.adapters.rlax`` reproduces rlax.
+    torchrl ``vtrace_advantage_estimate`` has no lam (lam = 1), takes
+    ``vs_next = vs_{t+1}`` (this function: next_values_t + (vs - V)_{t+1}, the
+    same when next_values_t = V_{t+1}) and cuts the trace at done only
+    (terminated alone drops the bootstrap); ``gae_xp.adapters.torchrl`` reproduces it.
     """
     thresholds = {name: prepare_.check_number(name, value, low=0.0, strict=True) for name, value in
                   (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
@@ -196,10 +199,14 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
 
         out = (x - mean) / sqrt(var + eps)      (+ mean again if not shift_mean)
 
-    over all of x (every axis), or over ``mask`` (bool, True = real) with
-    ``where``, so NaN or inf in masked slots cannot leak. ``unbiased`` divides
-    the variance by n - 1. Masked slots get ``masked_fill``, or are whitened
-    like the rest with ``masked_fill=None`` (verl's convention).
+    over all of x (every axis), or over ``mask``: bool (True = real), or
+    numeric weights as verl's ``masked_mean`` takes them (a 0/1 float mask,
+    or fractional weights: ``mean = sum(w x) / sum(w)``,
+    ``var = sum(w (x - mean)^2) / sum(w)``). Entries with mask False or
+    weight 0 are left out with ``where``, so NaN or inf there cannot leak.
+    ``unbiased`` divides the variance by n - 1 (n = the count, or sum(w)).
+    Masked entries get ``masked_fill``, or are whitened like the rest with
+    ``masked_fill=None`` (verl's convention).
     """
     prepare_.require_array("x", x)
     if mask is not None:
@@ -210,17 +217,17 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
     values = xp.astype(x, dtype, copy=False)
     zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
-    if mask is None:
-        real = xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
-    else:
+    if mask is not None:
         prepare_.same_shape("mask", mask, values.shape)
-        if not xp.isdtype(mask.dtype, "bool"):
-            raise TypeError(f"mask must have dtype bool (True = a real entry), got {mask.dtype}")
-        real = mask
-    count = xp.sum(xp.astype(real, dtype))
-    mean = xp.sum(xp.where(real, values, zero)) / count
+        if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
+            raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
+    # A bool mask is the weights 0/1; weight-0 entries are left out with where, so nothing there leaks.
+    weights = xp.ones_like(values) if mask is None else xp.astype(mask, dtype)
+    real = weights != 0
+    count = xp.sum(weights)
+    mean = xp.sum(xp.where(real, weights * values, zero)) / count
     centred = values - mean
-    var = xp.sum(xp.where(real, centred * centred, zero)) / (count - 1 if unbiased else count)
+    var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if unbiased else count)
     out = centred / xp.sqrt(var + eps)
     if not shift_mean:
         out = out + mean

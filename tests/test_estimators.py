@@ -121,6 +121,6 @@ def test_estimator_errors():
     with pytest.raises(ValueError, match="log_rhos"):
         gae_xp.vtrace(np.zeros(3), r, r)
     with pytest.raises(TypeError, match="mask"):
-        gae_xp.whiten(r, np.ones((2, 5)))
+        gae_xp.whiten(r, np.ones((2, 5), dtype=complex))
     with pytest.raises(ValueError, match="eps"):
         gae_xp.whiten(r, eps=-1)

@@ -1,15 +1,37 @@
-"""torchrl's ``generalized_advantage_estimate`` and ``vtrace_advantage_estimate``, on the chunk scan.
+"""torchrl's ``generalized_advantage_estimate`` and ``vtrace_advantage_estimate`` (torchrl.objectives.value.functional), on the chunk scan.
 
-Inputs are [*B, T, F] with time at ``time_dim`` (-2). ``done`` cuts the
-trace, ``terminated`` removes the bootstrap (when it is None, ``done`` plays
-both parts, as in torchrl). Both return ``(advantage, value_target)``.
-Ours is exact, where torchrl's vectorised GAE cuts its geometric filter at
-1e-7.
+Inputs are [*B, T, *F] with time at ``time_dim`` (-2). Both return
+``(advantage, value_target)``. As torchrl (0.14) defines them:
 
-V-trace as torchrl (0.14) defines it: ``rho = exp(log_pi - log_mu)``, clipped
-at ``rho_thresh`` for the deltas and the advantage and at ``c_thresh`` for
-the trace (no lambda); the advantage uses ``vs`` of the next step along time,
-and the next state's value after the last step and at a done step.
+* GAE: ``delta_t = r_t + gamma (1 - terminated_t) V'_t - V_t`` and
+  ``A_t = delta_t + gamma lmbda (1 - done_t) A_{t+1}``: ``done`` alone cuts
+  the trace; ``terminated`` alone only drops the bootstrap V' (a step that is
+  terminated but not done continues the trace). ``terminated=None`` means
+  ``done``. ``value_target = A + V``. ``time_dim`` is keyword-only.
+* V-trace: ``rho = exp(log_pi - log_mu)``, ``rho_thresh`` clips it in the
+  deltas and the advantage, ``c_thresh`` in the trace (no lambda); both may
+  be floats or tensors broadcastable to the inputs. ``vs - V`` is the trace
+  cut at ``done``; the advantage uses ``vs`` of the next step along time, the
+  last step's V' after the end and V' itself at a done step. ``time_dim`` may
+  be given by position (the tenth argument) or by keyword.
+
+Shape mismatch raises torchrl's RuntimeError; ``done`` and ``terminated``
+must be bool (torchrl applies ``~`` to them).
+
+Deliberate differences from torchrl:
+
+* exact: torchrl's vectorised GAE drops the geometric filter's terms below
+  1e-7; its loop and this scan agree to rounding.
+* exact: torchrl rounds gamma, gamma * lmbda and float thresholds to torch's
+  default dtype (float32, through the int flags and ``torch.tensor``) even
+  for float64 inputs; here they stay in the inputs' dtype.
+* a cut is a ``where``, not a product: NaN or inf in V' at a terminated step,
+  or in the trace beyond a done step, does not reach earlier steps (torchrl
+  multiplies by 0 and gets NaN).
+* GAE's gamma and lmbda must lie in [0, 1]; a NaN importance weight in
+  V-trace raises ValueError instead of spreading NaN.
+* a positional ``time_dim`` other than -2 is honoured as the time axis;
+  torchrl only transposes for a keyword ``time_dim`` and mixes axes otherwise.
 """
 
 from __future__ import annotations
@@ -18,7 +40,9 @@ from array_api_compat import array_namespace
 from array_api_compat import device as device_of
 
 import gae_xp
-from gae_xp.estimators import vtrace
+from gae_xp.adapters._util import following, scan, take_last
+
+SHAPE_ERR = "All input tensors (value, reward and done states) must share a unique shape."
 
 
 def generalized_advantage_estimate(gamma, lmbda, state_value, next_state_value, reward, done, terminated=None, *,
@@ -26,30 +50,49 @@ def generalized_advantage_estimate(gamma, lmbda, state_value, next_state_value, 
     """(advantage, value_target) as torchrl computes them."""
     if terminated is None:
         terminated = done
-    return gae_xp.gae(reward, state_value, gamma=gamma, lam=lmbda, next_values=next_state_value,
-                      terminated=terminated, truncated=done, axis=time_dim)
+    _same_shapes(next_state_value, state_value, reward, done, terminated)
+    xp = array_namespace(reward, state_value, next_state_value)
+    done, terminated = _flag(xp, "done", done), _flag(xp, "terminated", terminated)
+    bootstrap = xp.where(terminated, xp.zeros_like(next_state_value), next_state_value)
+    return gae_xp.gae(reward, state_value, gamma=gamma, lam=lmbda, next_values=bootstrap, truncated=done,
+                      axis=time_dim)
 
 
 def vtrace_advantage_estimate(gamma, log_pi, log_mu, state_value, next_state_value, reward, done, terminated=None,
-                              rho_thresh=1.0, c_thresh=1.0, *, time_dim=-2):
+                              rho_thresh=1.0, c_thresh=1.0, time_dim=-2):
     """(advantage, value_target) as torchrl's V-trace computes them."""
-    if terminated is None:
-        terminated = done
-    xp = array_namespace(reward)
-    vs, _ = vtrace(log_pi - log_mu, reward, state_value, gamma=gamma, lam=1.0, clip_rho_threshold=float(rho_thresh),
-                   clip_c_threshold=float(c_thresh), next_values=next_state_value, terminated=terminated,
-                   truncated=done, axis=time_dim)
+    _same_shapes(next_state_value, state_value, reward, done)
+    xp = array_namespace(reward, state_value, next_state_value, log_pi, log_mu)
+    done = _flag(xp, "done", done)
+    terminated = done if terminated is None else _flag(xp, "terminated", terminated)
     axis = time_dim % reward.ndim
-    following = xp.concat([_slice(vs, axis, 1, None), _slice(next_state_value, axis, -1, None)], axis=axis)
-    following = xp.where(done if xp.isdtype(done.dtype, "bool") else done != 0, next_state_value, following)
-    not_terminated = 1 - xp.astype(terminated, reward.dtype)
+    zeros = xp.zeros_like(next_state_value)
+    bootstrap = xp.where(terminated, zeros, next_state_value)
     rho = xp.exp(log_pi - log_mu)
-    clipped = xp.minimum(rho, xp.asarray(float(rho_thresh), dtype=rho.dtype, device=device_of(rho)))
-    advantage = clipped * (reward + gamma * not_terminated * following - state_value)
+    clipped_rho = xp.minimum(rho, _threshold(xp, rho_thresh, rho))
+    clipped_c = xp.minimum(rho, _threshold(xp, c_thresh, rho))
+    deltas = clipped_rho * (reward + gamma * bootstrap - state_value)
+    trace = xp.where(done, zeros, gamma * clipped_c)
+    vs = scan(deltas, trace, axis=axis) + state_value
+    vs_next = following(xp, vs, take_last(next_state_value, axis), axis)
+    vs_next = xp.where(done, next_state_value, vs_next)
+    advantage = clipped_rho * (reward + gamma * xp.where(terminated, zeros, vs_next) - state_value)
     return advantage, vs
 
 
-def _slice(a, axis, start, stop):
-    index = [slice(None)] * a.ndim
-    index[axis] = slice(start, stop)
-    return a[tuple(index)]
+def _same_shapes(*arrays):
+    if any(tuple(a.shape) != tuple(arrays[0].shape) for a in arrays[1:]):
+        raise RuntimeError(SHAPE_ERR)
+
+
+def _flag(xp, name, value):
+    if not xp.isdtype(value.dtype, "bool"):
+        raise TypeError(f"{name} must be a bool tensor (torchrl inverts it with ~), got dtype {value.dtype}")
+    return value
+
+
+def _threshold(xp, value, like):
+    """A clip threshold as an array of ``like``'s dtype on its device (floats and tensors, as torchrl takes them)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return xp.asarray(float(value), dtype=like.dtype, device=device_of(like))
+    return xp.astype(value, like.dtype, copy=False)

@@ -1,27 +1,79 @@
-"""verl's ``compute_gae_advantage_return``, on the chunk scan.
+"""verl's ``compute_gae_advantage_return`` (verl/trainer/ppo/core_algos.py), on the chunk scan.
 
-verl skips masked tokens: their rewards and values are ignored and no decay
-is applied across a hole; a masked position receives the advantage of the
-next valid token (0 in trailing padding); ``returns = advantages + values``
-at every position; then the advantages are whitened with the mean and the
-unbiased variance of the valid tokens, ``(A - mean) * rsqrt(var + 1e-8)``,
-applied to every position. The mask is numeric (0/1) or bool.
+verl walks t from T-1 down to 0 and blends every step by the mask value m_t
+(response_mask, 0/1 or fractional)::
 
-One difference: verl mixes the mask in by multiplication, so a NaN in a
-masked value or reward would reach the outputs; here masks act through
-``where`` and NaN in masked slots changes nothing.
+    delta_t   = r_t + gamma * next_t - V_t
+    A_t       = m_t (delta_t + gamma lam A_{t+1}) + (1 - m_t) A_{t+1}
+    next_{t-1} = m_t V_t + (1 - m_t) next_t            (next = 0 after the end)
+
+so a token with m = 0 (a tool-output token, right padding) is skipped: its
+reward and value are ignored, no decay crosses it, and it receives the
+advantage of the next real token (0 in trailing padding). ``returns = A + V``
+at every position. A bool mask is ``gae_xp.gae(mask=..., fill_masked=True)``,
+verl's convention for masked steps; a numeric mask (0/1 or fractional) runs
+verl's blend as two ``gae_xp.discounted_cumsum`` scans. Then ``verl_F.masked_whiten(A, m)``: mean and variance
+weighted by m, Bessel-corrected by ``sum(m) / (sum(m) - 1)``,
+``(A - mean) * rsqrt(var + 1e-8)``, applied to every position; a mask
+summing to 0 or to 1 raises verl's ValueError. The whitening is
+``gae_xp.whiten`` with the mask as weights. Time is the last axis; runs under ``torch.no_grad()``
+for torch tensors, as verl does.
+
+Deliberate differences from verl:
+
+* a NaN or inf in a slot with mask 0 changes nothing here; verl multiplies it
+  by 0 and the NaN reaches every earlier advantage and the whitening.
+* results are equal up to rounding, not bitwise (a tree of sums, not a chain).
+* under ``jax.jit`` the mask sum cannot be read, so the two errors are not
+  raised there (the whitening then gives inf/NaN as verl's arithmetic would).
+* the mask is cast to the rewards' and values' float dtype (in verl a wider
+  mask dtype, say float64 against float32 values, would widen the results);
+  float16/bfloat16 scans run in float32.
 """
 
 from __future__ import annotations
 
 from array_api_compat import array_namespace
+from array_api_compat import device as device_of
 
 import gae_xp
+from gae_xp.adapters._util import float_dtype, following, no_grad, readable, scan, take_last
 
 
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
-    """(advantages, returns) as verl computes them, for [B, T] arrays of any array-API library."""
-    xp = array_namespace(response_mask)
-    real = response_mask if xp.isdtype(response_mask.dtype, "bool") else response_mask != 0
-    advantages, returns = gae_xp.gae(token_level_rewards, values, gamma=gamma, lam=lam, mask=real, fill_masked=True)
-    return gae_xp.whiten(advantages, real, unbiased=True, eps=1e-8, masked_fill=None), returns
+    """(advantages, returns) as verl computes them, for [bs, response_length] arrays of any array-API library."""
+    xp = array_namespace(token_level_rewards, values, response_mask)
+    with no_grad(values):
+        dtype = float_dtype(xp, token_level_rewards, values)
+        m = xp.astype(response_mask, dtype)
+        if xp.isdtype(response_mask.dtype, "bool"):
+            advantages, returns = gae_xp.gae(token_level_rewards, values, gamma=gamma, lam=lam, mask=response_mask,
+                                             fill_masked=True)
+        else:
+            advantages, returns = _blended(xp, xp.astype(token_level_rewards, dtype, copy=False),
+                                           xp.astype(values, dtype, copy=False), m, gamma, lam)
+        _check_mask_sum(xp, m)
+        return gae_xp.whiten(advantages, m, unbiased=True, eps=1e-8, masked_fill=None), returns
+
+
+def _blended(xp, r, v, m, gamma, lam):
+    """verl's two recurrences for a numeric mask: every step blended by its mask value."""
+    real = m != 0
+    zero = xp.zeros((), dtype=v.dtype, device=device_of(v))
+    # V at the next real token, blended by the mask as verl does; 0 after the end.
+    latest = scan(xp.where(real, m * v, zero), 1 - m)
+    next_values = following(xp, latest, xp.zeros_like(take_last(latest)))
+    delta = r + gamma * next_values - v
+    advantages = scan(xp.where(real, m * delta, zero), 1 - m + m * (gamma * lam))
+    return advantages, advantages + v
+
+
+def _check_mask_sum(xp, m):
+    """verl's masked_var raises for a mask summing to 0 or to 1 (Bessel's n / (n - 1))."""
+    if not readable(m):
+        return
+    total = float(xp.sum(m))
+    if total == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if total == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
