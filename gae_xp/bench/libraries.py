@@ -1,14 +1,19 @@
-"""Array libraries as the benchmarks see them: how to make an array, wait for it, and measure memory.
+"""The registry of array libraries and of the (library, backend) targets that the tests, the bench and asv share.
 
 A library is named ``module[:device]``: numpy, array_api_strict, torch:cpu,
-torch:cuda, cupy, jax:cpu, jax:cuda. Nothing is imported until a library is
-asked for; ``unavailable(name)`` says why one cannot run here (not installed,
-no GPU), so the CLI and asv can skip it.
+torch:cuda, cupy, jax:cpu, jax:cuda. A target is ``library/backend``: one
+gae_xp backend forced on one library's arrays (``numpy/numba``,
+``torch:cuda/numba-cuda``...). Nothing is imported until a library is asked
+for; ``unavailable(name)`` and ``target_unavailable(target)`` say why one
+cannot run here (not installed, no GPU, a backend that cannot serve those
+arrays), so the tests skip it with that reason and the bench and asv leave
+it out.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import tracemalloc
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,13 +22,22 @@ import numpy as np
 
 NAMES = ("numpy", "array_api_strict", "torch:cpu", "torch:cuda", "cupy", "jax:cpu", "jax:cuda")
 CPU_NAMES = ("numpy", "array_api_strict", "torch:cpu", "jax:cpu")
+GPU_NAMES = ("torch:cuda", "cupy", "jax:cuda")
+
+#: Every backend on every library it can serve. ``numpy/numba-cuda`` is the CUDA simulator
+#: (``NUMBA_ENABLE_CUDASIM=1``, set before numba is imported), where the kernels run on NumPy arrays.
+TARGETS = ("numpy/xp", "numpy/numba", "numpy/numba-cuda", "array_api_strict/xp", "torch:cpu/xp",
+           "torch:cpu/numba", "jax:cpu/xp", "torch:cuda/xp", "torch:cuda/numba-cuda", "cupy/xp",
+           "cupy/numba-cuda", "jax:cuda/xp")
 
 
 @dataclass(eq=False)
 class Library:
-    """One array library on one device, ready to benchmark."""
+    """One array library on one device: its namespace, and how to make an array, read it back, wait for it."""
 
     name: str
+    xp: Any
+    device: Any
     asarray: Callable[[np.ndarray], Any]
     to_numpy: Callable[[Any], np.ndarray]
     synchronize: Callable[[Any], None]
@@ -32,6 +46,14 @@ class Library:
     version: str
     #: how the library's users run a whole-array function: jax.jit for JAX, the function itself elsewhere.
     compile: Callable[[Callable], Callable] = lambda function: function
+
+    def __repr__(self):
+        return self.name
+
+
+def simulated() -> bool:
+    """True when numba's CUDA simulator is asked for (``NUMBA_ENABLE_CUDASIM=1``)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 
 
 def unavailable(name: str) -> str | None:
@@ -45,7 +67,7 @@ def unavailable(name: str) -> str | None:
         import torch
 
         if not torch.cuda.is_available():
-            return "torch has no CUDA GPU here"
+            return "torch is installed but no CUDA GPU is visible"
     if name == "cupy":
         try:
             import cupy
@@ -61,6 +83,24 @@ def unavailable(name: str) -> str | None:
         except RuntimeError:
             return f"JAX has no {name.split(':')[1]} device"
     return None
+
+
+def target_unavailable(target: str) -> str | None:
+    """None when the target ``library/backend`` can run here, else why not."""
+    name, _, backend = target.partition("/")
+    if target not in TARGETS:
+        return f"unknown target {target!r}; known: {', '.join(TARGETS)}"
+    if target == "numpy/numba-cuda" and not simulated():
+        return ("numba-CUDA on NumPy arrays is the CUDA simulator: it needs NUMBA_ENABLE_CUDASIM=1 before numba "
+                "is imported (its own pytest run: see .ci/run)")
+    reason = unavailable(name)
+    if reason is not None:
+        return reason
+    from gae_xp import backends
+
+    library = load(name)
+    sample = library.asarray(np.zeros((1, 1)))
+    return backends.load(backend).unavailable_reason(library.xp, [sample], forced=True)
 
 
 def load(name: str) -> Library:
@@ -80,17 +120,20 @@ def _traced_peak(call):
 
 
 def _numpy(name):
-    return Library(name, np.array, np.asarray, lambda result: None, _traced_peak, np.__version__)
+    import array_api_compat.numpy as xp
+
+    return Library(name, xp, "cpu", np.array, np.asarray, lambda result: None, _traced_peak, np.__version__)
 
 
 def _array_api_strict(name):
     import array_api_strict as xp
 
-    return Library(name, lambda a: xp.asarray(np.array(a)), np.asarray, lambda result: None, _traced_peak,
-                   xp.__version__)
+    return Library(name, xp, xp.Device("CPU_DEVICE"), lambda a: xp.asarray(np.array(a)), np.asarray,
+                   lambda result: None, _traced_peak, xp.__version__)
 
 
 def _torch(name):
+    import array_api_compat.torch as xp
     import torch
 
     device = torch.device(name.split(":")[1])
@@ -110,27 +153,37 @@ def _torch(name):
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
 
-    return Library(name, lambda a: torch.from_numpy(np.array(a)).to(device), lambda t: t.detach().cpu().numpy(),
+    def to_numpy(t):
+        t = t.detach().cpu()
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+    return Library(name, xp, device, lambda a: torch.from_numpy(np.array(a)).to(device), to_numpy,
                    synchronize, peak_memory, torch.__version__)
 
 
 def _cupy(name):
+    import array_api_compat.cupy as xp
     import cupy
 
-    return Library(name, cupy.asarray, cupy.asnumpy, lambda result: cupy.cuda.Device().synchronize(),
-                   lambda call: None, cupy.__version__)
+    return Library(name, xp, cupy.cuda.Device(), cupy.asarray, cupy.asnumpy,
+                   lambda result: cupy.cuda.Device().synchronize(), lambda call: None, cupy.__version__)
 
 
 def _jax(name):
     import jax
 
-    jax.config.update("jax_enable_x64", True)  # so that --dtype float64 means float64
+    jax.config.update("jax_enable_x64", True)  # so that float64 means float64
+    import jax.numpy as xp
+
     device = jax.devices(name.split(":")[1].replace("cuda", "gpu"))[0]
 
     def synchronize(result):
         jax.block_until_ready(result)
 
-    return Library(name, lambda a: jax.device_put(np.array(a), device), np.asarray, synchronize,
+    def to_numpy(a):
+        return np.asarray(a.astype(xp.float32) if a.dtype == xp.bfloat16 else a)
+
+    return Library(name, xp, device, lambda a: jax.device_put(np.array(a), device), to_numpy, synchronize,
                    lambda call: None, jax.__version__, jax.jit)
 
 

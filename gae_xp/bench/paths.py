@@ -30,6 +30,7 @@ import numpy as np
 import gae_xp
 from gae_xp import backends, reference
 from gae_xp.bench import baselines
+from gae_xp.bench.cases import make_case
 from gae_xp.bench.libraries import Library
 
 MATRIX_MAX_T = 8192
@@ -59,15 +60,9 @@ class Workload:
 
 @functools.lru_cache(maxsize=8)
 def _draw(workload: Workload) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(workload.seed)
-    shape = (workload.B, workload.T)
-    arrays = {"rewards": rng.standard_normal(shape), "values": rng.standard_normal(shape)}
-    if workload.dones:
-        arrays["terminated"] = rng.random(shape) < workload.dones
-        arrays["truncated"] = rng.random(shape) < workload.dones
-    if workload.holes:
-        arrays["mask"] = rng.random(shape) >= workload.holes
-    return arrays
+    case = make_case(np.random.default_rng(workload.seed), (workload.B, workload.T), dones=workload.dones,
+                     holes=workload.holes)
+    return {name: value for name, value in case.items() if isinstance(value, np.ndarray)}
 
 
 @functools.lru_cache(maxsize=4)
