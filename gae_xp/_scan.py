@@ -64,22 +64,28 @@ from ._compat import at, device_of, is_torch_array, known_finite, values_are_rea
 #: Default piece lengths of the two local scans; see ``choose_chunk_size``.
 MATMUL_CHUNK = 32
 SEQUENTIAL_CHUNK = 16
+#: The widest constant kernel: one dot product of C terms rounds C times, and from C = 64 on that adds up to more
+#: float32 error than the serial loop makes (gamma .99, lam .95, T = 131072: tests/conformance/float32_accuracy.py).
+MATMUL_WIDEST = 32
 
 #: ``carry(edges, products) -> carries``: step 2 of the scan, for the pieces' summaries laid along the last axis.
 Carry = Callable[[object, object], object]
 
 
-def choose_chunk_size(length: int, constant: bool) -> int:
-    """Piece length C used when ``chunk_size=None``; never more than T (a short sequence is one piece).
+def choose_chunk_size(length: int, constant: bool, requested: int | None = None) -> int:
+    """Piece length C: ``requested`` (or the default when None), never more than T (a short sequence is one piece).
 
     * constant coefficient: the work is T C multiply-adds in a skinny
-      matmul that runs below BLAS peak, so C is small: 32;
+      matmul that runs below BLAS peak, so C is small: 32 by default, and a
+      larger request is reduced to ``MATMUL_WIDEST`` (32) for accuracy;
     * time-varying: C - 1 row operations per level, levels shrinking by C: 16.
 
     Measured with ``python -m gae_xp bench --chunk-size auto,8,16,32,64,128``
     on NumPy and PyTorch CPU (see the README).
     """
-    return max(1, min(MATMUL_CHUNK if constant else SEQUENTIAL_CHUNK, length))
+    if constant:
+        return max(1, min(requested or MATMUL_CHUNK, MATMUL_WIDEST, length))
+    return max(1, min(requested or SEQUENTIAL_CHUNK, length))
 
 
 def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry | None = None):
@@ -104,7 +110,7 @@ def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry
 
 def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
     constant = isinstance(a, float)
-    size = min(chunk_size or choose_chunk_size(x.shape[-1], constant), x.shape[-1])
+    size = choose_chunk_size(x.shape[-1], constant, chunk_size)
     local = MatmulLocal(xp, a, reverse) if constant else SequentialLocal(xp, reverse, exact=not finite)
     if carry is None:
         def carry(edges, products):
