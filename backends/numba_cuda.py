@@ -42,6 +42,7 @@ import importlib.util
 import math
 import os
 
+import numpy as np
 from array_api_compat import device as device_of
 from array_api_compat import is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
 
@@ -94,8 +95,9 @@ class NumbaCUDABackend:
         kernels = _scan_kernels(io, reverse)
         with _Launch(x) as launch:
             summary, carry = launch.array(summary, written=True), launch.array(carry, written=True)
-            args = (launch.array(_rows(xp, x)), launch.array(coefficient), 0.0 if per_step else a, int(per_step),
-                    n_tiles, summary, carry, launch.array(xp.reshape(y, (rows, length)), written=True))
+            args = (launch.array(_rows(xp, x)), launch.array(coefficient), _scalar(0.0 if per_step else a, io),
+                    np.int32(per_step), np.int64(n_tiles), summary, carry,
+                    launch.array(xp.reshape(y, (rows, length)), written=True))
             if n_tiles > 1:
                 launch(kernels.summary, rows * n_tiles, threads, *args)
                 unread = launch.array(_rows(xp, x)[:, 0])  # the bootstrap argument: no value carry in a scan
@@ -139,8 +141,8 @@ class NumbaCUDABackend:
             bools = [launch.array(flags.get(name, flag_stand_in)) for name in ("terminated", "truncated", "mask")]
             summary, carry = launch.array(summary, written=True), launch.array(carry, written=True)
             outputs = [launch.array(xp.reshape(out, (rows, length)), written=True) for out in (advantages, returns)]
-            args = (*floats, *bools, launch.array(bootstrap), _scalar(problem.gamma), _scalar(problem.lam), options,
-                    n_tiles, summary, carry, *outputs)
+            args = (*floats, *bools, launch.array(bootstrap), _scalar(problem.gamma, io), _scalar(problem.lam, io),
+                    np.int32(options), np.int64(n_tiles), summary, carry, *outputs)
             if n_tiles > 1:
                 launch(kernels.summary, rows * n_tiles, threads, *args)
                 launch(kernels.carry, rows, _carry_threads(n_tiles), summary, launch.array(bootstrap), carry)
@@ -225,8 +227,9 @@ def _options(problem) -> int:
     return sum(bit for present, bit in bits if present)
 
 
-def _scalar(value) -> float:
-    return value if isinstance(value, float) else 0.0
+def _scalar(value, io: str):
+    """A kernel's scalar argument, typed as its signature says (the compute dtype); 0 for an array's slot."""
+    return (np.float64 if io == "float64" else np.float32)(value if isinstance(value, float) else 0.0)
 
 
 def _array_or_none(value):

@@ -111,12 +111,16 @@ def test_kernel_compiles_without_spills(io, spec, arch, tmp_path):
 
 
 def table(workdir: Path) -> str:
-    """Markdown: registers per thread and static shared memory per block, per kernel and dtype, sm_80 / sm_90."""
-    lines = ["| kernel | data | registers sm_80 / sm_90 | shared memory (bytes) |", "|---|---|---|---|"]
+    """Markdown: registers per thread (sm_80 / sm_90) and static shared memory per block, per kernel and dtype."""
+    dtypes = list(dict.fromkeys(io for io, _ in KERNELS))
+    cells: dict[str, dict[str, str]] = {}
     for io, spec in KERNELS:
         results = {arch: compile_kernel(io, spec, arch, workdir) for arch in ARCHS}
         registers = " / ".join(str(results[arch]["registers"]) for arch in ARCHS)
-        lines.append(f"| {spec.name} | {io} | {registers} | {results['sm_90']['smem']} |")
+        cells.setdefault(spec.name, {})[io] = f"{registers} ({results['sm_90']['smem']} B)"
+    lines = ["| kernel | " + " | ".join(f"{io}: registers sm_80 / sm_90 (shared memory)" for io in dtypes) + " |",
+             "|---|" + "---|" * len(dtypes)]
+    lines += [f"| {name} | " + " | ".join(row[io] for io in dtypes) + " |" for name, row in cells.items()]
     return "\n".join(lines)
 
 

@@ -175,7 +175,7 @@ def markdown(rows: list[Row], *, shape=SHAPE, bandwidth=H200_BANDWIDTH) -> str:
     """The rows as a markdown table."""
     lines = [f"Predicted at B={shape[0]}, T={shape[1]}, float32, {bandwidth / 1e12:g} TB/s (traffic model, "
              "not a measurement)", "",
-             "| path | case | launches | bytes/element | predicted time (ms) | host syncs |",
+             "| path | case | launches (operators) | bytes/element | predicted time (ms) | host syncs |",
              "|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row.path} | {row.case} | {row.launches} | {row.bytes_per_element:.2f} | "
