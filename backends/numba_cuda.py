@@ -89,7 +89,7 @@ class NumbaCUDABackend:
         if length == 0 or rows == 0:
             return y
         per_step = not isinstance(a, float)
-        coefficient = _rows(xp, _cast(xp, xp.broadcast_to(a, shape), x.dtype)) if per_step else _rows(xp, x)
+        coefficient = _rows(xp, xp.broadcast_to(_cast(xp, a, x.dtype), shape)) if per_step else _rows(xp, x)
         threads, n_tiles = _tiling(length)
         summary, carry = _scratch(xp, x, io, 2, 1, rows, n_tiles)
         kernels = _scan_kernels(io, reverse)

@@ -20,11 +20,13 @@ import gae_xp
 from gae_xp import reference
 from helpers import TOLERANCE, make_case
 
+if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
+                allow_module_level=True)
+
 pytestmark = [
     pytest.mark.cudasim,
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # inf - inf in poisoned rows
-    pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                       reason="needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)"),
 ]
 
 BACKEND = "numba-cuda"
