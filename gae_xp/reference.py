@@ -24,7 +24,7 @@ from array_api_compat import device as device_of
 
 
 def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
-             terminated=None, truncated=None, mask=None, axis=-1):
+             terminated=None, truncated=None, mask=None, axis=-1, fill_masked=False):
     """``gae()``'s contract, one step at a time from T-1 down to 0. Returns (advantages, returns)."""
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, next_values=next_values,
                           terminated=terminated, truncated=truncated, mask=mask)
@@ -46,8 +46,9 @@ def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, nex
         else:
             following = xp.where(real, advantage, following)
             next_value = xp.where(real, v, next_value)
-            advantage_columns.append(xp.where(real, advantage, zero))
-            return_columns.append(xp.where(real, advantage + v, zero))
+            kept = real | fill_masked  # verl's convention: a masked step shows the next real step's advantage
+            advantage_columns.append(xp.where(kept, following, zero))
+            return_columns.append(xp.where(kept, following + v, zero))
     return (xp.moveaxis(_stack_reversed(xp, advantage_columns, r), -1, axis),
             xp.moveaxis(_stack_reversed(xp, return_columns, r), -1, axis))
 

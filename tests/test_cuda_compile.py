@@ -1,0 +1,133 @@
+"""Every numba-CUDA kernel and signature compiled for real hardware on a machine without a GPU.
+
+``numba.cuda.compile_ptx`` (NVVM from the CUDA toolkit wheels of
+``numba-cuda[cu12]``) compiles each kernel of ``gae_xp.backends._cuda_kernels``
+for sm_80 (A100) and sm_90 (H100/H200), and ``ptxas`` from the
+``nvidia-cuda-nvcc`` wheel assembles it to SASS. This catches what the
+simulator cannot: typing errors, accidental float64 arithmetic in the float32
+kernels, register spills and local-memory arrays.
+
+numba-cuda asks the current device for a compute capability when it types a
+call to a device function, even inside ``compile_ptx``; the tests answer with
+the target's, the only thing the driver would be asked for.
+
+``python tests/test_cuda_compile.py`` prints the registers / shared memory
+table of docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ARCHS = {"sm_80": (8, 0), "sm_90": (9, 0)}
+
+
+def _ptxas() -> str | None:
+    spec = importlib.util.find_spec("nvidia.cuda_nvcc")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(root) / "bin" / "ptxas"
+        if candidate.exists():
+            return str(candidate)
+    return shutil.which("ptxas")
+
+
+def _unavailable() -> str | None:
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return "compile_ptx does not exist in the CUDA simulator"
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed (pip install 'numba-cuda[cu12]')"
+    if _ptxas() is None:
+        return "ptxas not found (pip install 'numba-cuda[cu12]' brings the nvidia-cuda-nvcc-cu12 wheel)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+
+
+def _kernels():
+    if _unavailable() is not None:
+        return []
+    from gae_xp.backends import _cuda_kernels
+
+    return list(_cuda_kernels.all_kernels())
+
+
+KERNELS = _kernels()
+
+
+def compile_kernel(io: str, spec, arch: str, workdir: Path) -> dict:
+    """PTX for ``arch`` and ptxas's verdict on it: registers, shared memory, stack, spills, float64 instructions."""
+    import numba.cuda.dispatcher
+    from numba import cuda
+
+    cc = ARCHS[arch]
+    current = numba.cuda.dispatcher.get_current_device
+    numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    try:
+        ptx, _ = cuda.compile_ptx(spec.function, spec.signature, cc=cc)
+    finally:
+        numba.cuda.dispatcher.get_current_device = current
+    source = workdir / f"{io}-{re.sub(r'[^a-z0-9]+', '_', spec.name)}-{arch}.ptx"
+    source.write_text(ptx)
+    done = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    info = done.stderr
+
+    def number(pattern):
+        found = re.search(pattern, info)
+        return int(found.group(1)) if found else 0
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "smem": number(r"(\d+) bytes smem"),
+        "stack": number(r"(\d+) bytes stack frame"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "f64": len(re.findall(r"\.f64\b", ptx)),
+        "ptxas": info,
+    }
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("io, spec", KERNELS, ids=[f"{io}-{spec.name}" for io, spec in KERNELS])
+def test_kernel_compiles_without_spills(io, spec, arch, tmp_path):
+    result = compile_kernel(io, spec, arch, tmp_path)
+    assert result["spill_stores"] == 0 and result["spill_loads"] == 0, result["ptxas"]
+    assert result["stack"] == 0, f"local memory in use (a local array indexed at run time?): {result['ptxas']}"
+    assert 0 < result["registers"] <= 128, result["ptxas"]
+    assert result["smem"] <= 48 * 1024, result["ptxas"]
+    if io != "float64":
+        assert result["f64"] == 0, "float64 arithmetic in a kernel that computes in float32"
+
+
+def table(workdir: Path) -> str:
+    """Markdown: registers per thread (sm_80 / sm_90) and static shared memory per block, per kernel and dtype."""
+    dtypes = list(dict.fromkeys(io for io, _ in KERNELS))
+    cells: dict[str, dict[str, str]] = {}
+    for io, spec in KERNELS:
+        results = {arch: compile_kernel(io, spec, arch, workdir) for arch in ARCHS}
+        registers = " / ".join(str(results[arch]["registers"]) for arch in ARCHS)
+        cells.setdefault(spec.name, {})[io] = f"{registers} ({results['sm_90']['smem']} B)"
+    lines = ["| kernel | " + " | ".join(f"{io}: registers sm_80 / sm_90 (shared memory)" for io in dtypes) + " |",
+             "|---|" + "---|" * len(dtypes)]
+    lines += [f"| {name} | " + " | ".join(row[io] for io in dtypes) + " |" for name, row in cells.items()]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    if _unavailable():
+        sys.exit(_unavailable())
+    with tempfile.TemporaryDirectory() as folder:
+        print(table(Path(folder)))
