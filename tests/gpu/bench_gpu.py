@@ -1,5 +1,9 @@
 """GPU benchmark: gae() per CUDA library and dispatch path against slime's chunk scan, timed with CUDA events.
 
+The timing is the bench's harness (``gae_xp.bench.runner.time_call`` with
+``runner.cuda_events``); asv's ``TimeGAE`` and ``TimeBaselines`` time the same
+targets on a GPU machine with ``asv run --python=same``.
+
 B=256, T=131072, float32, gamma 0.99, lam 0.95: median of 50 calls after
 warm-up. Prints one table. Run by ``tests/gpu/check.sh``.
 """
@@ -13,32 +17,15 @@ import numpy as np
 
 import gae_xp
 from gae_xp.bench import baselines
-from gae_xp.bench import libraries
+from gae_xp.bench import libraries, runner
 
 B, T, RUNS = 256, 131072, 50
 
 
 def cuda_event_times(library: str, call, runs: int) -> list[float]:
-    if library == "cupy":
-        import cupy
-
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        elapsed = lambda: cupy.cuda.get_elapsed_time(start, stop)  # noqa: E731
-    else:
-        import torch
-
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        elapsed = lambda: start.elapsed_time(stop)  # noqa: E731
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(runs):
-        start.record()
-        call()
-        stop.record()
-        stop.synchronize()
-        times.append(elapsed())
-    return times
+    """Milliseconds per call, one per run: the bench's harness with its CUDA-event timer (3 warm-up calls)."""
+    timing = runner.time_call(call, timer=runner.cuda_events(library), repeat=runs, warmup=3, number=1)
+    return [t * 1e3 for t in timing.samples]
 
 
 def main() -> int:
