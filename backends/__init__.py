@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from gae_xp._compat import device_of, values_are_readable
 
+from . import xp as _generic
+
 
 class Backend(Protocol):
     """What a backend implements."""
@@ -70,7 +72,7 @@ def select(name: str, xp, arrays) -> Backend:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
     if not all(values_are_readable(a) for a in arrays):
-        return load("xp")  # traced or lazy arrays: only the array-API route can follow them
+        return _generic.BACKEND  # traced or lazy arrays: only the array-API route can follow them
     kind = _kind(xp, arrays)
     chosen = _CHOSEN.get(kind)
     if chosen is None:

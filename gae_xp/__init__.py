@@ -2,9 +2,8 @@
 
 One chunked prefix scan, written against the Python array API standard, runs
 on NumPy, PyTorch, CuPy and JAX arrays and returns the caller's kind of array
-on the caller's device. ``import gae_xp`` imports numpy, array-api-compat and
-array-api-extra only; a framework or a kernel compiler is imported when its
-arrays arrive.
+on the caller's device. ``import gae_xp`` imports numpy and array-api-compat
+only; a framework or a kernel compiler is imported when its arrays arrive.
 """
 
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten

@@ -1,4 +1,4 @@
-"""The one import point for array-api-compat and array-api-extra, and the questions this package asks of an array.
+"""The one import point for array-api-compat, and the questions this package asks of an array.
 
 Every module of the package takes these names from here, so that "is this
 an array", "can its values be read now" and "may it be updated in place"
@@ -11,15 +11,14 @@ import math
 import numbers
 import sys
 
-import array_api_extra as xpx
 from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
 from array_api_compat import device as device_of
 from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_jax_array,
                               is_numpy_array, is_torch_array)
 
 __all__ = ["array_namespace", "device_of", "is_array", "is_array_api_strict_namespace", "is_cupy_array",
-           "is_dask_array", "is_jax_array", "is_numpy_array", "is_torch_array", "at", "known_finite",
-           "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
+           "is_dask_array", "is_jax_array", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
+           "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
 
 
 def is_array(value) -> bool:
@@ -71,6 +70,11 @@ def known_finite(xp, x) -> bool:
     return math.isfinite(float(xp.sum(x)))
 
 
+def owned_copy(xp, x):
+    """A new array with x's values that this package may overwrite (x itself is never written)."""
+    return xp.astype(x, x.dtype, copy=True)
+
+
 def _torch_is_symbolic(x) -> bool:
     torch = sys.modules["torch"]
     if x.device.type == "meta" or torch.compiler.is_compiling():
@@ -78,30 +82,19 @@ def _torch_is_symbolic(x) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
-def at(x, index):
-    """``array_api_extra.at(x, index)`` with the copy rule of this package: call ``.add(y)``, ``.set(y)``...
+def add_at(x, index, y):
+    """x with y added to ``x[index]``, for an array this package created (never an input).
 
-    The update is written into x where the library allows it and autograd
-    does not forbid it (a tensor that records history is copied first, since
-    its old values may be saved for the backward pass); JAX gets a new
-    array. Only arrays this package created are ever passed here.
+    Written into x where the library allows it (NumPy, PyTorch, CuPy, ...),
+    which spares a full-size copy; JAX gets a new array (``x.at[index].add``);
+    a tensor that records autograd history is copied first, since its old
+    values may be saved for the backward pass. array-api-extra's ``at`` does
+    the same, but is not traceable by ``torch.compile(fullgraph=True)`` (its
+    ``is_jax_array`` test of the index breaks the graph), so this is ours.
     """
-    return _At(x, index)
-
-
-class _At:
-    __slots__ = ("_at",)
-
-    def __init__(self, x, index):
-        if getattr(x, "requires_grad", False):
-            x = x.clone()  # a tensor with history: update a copy, which autograd records as an in-place op on it
-        self._at = xpx.at(x, index)
-
-    def add(self, y):
-        return self._at.add(y, copy=None)
-
-    def set(self, y):
-        return self._at.set(y, copy=None)
-
-    def multiply(self, y):
-        return self._at.multiply(y, copy=None)
+    if is_jax_array(x):
+        return x.at[index].add(y)
+    if getattr(x, "requires_grad", False):
+        x = x.clone()
+    x[index] += y
+    return x

@@ -32,7 +32,8 @@ import numpy as np
 
 from gae_xp import backends
 
-from ._compat import array_namespace, at, device_of, is_array, values_are_readable
+from ._compat import array_namespace, device_of, is_array, owned_copy, values_are_readable
+from ._scan import fold_boundary
 
 Array = Any
 
@@ -169,28 +170,6 @@ def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend) ->
         y = fold_boundary(xp, y, a, start, reverse=reverse)
     solver = backends.select(backend, xp, [a for a in arrays.values() if is_array(a)])
     return PreparedScan(xp, y, a, reverse, solver, chunk_size, out_dtype, axis)
-
-
-def fold_boundary(xp, x, a, boundary_value, *, reverse: bool):
-    """x (an array this package owns) with the boundary term ``a * y_T`` (reverse) or ``a * y_-1`` added at its edge.
-
-    ``boundary_value`` has the batch shape with a trailing axis of 1; ``a`` is
-    a Python float or an array shaped like x. Where ``a`` is 0 the boundary
-    is cut exactly (``where``), so a non-finite boundary cannot leak.
-    """
-    edge = slice(-1, None) if reverse else slice(0, 1)
-    a_edge = a if isinstance(a, float) else a[..., edge]
-    term = a_edge * boundary_value
-    if not isinstance(a, float):
-        term = xp.where(a_edge == 0, xp.zeros_like(term), term)
-    elif a == 0.0:
-        return x
-    return at(x, (..., edge)).add(term)
-
-
-def owned_copy(xp, x):
-    """A new array with x's values that this package may overwrite (x itself is never written)."""
-    return xp.astype(x, x.dtype, copy=True)
 
 
 def restore(xp, result, dtype, axis: int):

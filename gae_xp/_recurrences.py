@@ -21,8 +21,13 @@ taking over x (an array of this package's own).
 
 from __future__ import annotations
 
-from ._compat import device_of, known_finite
-from ._prepare import GaeProblem, fold_boundary, owned_copy
+from typing import TYPE_CHECKING
+
+from ._compat import device_of, known_finite, owned_copy
+from ._scan import fold_boundary
+
+if TYPE_CHECKING:
+    from ._prepare import GaeProblem
 
 
 class Picker:

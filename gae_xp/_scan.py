@@ -59,7 +59,7 @@ from typing import Callable
 
 import numpy as np
 
-from ._compat import at, device_of, is_torch_array, known_finite, values_are_readable
+from ._compat import add_at, device_of, is_jax_array, is_torch_array, known_finite, values_are_readable
 
 #: Default piece lengths of the two local scans; see ``choose_chunk_size``.
 MATMUL_CHUNK = 32
@@ -106,6 +106,21 @@ def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry
     if not isinstance(a, float):
         a = xp.broadcast_to(a, x.shape)
     return _solve(xp, x, a, reverse, chunk_size, carry, finite=finite)
+
+
+def fold_boundary(xp, x, a, boundary_value, *, reverse: bool):
+    """x (an array this package owns) with the boundary term ``a * y_T`` (reverse) or ``a * y_-1`` added at its edge.
+
+    ``boundary_value`` has the batch shape with a trailing axis of 1; ``a`` is
+    a Python float or an array shaped like x. Where ``a`` is 0 the boundary
+    is cut exactly (``where``), so a non-finite boundary cannot leak.
+    """
+    edge = slice(-1, None) if reverse else slice(0, 1)
+    a_edge = a if isinstance(a, float) else a[..., edge]
+    if isinstance(a, float):
+        return x if a == 0.0 else add_at(x, (..., edge), a * boundary_value)
+    boundary_value = xp.where(a_edge == 0, xp.zeros_like(boundary_value), boundary_value)  # 0 * inf is NaN
+    return add_at(x, (..., edge), a_edge * boundary_value)
 
 
 def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
@@ -162,7 +177,7 @@ class MatmulLocal:
         xp, chunks, size = self.xp, pieces.x, pieces.size
         # The neighbouring piece's carry enters through the step next to it: x_entry += w * carry.
         entry = size - 1 if self.reverse else 0
-        chunks = at(chunks, (..., slice(entry, entry + 1))).add(self.w * incoming[..., None])
+        chunks = add_at(chunks, (..., slice(entry, entry + 1)), self.w * incoming[..., None])
         solved = xp.reshape(xp.reshape(chunks, (-1, size)) @ self._kernel(size, chunks), chunks.shape)
         return from_pieces(xp, solved, length)
 
@@ -283,8 +298,9 @@ def kernel(xp, w: float, size: int, reverse: bool, like):
     like's device. Cached (see ``KERNELS``) except for traced arrays, whose
     constants belong to one trace.
     """
-    if not values_are_readable(like):
-        return xp.asarray(_kernel64(w, size, reverse), dtype=like.dtype)
+    if not values_are_readable(like):  # a constant of this trace, on the trace's device (a JAX tracer's is implicit)
+        device = None if is_jax_array(like) else device_of(like)
+        return xp.asarray(_kernel64(w, size, reverse), dtype=like.dtype, device=device)
     device = device_of(like)
     key = (xp.__name__, str(device), str(like.dtype), w, size, reverse)
     return KERNELS.get(key, lambda: _build(xp, w, size, reverse, like.dtype, device, torch=is_torch_array(like)))

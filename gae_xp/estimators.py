@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import _prepare as prepare_
 from ._compat import device_of
+from ._scan import fold_boundary
 from ._recurrences import Picker, done_flags, last_real_step, next_real_values, owned_rewards, step_coefficients
 
 
@@ -111,7 +112,7 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
     coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma)
-    x = prepare_.fold_boundary(p.xp, owned_rewards(p, pick), coefficient, p.bootstrap, reverse=True)
+    x = fold_boundary(p.xp, owned_rewards(p, pick), coefficient, p.bootstrap, reverse=True)
     return call.restore(pick.only(p.mask, _solve(call, x, coefficient)))
 
 

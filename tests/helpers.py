@@ -1,80 +1,69 @@
-"""Test data and comparisons shared by the test modules.
+"""Test data and the one comparison shared by the test modules.
 
-Cases are built in NumPy float64; the oracle is ``gae_xp.reference`` run on
+Cases are built in NumPy float64 by ``gae_xp.bench.cases.make_case`` (the
+bench draws from the same builder); the oracle is ``gae_xp.reference`` run on
 those float64 arrays, and each library under test gets converted copies.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from array_api_compat import array_namespace
+from array_api_compat import device as device_of
 
 from gae_xp import reference
+from gae_xp.bench.cases import make_case
+from gae_xp.bench.libraries import to_numpy
 
-#: Tolerances of a result in the given dtype against the float64 loop, relative to the largest |value|.
-TOLERANCE = {"float64": 1e-10, "float32": 2e-5, "float16": 3e-3, "bfloat16": 2e-2}
+__all__ = ["make_case", "converted", "expected", "xp_assert_close", "like", "to_numpy", "tolerance"]
 
-
-def make_case(rng, shape, *, axis=-1, dones=0.0, holes=0.0, padding=0, per_step_gamma=False, per_row_lam=False,
-              bootstrap=False, next_values=False, gamma=0.99, lam=0.95):
-    """gae() keyword arguments as NumPy float64 / bool arrays, time on ``axis``."""
-    shape = tuple(shape)
-    case = {"rewards": rng.standard_normal(shape), "values": rng.standard_normal(shape), "gamma": gamma, "lam": lam}
-    length = shape[axis] if shape else 0
-    if dones:
-        case["terminated"] = rng.random(shape) < dones
-        case["truncated"] = rng.random(shape) < dones
-    if holes or padding:
-        mask = rng.random(shape) >= holes
-        if padding:
-            steps = np.arange(length).reshape([-1 if i == axis % len(shape) else 1 for i in range(len(shape))])
-            mask &= steps < length - padding
-        case["mask"] = mask
-    if per_step_gamma:
-        gamma_shape = [1] * len(shape)
-        gamma_shape[axis] = length
-        case["gamma"] = rng.uniform(0.5, 1.0, gamma_shape)
-    if per_row_lam:
-        lam_shape = list(shape)
-        lam_shape[axis] = 1
-        case["lam"] = rng.uniform(0.0, 1.0, lam_shape)
-    if bootstrap:
-        batch = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
-        case["bootstrap_value"] = rng.standard_normal(batch)
-    if next_values:
-        case["next_values"] = rng.standard_normal(shape)
-    return case
+#: Tolerance of a result against the float64 loop, relative to the largest |value|, by the dtype's machine epsilon.
+_TOLERANCES = {2.0**-52: 1e-10, 2.0**-23: 2e-5, 2.0**-10: 3e-3, 2.0**-7: 2e-2}
 
 
-def to_namespace(ns, case, dtype=None):
-    """The case with every array converted to the library under test (floating arrays cast to ``dtype``)."""
+def tolerance(xp, dtype) -> float:
+    return _TOLERANCES[float(xp.finfo(dtype).eps)]
+
+
+def converted(library, case: dict, dtype=None) -> dict:
+    """The case with every NumPy array converted to ``library`` (floating arrays cast to ``dtype`` when given)."""
     out = {}
     for key, value in case.items():
         if isinstance(value, np.ndarray):
-            if dtype is not None and value.dtype.kind == "f":
-                value = ns.xp.astype(ns.asarray(value), getattr(ns.xp, dtype) if isinstance(dtype, str) else dtype)
-            else:
-                value = ns.asarray(value)
+            value = library.asarray(value)
+            if dtype is not None and library.xp.isdtype(value.dtype, "real floating"):
+                value = library.xp.astype(value, dtype)
         out[key] = value
     return out
 
 
-def expected(case, axis=-1):
+def like(library):
+    """A 0-d float64 array of ``library`` on its device: what a float64 result of that library is checked against."""
+    return library.asarray(np.array(0.0))
+
+
+def expected(case: dict, axis: int = -1):
     """(advantages, returns) of the float64 per-step loop."""
     return reference.gae_loop(**case, axis=axis)
 
 
-def assert_close(ns, got, want, dtype_name="float64", *, scale=None):
-    """``got`` is an array of the library under test, of dtype ``dtype_name``, close to the float64 ``want``."""
-    assert type(got) is type(ns.asarray(np.zeros(1))), f"result is a {type(got)}, not an array of {ns.id}"
-    assert str(got.dtype).endswith(dtype_name), f"dtype {got.dtype}, expected {dtype_name}"
-    if ns.device is not None:
-        assert got.device == ns.device
-    got = ns.to_numpy(ns.xp.astype(got, ns.xp.float64))
-    want = np.asarray(want, dtype=np.float64)
-    assert got.shape == want.shape
-    finite = np.isfinite(want)
+def xp_assert_close(actual, desired, *, like, dtype=None, scale: float | None = None):
+    """``actual`` is an array of ``like``'s namespace, on its device, with ``dtype`` (default ``like.dtype``),
+    shaped like ``desired`` (NumPy) and close to it: the same non-finite entries, and the finite ones within the
+    dtype's tolerance of the largest |desired| (or ``scale``)."""
+    xp = array_namespace(like)
+    assert array_namespace(actual) is xp, f"result is a {type(actual).__module__}.{type(actual).__name__}"
+    want_dtype = like.dtype if dtype is None else dtype
+    assert actual.dtype == want_dtype, f"dtype {actual.dtype}, expected {want_dtype}"
+    desired = np.asarray(desired, dtype=np.float64)
+    assert tuple(actual.shape) == desired.shape, f"shape {tuple(actual.shape)}, expected {desired.shape}"
+    assert device_of(actual) == device_of(like), f"device {device_of(actual)}, expected {device_of(like)}"
+    got = to_numpy(actual).astype(np.float64)
+    finite = np.isfinite(desired)
     np.testing.assert_array_equal(np.isfinite(got), finite, err_msg="non-finite entries differ from the loop's")
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(desired), err_msg="NaN entries differ from the loop's")
+    infinite = np.isinf(desired)
+    np.testing.assert_array_equal(got[infinite], desired[infinite], err_msg="infinities differ from the loop's")
     if scale is None:
-        scale = max(1.0, float(np.abs(want[finite]).max(initial=0.0)))
-    tol = TOLERANCE[dtype_name] * scale
-    np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=tol)
+        scale = max(1.0, float(np.abs(desired[finite]).max(initial=0.0)))
+    np.testing.assert_allclose(got[finite], desired[finite], rtol=0, atol=tolerance(xp, want_dtype) * scale)

@@ -6,67 +6,58 @@ import numpy as np
 import pytest
 
 import gae_xp
-from conftest import load_namespace
-from helpers import assert_close, expected, make_case, to_namespace
+from conftest import load_target
+from gae_xp import reference
+from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 
 @pytest.mark.parametrize("time_varying", [False, True])
-def test_float32(xp, time_varying):
+def test_float32(library, backend, time_varying):
     case = make_case(np.random.default_rng(0), (4, 3000), dones=0.01 if time_varying else 0.0,
                      holes=0.1 if time_varying else 0.0)
-    advantages, returns = xp.gae(**to_namespace(xp, case, "float32"))
+    arrays = converted(library, case, library.xp.float32)
+    advantages, returns = gae_xp.gae(**arrays, backend=backend)
     want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a, "float32")
-    assert_close(xp, returns, want_r, "float32")
+    xp_assert_close(advantages, want_a, like=arrays["rewards"])
+    xp_assert_close(returns, want_r, like=arrays["rewards"])
 
 
-LOW_PRECISION = [("numpy", "float16"), ("torch", "float16"), ("torch", "bfloat16"), ("jax", "float16"),
-                 ("jax", "bfloat16")]
+LOW_PRECISION = [("numpy", "float16"), ("torch:cpu", "float16"), ("torch:cpu", "bfloat16"), ("jax:cpu", "float16"),
+                 ("jax:cpu", "bfloat16")]
 
 
-@pytest.mark.parametrize("library, dtype", LOW_PRECISION)
-def test_low_precision_is_computed_in_float32(library, dtype):
-    ns = load_namespace(library)
+@pytest.mark.parametrize("name, dtype", LOW_PRECISION)
+def test_low_precision_is_computed_in_float32(name, dtype):
+    library = load_target(f"{name}/auto").library
     case = make_case(np.random.default_rng(1), (2, 500), dones=0.02)
-    converted = to_namespace(ns, case, ns.xp.float16 if dtype == "float16" else _bfloat16(library))
-    advantages, returns = ns.gae(**converted)
-    exact = {k: (ns.to_numpy(ns.xp.astype(v, ns.xp.float64)) if k in ("rewards", "values") else case[k])
-             for k, v in converted.items()}
+    arrays = converted(library, case, getattr(library.xp, dtype))
+    advantages, returns = gae_xp.gae(**arrays)
+    exact = {k: (to_numpy(v).astype(np.float64) if k in ("rewards", "values") else case[k]) for k, v in arrays.items()}
     want_a, want_r = expected(exact)
-    assert_close(ns, advantages, want_a, dtype)
-    assert_close(ns, returns, want_r, dtype)
+    xp_assert_close(advantages, want_a, like=arrays["rewards"])
+    xp_assert_close(returns, want_r, like=arrays["rewards"])
 
 
-def _bfloat16(library):
-    if library == "torch":
-        import torch
-
-        return torch.bfloat16
-    import jax.numpy as jnp
-
-    return jnp.bfloat16
-
-
-def test_integer_rewards_give_the_default_float(xp):
-    rewards = xp.asarray(np.arange(12, dtype=np.int32).reshape(2, 6))
-    values = xp.asarray(np.zeros((2, 6), dtype=np.int32))
-    advantages, _ = xp.gae(rewards, values)
-    default = xp.xp.__array_namespace_info__().default_dtypes()["real floating"]
-    assert advantages.dtype == default
+def test_integer_rewards_give_the_default_float(library, backend):
+    rewards = library.asarray(np.arange(12, dtype=np.int32).reshape(2, 6))
+    values = library.asarray(np.zeros((2, 6), dtype=np.int32))
+    advantages, _ = gae_xp.gae(rewards, values, backend=backend)
+    default = library.xp.__array_namespace_info__().default_dtypes(device=library.device)["real floating"]
     want, _ = expected({"rewards": np.arange(12.0).reshape(2, 6), "values": np.zeros((2, 6))})
-    np.testing.assert_allclose(xp.to_numpy(advantages), want, rtol=1e-6)
+    xp_assert_close(advantages, want, like=rewards, dtype=default)
 
 
-def test_mixed_float_dtypes_promote(xp):
-    rewards = xp.xp.astype(xp.asarray(np.ones((2, 5))), xp.xp.float32)
-    values = xp.asarray(np.ones((2, 5)))
-    advantages, returns = xp.gae(rewards, values)
-    assert advantages.dtype == xp.xp.float64 and returns.dtype == xp.xp.float64
+def test_mixed_float_dtypes_promote(library, backend):
+    xp = library.xp
+    rewards = xp.astype(library.asarray(np.ones((2, 5))), xp.float32)
+    values = library.asarray(np.ones((2, 5)))
+    advantages, returns = gae_xp.gae(rewards, values, backend=backend)
+    assert advantages.dtype == xp.float64 and returns.dtype == xp.float64
 
 
 @pytest.mark.parametrize("options", [{}, {"dones": 0.1, "holes": 0.2, "per_step_gamma": True}])
 def test_torch_gradcheck(options):
-    load_namespace("torch")
+    load_target("torch:cpu/auto")
     import torch
 
     case = make_case(np.random.default_rng(2), (2, 37), **options)
@@ -86,26 +77,24 @@ def test_torch_gradcheck(options):
 
 @pytest.mark.parametrize("options", [{}, {"dones": 0.1, "holes": 0.2}])
 def test_jax_grad_and_jit_match_the_loop(options):
-    ns = load_namespace("jax")
+    library = load_target("jax:cpu/auto").library
     import jax
 
-    from gae_xp import reference
-
     case = make_case(np.random.default_rng(3), (2, 40), **options)
-    converted = to_namespace(ns, case)
-    rest = {k: v for k, v in converted.items() if k not in ("rewards", "values")}
+    arrays = converted(library, case)
+    rest = {k: v for k, v in arrays.items() if k not in ("rewards", "values")}
 
     def ours(r, v):
-        return ns.xp.sum(gae_xp.gae(r, v, chunk_size=8, **rest)[0] ** 2)
+        return library.xp.sum(gae_xp.gae(r, v, chunk_size=8, **rest)[0] ** 2)
 
     def loop(r, v):
-        return ns.xp.sum(reference.gae_loop(r, v, **rest)[0] ** 2)
+        return library.xp.sum(reference.gae_loop(r, v, **rest)[0] ** 2)
 
-    args = (converted["rewards"], converted["values"])
+    args = (arrays["rewards"], arrays["values"])
     for got, want in zip(jax.grad(ours, argnums=(0, 1))(*args), jax.grad(loop, argnums=(0, 1))(*args)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9)
     jitted = jax.jit(lambda r, v: gae_xp.gae(r, v, chunk_size=8, **rest))
     want_a, want_r = expected(case)
     got_a, got_r = jitted(*args)
-    assert_close(ns, got_a, want_a)
-    assert_close(ns, got_r, want_r)
+    xp_assert_close(got_a, want_a, like=args[0])
+    xp_assert_close(got_r, want_r, like=args[0])

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gae_xp
 from gae_xp import reference
-from helpers import assert_close
+from helpers import xp_assert_close
 
 
 def _case(rng, shape, dones, holes, padding):
@@ -23,8 +23,8 @@ def _case(rng, shape, dones, holes, padding):
     return case
 
 
-def _converted(xp, case):
-    return {k: xp.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+def _converted(library, case):
+    return {k: library.asarray(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
 
 
 cases = st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([(1,), (3,), (2, 2)]), st.integers(0, 90),
@@ -33,31 +33,31 @@ cases = st.tuples(st.integers(0, 2**32 - 1), st.sampled_from([(1,), (3,), (2, 2)
 
 
 @given(cases)
-def test_discounted_returns(xp, drawn):
+def test_discounted_returns(library, backend, drawn):
     seed, batch, length, dones, holes, padding, chunk, gamma, _ = drawn
     rng = np.random.default_rng(seed)
     case = _case(rng, batch + (length,), dones, holes, padding)
     bootstrap = rng.standard_normal(batch)
     want = reference.discounted_returns_loop(**case, gamma=gamma, bootstrap_value=bootstrap)
-    got = gae_xp.discounted_returns(**_converted(xp, case), gamma=gamma, bootstrap_value=xp.asarray(bootstrap),
-                                    chunk_size=chunk, backend=xp.backend)
-    assert_close(xp, got, want)
+    got = gae_xp.discounted_returns(**_converted(library, case), gamma=gamma,
+                                    bootstrap_value=library.asarray(bootstrap), chunk_size=chunk, backend=backend)
+    xp_assert_close(got, want, like=library.asarray(case["rewards"]))
 
 
 @given(cases)
-def test_lambda_returns(xp, drawn):
+def test_lambda_returns(library, backend, drawn):
     seed, batch, length, dones, holes, padding, chunk, gamma, lam = drawn
     rng = np.random.default_rng(seed)
     case = _case(rng, batch + (length,), dones, holes, padding)
     rewards, next_values = case.pop("rewards"), rng.standard_normal(batch + (length,))
     want = reference.lambda_returns_loop(rewards, next_values, **case, gamma=gamma, lam=lam)
-    got = gae_xp.lambda_returns(xp.asarray(rewards), xp.asarray(next_values), **_converted(xp, case), gamma=gamma,
-                                lam=lam, chunk_size=chunk, backend=xp.backend)
-    assert_close(xp, got, want)
+    got = gae_xp.lambda_returns(library.asarray(rewards), library.asarray(next_values), **_converted(library, case),
+                                gamma=gamma, lam=lam, chunk_size=chunk, backend=backend)
+    xp_assert_close(got, want, like=library.asarray(rewards))
 
 
 @given(cases, st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from(["bootstrap", "next_values"]))
-def test_vtrace(xp, drawn, clip, boundary):
+def test_vtrace(library, backend, drawn, clip, boundary):
     seed, batch, length, dones, holes, padding, chunk, gamma, lam = drawn
     rng = np.random.default_rng(seed)
     shape = batch + (length,)
@@ -68,12 +68,12 @@ def test_vtrace(xp, drawn, clip, boundary):
     options = dict(gamma=gamma, lam=lam, clip_rho_threshold=clip, clip_c_threshold=1.0, clip_pg_rho_threshold=clip)
     want_vs, want_pg = reference.vtrace_loop(log_rhos, case["rewards"], values, **options, **extra,
                                              **{k: v for k, v in case.items() if k != "rewards"})
-    converted = _converted(xp, {**case, **extra})
-    rewards = converted.pop("rewards")
-    got_vs, got_pg = gae_xp.vtrace(xp.asarray(log_rhos), rewards, xp.asarray(values), **options, **converted,
-                                   chunk_size=chunk, backend=xp.backend)
-    assert_close(xp, got_vs, want_vs)
-    assert_close(xp, got_pg, want_pg)
+    arrays = _converted(library, {**case, **extra})
+    rewards = arrays.pop("rewards")
+    got_vs, got_pg = gae_xp.vtrace(library.asarray(log_rhos), rewards, library.asarray(values), **options, **arrays,
+                                   chunk_size=chunk, backend=backend)
+    xp_assert_close(got_vs, want_vs, like=rewards)
+    xp_assert_close(got_pg, want_pg, like=rewards)
 
 
 def test_vtrace_on_policy_equals_gae_with_lam():
@@ -95,7 +95,7 @@ def test_lambda_one_returns_equal_discounted_returns_with_a_bootstrap():
 
 @pytest.mark.parametrize("unbiased", [True, False])
 @pytest.mark.parametrize("shift_mean", [True, False])
-def test_whiten(xp, unbiased, shift_mean):
+def test_whiten(library, unbiased, shift_mean):
     rng = np.random.default_rng(2)
     x = rng.normal(3.0, 2.0, (4, 50))
     mask = rng.random((4, 50)) < 0.7
@@ -103,11 +103,11 @@ def test_whiten(xp, unbiased, shift_mean):
     real = x[mask]
     mean, var = real.mean(), real.var(ddof=1 if unbiased else 0)
     want = (x - mean) / np.sqrt(var + 1e-8) + (0 if shift_mean else mean)
-    got = gae_xp.whiten(xp.asarray(poisoned), xp.asarray(mask), unbiased=unbiased, shift_mean=shift_mean)
-    assert_close(xp, got, np.where(mask, want, 0.0))
-    whole = gae_xp.whiten(xp.asarray(x), unbiased=unbiased, shift_mean=shift_mean)
+    got = gae_xp.whiten(library.asarray(poisoned), library.asarray(mask), unbiased=unbiased, shift_mean=shift_mean)
+    xp_assert_close(got, np.where(mask, want, 0.0), like=library.asarray(x))
+    whole = gae_xp.whiten(library.asarray(x), unbiased=unbiased, shift_mean=shift_mean)
     full_want = (x - x.mean()) / np.sqrt(x.var(ddof=1 if unbiased else 0) + 1e-8) + (0 if shift_mean else x.mean())
-    assert_close(xp, whole, full_want)
+    xp_assert_close(whole, full_want, like=library.asarray(x))
 
 
 def test_estimator_errors():

@@ -1,4 +1,4 @@
-"""gae() against the float64 per-step loop, on every installed array library."""
+"""gae() against the float64 per-step loop, on every installed library and every backend that serves it."""
 
 from __future__ import annotations
 
@@ -6,65 +6,54 @@ import numpy as np
 import pytest
 
 import gae_xp
-from helpers import assert_close, expected, make_case, to_namespace
+from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 CHUNKS = [1, 2, 7, 64, 128, 256, 1024]
 DISCOUNTS = [0.0, 0.5, 0.99, 1.0]
 
 
-def run(ns, case, axis=-1, dtype=None, **options):
-    return ns.gae(**to_namespace(ns, case, dtype), axis=axis, **options)
+def check(library, backend, case, *, axis=-1, dtype=None, **options):
+    """gae() on the library's copies of the case, forced onto ``backend``, equals the float64 loop."""
+    arrays = converted(library, case, dtype)
+    advantages, returns = gae_xp.gae(**arrays, axis=axis, backend=backend, **options)
+    want_a, want_r = expected(case, axis)
+    xp_assert_close(advantages, want_a, like=arrays["rewards"])
+    xp_assert_close(returns, want_r, like=arrays["rewards"])
+    return advantages, returns
 
 
 @pytest.mark.parametrize("chunk", CHUNKS)
 @pytest.mark.parametrize("offset", [-1, 0, 1])
-def test_lengths_around_the_chunk_size(xp, chunk, offset):
-    rng = np.random.default_rng(chunk * 3 + offset)
+def test_lengths_around_the_chunk_size(library, backend, chunk, offset):
     length = max(chunk + offset, 0)
-    case = make_case(rng, (3, length))
-    advantages, returns = run(xp, case, chunk_size=chunk)
-    want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+    check(library, backend, make_case(np.random.default_rng(chunk * 3 + offset), (3, length)), chunk_size=chunk)
 
 
 @pytest.mark.parametrize("length", [0, 1, 1000])
 @pytest.mark.parametrize("chunk", CHUNKS + [None])
-def test_lengths_and_chunks(xp, length, chunk):
+def test_lengths_and_chunks(library, backend, length, chunk):
     case = make_case(np.random.default_rng(length), (2, length), dones=0.02, holes=0.1)
-    want_a, want_r = expected(case)
+    check(library, backend, case, chunk_size=chunk)
     plain = {k: v for k, v in case.items() if k in ("rewards", "values", "gamma", "lam")}
-    plain_a, plain_r = expected(plain)
-    advantages, returns = run(xp, case, chunk_size=chunk)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
-    advantages, returns = run(xp, plain, chunk_size=chunk)
-    assert_close(xp, advantages, plain_a)
-    assert_close(xp, returns, plain_r)
+    check(library, backend, plain, chunk_size=chunk)
 
 
 @pytest.mark.parametrize("gamma", DISCOUNTS)
 @pytest.mark.parametrize("lam", DISCOUNTS)
 @pytest.mark.parametrize("time_varying", [False, True])
-def test_discount_grid(xp, gamma, lam, time_varying):
+def test_discount_grid(library, backend, gamma, lam, time_varying):
     rng = np.random.default_rng(int(gamma * 100 + lam * 10))
     case = make_case(rng, (2, 300), gamma=gamma, lam=lam, dones=0.03 if time_varying else 0.0)
-    advantages, returns = run(xp, case, chunk_size=16)
-    want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+    check(library, backend, case, chunk_size=16)
 
 
 @pytest.mark.parametrize("time_varying", [False, True])
-def test_long_sequence(xp, time_varying):
-    if xp.max_elements < 2 * 65536:
-        pytest.skip(f"{xp.id} runs small arrays only (the CUDA simulator executes Python per thread)")
+def test_long_sequence(target, library, backend, time_varying):
+    if target.max_elements < 2 * 65536:
+        pytest.skip(f"{target} runs small arrays only (the CUDA simulator executes Python per thread)")
     case = make_case(np.random.default_rng(7), (2, 65536), dones=0.001 if time_varying else 0.0,
                      holes=0.2 if time_varying else 0.0)
-    advantages, returns = run(xp, case)
-    want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+    check(library, backend, case)
 
 
 OPTIONS = {
@@ -83,30 +72,41 @@ OPTIONS = {
 
 @pytest.mark.parametrize("option", OPTIONS)
 @pytest.mark.parametrize("chunk", [None, 1, 7, 64])
-def test_options(xp, option, chunk):
-    case = make_case(np.random.default_rng(len(option)), (3, 257), **OPTIONS[option])
-    advantages, returns = run(xp, case, chunk_size=chunk)
-    want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+def test_options(library, backend, option, chunk):
+    check(library, backend, make_case(np.random.default_rng(len(option)), (3, 257), **OPTIONS[option]),
+          chunk_size=chunk)
 
 
 @pytest.mark.parametrize("shape, axis", [((300,), -1), ((4, 300), -1), ((2, 3, 300), -1),
                                          ((300, 4), 0), ((2, 300, 3), 1), ((2, 300, 3), -2)])
-def test_leading_shapes_and_axis(xp, shape, axis):
+def test_leading_shapes_and_axis(library, backend, shape, axis):
     case = make_case(np.random.default_rng(len(shape)), shape, axis=axis, dones=0.02, holes=0.1,
                      per_step_gamma=True, bootstrap=True)
-    advantages, returns = run(xp, case, axis=axis, chunk_size=32)
-    want_a, want_r = expected(case, axis=axis)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+    check(library, backend, case, axis=axis, chunk_size=32)
 
 
-def test_mask_all_false_gives_zeros(xp):
+def test_mask_all_false_gives_zeros(library, backend):
     case = make_case(np.random.default_rng(0), (2, 50))
     case["mask"] = np.zeros((2, 50), dtype=bool)
-    advantages, returns = run(xp, case)
-    assert np.all(xp.to_numpy(advantages) == 0) and np.all(xp.to_numpy(returns) == 0)
+    advantages, returns = check(library, backend, case)
+    assert np.all(to_numpy(advantages) == 0) and np.all(to_numpy(returns) == 0)
+
+
+@pytest.mark.parametrize("time_varying", [False, True])
+def test_fill_masked_gives_the_next_real_steps_advantage(library, backend, time_varying):
+    case = make_case(np.random.default_rng(8), (2, 120), holes=0.3, padding=6, dones=0.05 if time_varying else 0.0)
+    arrays = converted(library, case)
+    advantages, returns = gae_xp.gae(**arrays, backend=backend, fill_masked=True)
+    want_a, _ = expected(case)
+    # A masked step carries the advantage of the next real step (0 after the last one), returns = that + V.
+    want = np.zeros_like(want_a)
+    for row in range(2):
+        following = 0.0
+        for t in reversed(range(120)):
+            following = want_a[row, t] if case["mask"][row, t] else following
+            want[row, t] = following
+    xp_assert_close(advantages, want, like=arrays["rewards"])
+    xp_assert_close(returns, want + case["values"], like=arrays["rewards"])
 
 
 VIEWS = {  # a view of a (300, 8) array, and its time axis
@@ -117,62 +117,53 @@ VIEWS = {  # a view of a (300, 8) array, and its time axis
 
 
 @pytest.mark.parametrize("view", VIEWS)
-def test_non_contiguous_inputs(xp, view):
+def test_non_contiguous_inputs(library, backend, view):
     pick, axis = VIEWS[view]
     rng = np.random.default_rng(3)
     base_r, base_v = rng.standard_normal((300, 8)), rng.standard_normal((300, 8))
-    advantages, returns = xp.gae(pick(xp.asarray(base_r)), pick(xp.asarray(base_v)), axis=axis, chunk_size=16)
+    r, v = pick(library.asarray(base_r)), pick(library.asarray(base_v))
+    advantages, returns = gae_xp.gae(r, v, axis=axis, chunk_size=16, backend=backend)
     want_a, want_r = expected({"rewards": pick(base_r), "values": pick(base_v)}, axis=axis)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+    xp_assert_close(advantages, want_a, like=r)
+    xp_assert_close(returns, want_r, like=r)
 
 
 @pytest.mark.parametrize("dones", [0.0, 0.05])
-def test_nan_in_masked_slots_changes_nothing(xp, dones):
-    rng = np.random.default_rng(11)
-    case = make_case(rng, (3, 200), holes=0.3, padding=10, dones=dones, bootstrap=True)
-    clean_a, clean_r = run(xp, case)
+def test_nan_in_masked_slots_changes_nothing(library, backend, dones):
+    case = make_case(np.random.default_rng(11), (3, 200), holes=0.3, padding=10, dones=dones, bootstrap=True)
+    clean_a, clean_r = check(library, backend, case)
     poisoned = dict(case)
     hole = ~case["mask"]
     for key, bad in (("rewards", np.nan), ("values", np.inf)):
         poisoned[key] = np.where(hole, bad, case[key])
-    dirty_a, dirty_r = run(xp, poisoned)
-    np.testing.assert_array_equal(xp.to_numpy(dirty_a), xp.to_numpy(clean_a))
-    np.testing.assert_array_equal(xp.to_numpy(dirty_r), xp.to_numpy(clean_r))
+    dirty_a, dirty_r = gae_xp.gae(**converted(library, poisoned), backend=backend)
+    np.testing.assert_array_equal(to_numpy(dirty_a), to_numpy(clean_a))
+    np.testing.assert_array_equal(to_numpy(dirty_r), to_numpy(clean_r))
 
 
 @pytest.mark.parametrize("time_varying", [False, True])
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_travels_only_backwards_in_time(xp, time_varying, bad):
-    rng = np.random.default_rng(5)
-    case = make_case(rng, (2, 300), dones=0.02 if time_varying else 0.0)
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_travels_only_backwards_in_time(library, backend, time_varying, bad):
+    case = make_case(np.random.default_rng(5), (2, 300), dones=0.02 if time_varying else 0.0)
     case["rewards"][0, 150] = bad
-    advantages, returns = run(xp, case, chunk_size=64)
-    want_a, want_r = expected(case)
-    got = xp.to_numpy(advantages)
+    advantages, _ = check(library, backend, case, chunk_size=64)
+    got = to_numpy(advantages)
     assert np.all(np.isfinite(got[0, 151:])) and np.all(np.isfinite(got[1]))
     assert not np.isfinite(got[0, 150])
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
 
 
-def test_inputs_are_not_modified(xp):
+def test_inputs_are_not_modified(library, backend):
     case = make_case(np.random.default_rng(2), (3, 150), dones=0.1, holes=0.2, per_step_gamma=True,
                      next_values=True)
-    converted = to_namespace(xp, case)
-    before = {k: xp.to_numpy(v).copy() for k, v in converted.items() if not isinstance(v, float)}
+    arrays = converted(library, case)
+    before = {k: to_numpy(v).copy() for k, v in arrays.items() if not isinstance(v, float)}
     for chunk in (None, 1, 16):
-        for kwargs in (converted, {k: v for k, v in converted.items() if k in ("rewards", "values")}):
-            xp.gae(**kwargs, chunk_size=chunk)
-            xp.discounted_cumsum(kwargs["rewards"], 0.9, chunk_size=chunk)
+        for kwargs in (arrays, {k: v for k, v in arrays.items() if k in ("rewards", "values")}):
+            gae_xp.gae(**kwargs, chunk_size=chunk, backend=backend)
+            gae_xp.discounted_cumsum(kwargs["rewards"], 0.9, chunk_size=chunk, backend=backend)
     for key, value in before.items():
-        np.testing.assert_array_equal(xp.to_numpy(converted[key]), value, err_msg=f"{key} was modified")
+        np.testing.assert_array_equal(to_numpy(arrays[key]), value, err_msg=f"{key} was modified")
 
 
-@pytest.mark.parametrize("backend", ["auto", "xp"])
-def test_auto_and_generic_dispatch(xp, backend):
-    case = make_case(np.random.default_rng(4), (2, 500), dones=0.02, holes=0.1)
-    advantages, returns = gae_xp.gae(**to_namespace(xp, case), backend=backend)
-    want_a, want_r = expected(case)
-    assert_close(xp, advantages, want_a)
-    assert_close(xp, returns, want_r)
+def test_auto_dispatch(library):
+    check(library, "auto", make_case(np.random.default_rng(4), (2, 500), dones=0.02, holes=0.1))

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 import gae_xp
-from conftest import load_namespace
+from conftest import load_target
 from gae_xp import backends
 
 
 @pytest.mark.parametrize("backend", ["xp", "numba"])
 @pytest.mark.parametrize("time_varying", [False, True])
 def test_peak_memory_is_a_small_multiple_of_one_input(backend, time_varying):
-    load_namespace("numpy" if backend == "xp" else backend)
+    load_target(f"numpy/{backend}")
     rng = np.random.default_rng(0)
     shape = (4, 2**20)
     rewards = rng.standard_normal(shape, dtype=np.float32)

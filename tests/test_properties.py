@@ -6,8 +6,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+import gae_xp
 from gae_xp import reference
-from helpers import assert_close, to_namespace
+from helpers import converted, xp_assert_close
 
 discount = st.one_of(st.sampled_from([0.0, 0.5, 0.99, 1.0]), st.floats(0.0, 1.0))
 
@@ -48,12 +49,13 @@ def gae_cases(draw):
 
 
 @given(gae_cases())
-def test_gae_equals_the_loop(xp, drawn):
+def test_gae_equals_the_loop(library, backend, drawn):
     case, options, dtype = drawn
     want_a, want_r = reference.gae_loop(**case, axis=options["axis"])
-    got_a, got_r = xp.gae(**to_namespace(xp, case, dtype), **options)
-    assert_close(xp, got_a, want_a, dtype)
-    assert_close(xp, got_r, want_r, dtype)
+    arrays = converted(library, case, getattr(library.xp, dtype))
+    got_a, got_r = gae_xp.gae(**arrays, **options, backend=backend)
+    xp_assert_close(got_a, want_a, like=arrays["rewards"])
+    xp_assert_close(got_r, want_r, like=arrays["rewards"])
 
 
 @given(
@@ -64,13 +66,13 @@ def test_gae_equals_the_loop(xp, drawn):
     value=discount,
     seed=st.integers(0, 2**32 - 1),
 )
-def test_discounted_cumsum_equals_the_loop(xp, length, chunk, reverse, kind, value, seed):
+def test_discounted_cumsum_equals_the_loop(library, backend, length, chunk, reverse, kind, value, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((2, length))
     a = {"float": value, "array": rng.uniform(0, 1, (2, length)),
          "zeros": np.where(rng.random((2, length)) < 0.3, 0.0, value)}[kind]
     initial = rng.standard_normal(2)
     want = reference.discounted_cumsum_loop(x, a, reverse=reverse, initial=initial)
-    got = xp.discounted_cumsum(xp.asarray(x), a if kind == "float" else xp.asarray(a), reverse=reverse,
-                                   initial=xp.asarray(initial), chunk_size=chunk)
-    assert_close(xp, got, want)
+    got = gae_xp.discounted_cumsum(library.asarray(x), a if kind == "float" else library.asarray(a), reverse=reverse,
+                                   initial=library.asarray(initial), chunk_size=chunk, backend=backend)
+    xp_assert_close(got, want, like=library.asarray(x))

@@ -1,19 +1,20 @@
-"""discounted_cumsum() against its loop, and the reference implementations against each other."""
+"""discounted_cumsum() against its loop, and the baselines against the oracle."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+import gae_xp
 from gae_xp import reference
 from gae_xp.bench import baselines
-from helpers import assert_close
+from helpers import xp_assert_close
 
 
 @pytest.mark.parametrize("reverse", [True, False])
-@pytest.mark.parametrize("discount_kind", ["float", "per-step", "per-row", "with zeros"])
+@pytest.mark.parametrize("discount_kind", ["float", "per-step", "per-row", "with zeros", "negative"])
 @pytest.mark.parametrize("chunk", [None, 1, 3, 64])
-def test_discounted_cumsum(xp, reverse, discount_kind, chunk):
+def test_discounted_cumsum(library, backend, reverse, discount_kind, chunk):
     rng = np.random.default_rng(chunk or 0)
     x = rng.standard_normal((3, 200))
     discount = {
@@ -21,37 +22,38 @@ def test_discounted_cumsum(xp, reverse, discount_kind, chunk):
         "per-step": rng.uniform(0, 1, 200),
         "per-row": rng.uniform(0, 1, (3, 1)),
         "with zeros": np.where(rng.random((3, 200)) < 0.1, 0.0, 0.9),
+        "negative": rng.uniform(-1, 1, (3, 200)),
     }[discount_kind]
     initial = rng.standard_normal(3)
     want = reference.discounted_cumsum_loop(x, discount, reverse=reverse, initial=initial)
-    converted = discount if isinstance(discount, float) else xp.asarray(discount)
-    got = xp.discounted_cumsum(xp.asarray(x), converted, reverse=reverse, initial=xp.asarray(initial),
-                                   chunk_size=chunk)
-    assert_close(xp, got, want)
+    arg = discount if isinstance(discount, float) else library.asarray(discount)
+    got = gae_xp.discounted_cumsum(library.asarray(x), arg, reverse=reverse, initial=library.asarray(initial),
+                                   chunk_size=chunk, backend=backend)
+    xp_assert_close(got, want, like=library.asarray(x))
 
 
 @pytest.mark.parametrize("length", [0, 1, 2, 33])
-def test_discounted_cumsum_short_and_scalar_initial(xp, length):
-    x = np.arange(length, dtype=np.float64)
-    want = reference.discounted_cumsum_loop(x, 0.5, initial=2.0)
-    assert_close(xp, xp.discounted_cumsum(xp.asarray(x), 0.5, initial=2.0, chunk_size=4), want)
+def test_discounted_cumsum_short_and_scalar_initial(library, backend, length):
+    x = library.asarray(np.arange(length, dtype=np.float64))
+    want = reference.discounted_cumsum_loop(np.arange(length, dtype=np.float64), 0.5, initial=2.0)
+    xp_assert_close(gae_xp.discounted_cumsum(x, 0.5, initial=2.0, chunk_size=4, backend=backend), want, like=x)
 
 
-def test_discounted_cumsum_axis(xp):
+def test_discounted_cumsum_axis(library, backend):
     x = np.random.default_rng(1).standard_normal((50, 4))
     want = reference.discounted_cumsum_loop(x, 0.8, axis=0, reverse=False)
-    assert_close(xp, xp.discounted_cumsum(xp.asarray(x), 0.8, axis=0, reverse=False, chunk_size=8), want)
+    got = gae_xp.discounted_cumsum(library.asarray(x), 0.8, axis=0, reverse=False, chunk_size=8, backend=backend)
+    xp_assert_close(got, want, like=library.asarray(x))
 
 
 @pytest.mark.parametrize("discount", [1.05, -1.5, "array"])
-def test_discounted_cumsum_rejects_a_discount_beyond_one(xp, discount):
+def test_discounted_cumsum_rejects_a_discount_beyond_one(library, backend, discount):
     # Products of |discount| > 1 overflow in any parallel form (inf * 0 = NaN) long before the loop's values do.
-    x = xp.asarray(np.zeros((2, 300)))
+    x = library.asarray(np.zeros((2, 300)))
     if discount == "array":
-        discount = xp.asarray(np.full((2, 300), 0.5))
-        discount = xp.xp.concat([discount[:, :-1], xp.asarray(np.full((2, 1), 1.5))], axis=-1)
+        discount = library.asarray(np.concatenate([np.full((2, 299), 0.5), np.full((2, 1), 1.5)], axis=1))
     with pytest.raises(ValueError, match="discount"):
-        xp.discounted_cumsum(x, discount)
+        gae_xp.discounted_cumsum(x, discount, backend=backend)
 
 
 def test_matrix_method_equals_loop():
@@ -81,3 +83,10 @@ def test_loop_matches_a_hand_computed_case():
     a0 = 1.0 + 0.5 * 0.25 - 0.5 + 0.25 * a1
     np.testing.assert_allclose(advantages, [a0, a1])
     np.testing.assert_allclose(returns, [a0 + 0.5, a1 + 0.25])
+
+
+def test_loop_cuts_exactly_at_a_done_step():
+    # The issue's case: inf in a later episode leaves the earlier one untouched.
+    r = np.array([0.0, 0.0, 0.0, np.inf, 0.0, 0.0])
+    advantages, _ = reference.gae_loop(r, np.zeros(6), terminated=np.arange(6) == 2)
+    np.testing.assert_array_equal(advantages, [0, 0, 0, np.inf, 0, 0])

@@ -103,6 +103,20 @@ def target_unavailable(target: str) -> str | None:
     return backends.load(backend).unavailable_reason(library.xp, [sample], forced=True)
 
 
+def to_numpy(array) -> np.ndarray:
+    """Any library's array as a NumPy array in host memory (bfloat16 widened to float32, which NumPy lacks)."""
+    from gae_xp._compat import is_cupy_array, is_jax_array, is_torch_array
+
+    if is_torch_array(array):
+        array = array.detach().cpu()
+        return (array.float() if str(array.dtype) == "torch.bfloat16" else array).numpy()
+    if is_cupy_array(array):
+        return array.get()
+    if is_jax_array(array) and str(array.dtype) == "bfloat16":
+        array = array.astype("float32")
+    return np.asarray(array)
+
+
 def load(name: str) -> Library:
     reason = unavailable(name)
     if reason is not None:
@@ -153,10 +167,6 @@ def _torch(name):
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
 
-    def to_numpy(t):
-        t = t.detach().cpu()
-        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
-
     return Library(name, xp, device, lambda a: torch.from_numpy(np.array(a)).to(device), to_numpy,
                    synchronize, peak_memory, torch.__version__)
 
@@ -179,9 +189,6 @@ def _jax(name):
 
     def synchronize(result):
         jax.block_until_ready(result)
-
-    def to_numpy(a):
-        return np.asarray(a.astype(xp.float32) if a.dtype == xp.bfloat16 else a)
 
     return Library(name, xp, device, lambda a: jax.device_put(np.array(a), device), to_numpy, synchronize,
                    lambda call: None, jax.__version__, jax.jit)

@@ -12,7 +12,7 @@ import pytest
 
 from conformance.frameworks import openrlhf_gae
 from gae_xp.adapters import openrlhf
-from helpers import assert_close
+from helpers import like, xp_assert_close
 
 
 def _batch(rng, batch=3, length=300):
@@ -24,31 +24,31 @@ def _batch(rng, batch=3, length=300):
 
 @pytest.mark.parametrize("kind", ["float", "bool", "fractional", "none"])
 @pytest.mark.parametrize("seed", range(2))
-def test_against_openrlhf_loop(xp, kind, seed):
+def test_against_openrlhf_loop(library, kind, seed):
     rng = np.random.default_rng(seed)
     values, rewards, mask = _batch(rng)
     given = {"float": mask.astype(np.float64), "bool": mask, "none": None,
              "fractional": mask * rng.choice([0.5, 1.0], size=mask.shape)}[kind]
     want_adv, want_ret = openrlhf_gae(values, rewards, given, 0.99, 0.95)
     got_adv, got_ret = openrlhf.get_advantages_and_returns(
-        xp.asarray(values), xp.asarray(rewards), None if given is None else xp.asarray(given), 0.99, 0.95)
-    assert_close(xp, got_adv, want_adv)
-    assert_close(xp, got_ret, want_ret)
+        library.asarray(values), library.asarray(rewards), None if given is None else library.asarray(given), 0.99, 0.95)
+    xp_assert_close(got_adv, want_adv, like=like(library))
+    xp_assert_close(got_ret, want_ret, like=like(library))
 
 
-def test_packed_samples_as_lists(xp):
+def test_packed_samples_as_lists(library):
     """OpenRLHF's packing branch: lists of 1-D tensors, each computed on its own, lists back."""
     rng = np.random.default_rng(4)
     lengths = [5, 17, 1]
     values = [rng.standard_normal(n) for n in lengths]
     rewards = [rng.standard_normal(n) for n in lengths]
-    got_adv, got_ret = openrlhf.get_advantages_and_returns([xp.asarray(v) for v in values],
-                                                           [xp.asarray(r) for r in rewards], None, 0.9, 0.8)
+    got_adv, got_ret = openrlhf.get_advantages_and_returns([library.asarray(v) for v in values],
+                                                           [library.asarray(r) for r in rewards], None, 0.9, 0.8)
     assert isinstance(got_adv, list) and isinstance(got_ret, list) and len(got_adv) == len(lengths)
     for v, r, a, g in zip(values, rewards, got_adv, got_ret):
         want_adv, want_ret = openrlhf_gae(v[None], r[None], None, 0.9, 0.8)
-        assert_close(xp, a, want_adv[0])
-        assert_close(xp, g, want_ret[0])
+        xp_assert_close(a, want_adv[0], like=like(library))
+        xp_assert_close(g, want_ret[0], like=like(library))
 
 
 def test_torch_no_grad_as_openrlhf():

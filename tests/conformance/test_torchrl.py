@@ -15,7 +15,7 @@ import pytest
 
 from conformance.frameworks import torchrl_gae, torchrl_vtrace
 from gae_xp.adapters import torchrl as adapter
-from helpers import assert_close
+from helpers import like, xp_assert_close
 
 torch = pytest.importorskip("torch")
 functional = pytest.importorskip("torchrl.objectives.value.functional")
@@ -235,17 +235,17 @@ def _case(rng, shape=(2, 3, 150, 2)):
 
 
 @pytest.mark.parametrize("seed", range(2))
-def test_gae_every_namespace(xp, seed):
+def test_gae_every_namespace(library, seed):
     c = _case(np.random.default_rng(seed))
     want = torchrl_gae(0.98, 0.9, c["value"], c["next_value"], c["reward"], c["done"], c["terminated"])
-    got = adapter.generalized_advantage_estimate(0.98, 0.9, *(xp.asarray(c[k]) for k in (
+    got = adapter.generalized_advantage_estimate(0.98, 0.9, *(library.asarray(c[k]) for k in (
         "value", "next_value", "reward", "done", "terminated")))
     for g, w in zip(got, want):
-        assert_close(xp, g, w)
+        xp_assert_close(g, w, like=like(library))
 
 
 @pytest.mark.parametrize("thresholds", ["floats", "above_one", "tensors"])
-def test_vtrace_every_namespace(xp, thresholds):
+def test_vtrace_every_namespace(library, thresholds):
     rng = np.random.default_rng(7)
     c = _case(rng)
     rho_thresh, c_thresh = {"floats": (1.0, 1.0), "above_one": (0.8, 1.5),
@@ -253,11 +253,11 @@ def test_vtrace_every_namespace(xp, thresholds):
                             }[thresholds]
     want = torchrl_vtrace(0.98, c["log_pi"], c["log_mu"], c["value"], c["next_value"], c["reward"], c["done"],
                           c["terminated"], rho_thresh, c_thresh)
-    as_given = [xp.asarray(t) if isinstance(t, np.ndarray) else t for t in (rho_thresh, c_thresh)]
-    got = adapter.vtrace_advantage_estimate(0.98, *(xp.asarray(c[k]) for k in (
+    as_given = [library.asarray(t) if isinstance(t, np.ndarray) else t for t in (rho_thresh, c_thresh)]
+    got = adapter.vtrace_advantage_estimate(0.98, *(library.asarray(c[k]) for k in (
         "log_pi", "log_mu", "value", "next_value", "reward", "done", "terminated")), *as_given)
     for g, w in zip(got, want):
-        assert_close(xp, g, w)
+        xp_assert_close(g, w, like=like(library))
 
 
 def test_vtrace_tensor_thresholds_and_positional_time_dim_as_torchrl():

@@ -16,11 +16,11 @@ import pytest
 import gae_xp
 from conformance.frameworks import verl_gae, verl_masked_whiten
 from gae_xp.adapters import verl
-from helpers import assert_close
+from helpers import like, xp_assert_close
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_multi_turn_compute_gae_advantage_return(xp, seed):
+def test_multi_turn_compute_gae_advantage_return(library, seed):
     """verl's multi-turn test: observation tokens' values are ignored (bitwise), with random gamma and lam."""
     rand = random.Random(seed)
     gamma, lam = rand.uniform(0.0, 1.0), rand.uniform(0.0, 1.0)
@@ -31,15 +31,15 @@ def test_multi_turn_compute_gae_advantage_return(xp, seed):
                          rand.uniform(0.0, 100.0), 7.0, 9.0, 0.0, 0.0]], dtype=np.float32)
     response_mask = np.array([[0, 0, 1, 1, 1, 0, 0, 1, 1, 0, 0]], dtype=np.float32)
 
-    adv1, ret1 = verl.compute_gae_advantage_return(xp.asarray(rewards), xp.asarray(values1),
-                                                   xp.asarray(response_mask), gamma, lam)
-    adv2, ret2 = verl.compute_gae_advantage_return(xp.asarray(rewards), xp.asarray(values2),
-                                                   xp.asarray(response_mask), gamma, lam)
-    np.testing.assert_array_equal(xp.to_numpy(adv1), xp.to_numpy(adv2))
-    np.testing.assert_array_equal(xp.to_numpy(ret1) * response_mask, xp.to_numpy(ret2) * response_mask)
+    adv1, ret1 = verl.compute_gae_advantage_return(library.asarray(rewards), library.asarray(values1),
+                                                   library.asarray(response_mask), gamma, lam)
+    adv2, ret2 = verl.compute_gae_advantage_return(library.asarray(rewards), library.asarray(values2),
+                                                   library.asarray(response_mask), gamma, lam)
+    np.testing.assert_array_equal(library.to_numpy(adv1), library.to_numpy(adv2))
+    np.testing.assert_array_equal(library.to_numpy(ret1) * response_mask, library.to_numpy(ret2) * response_mask)
     want_adv, want_ret = verl_gae(rewards, values1, response_mask, gamma, lam)
-    assert_close(xp, adv1, want_adv, "float32")
-    assert_close(xp, ret1, want_ret, "float32")
+    xp_assert_close(adv1, want_adv, like=like(library), dtype=library.xp.float32)
+    xp_assert_close(ret1, want_ret, like=like(library), dtype=library.xp.float32)
 
 
 def _llm_batch(rng, batch=3, length=300, fractional=False):
@@ -53,14 +53,14 @@ def _llm_batch(rng, batch=3, length=300, fractional=False):
 
 @pytest.mark.parametrize("kind", ["float", "bool", "fractional"])
 @pytest.mark.parametrize("seed", range(2))
-def test_against_verl_loop(xp, kind, seed):
+def test_against_verl_loop(library, kind, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed), fractional=kind == "fractional")
     want_adv, want_ret = verl_gae(rewards, values, mask, 0.99, 0.95)
     given = mask != 0 if kind == "bool" else mask
-    got_adv, got_ret = verl.compute_gae_advantage_return(xp.asarray(rewards), xp.asarray(values), xp.asarray(given),
+    got_adv, got_ret = verl.compute_gae_advantage_return(library.asarray(rewards), library.asarray(values), library.asarray(given),
                                                          0.99, 0.95)
-    assert_close(xp, got_adv, want_adv)
-    assert_close(xp, got_ret, want_ret)
+    xp_assert_close(got_adv, want_adv, like=like(library))
+    xp_assert_close(got_ret, want_ret, like=like(library))
 
 
 def test_fractional_mask_as_verl():
@@ -78,14 +78,14 @@ def test_fractional_mask_as_verl():
 @pytest.mark.parametrize("mask,message", [([[0, 1, 0]], "sum of the mask is one"),
                                           ([[0, 0, 0]], "At least one element"),
                                           ([[0.5, 0.5, 0]], "sum of the mask is one")])
-def test_too_few_real_tokens_raise_as_verl(xp, mask, message):
+def test_too_few_real_tokens_raise_as_verl(library, mask, message):
     """verl's masked_var raises for a mask summing to 0 or 1; the adapter raises the same error."""
     mask = np.array(mask, dtype=np.float64)
     with pytest.raises(ValueError, match=message):
         verl_masked_whiten(np.zeros_like(mask), mask)
-    zeros = xp.asarray(np.zeros((1, 3)))
+    zeros = library.asarray(np.zeros((1, 3)))
     with pytest.raises(ValueError, match=message):
-        verl.compute_gae_advantage_return(zeros, zeros, xp.asarray(mask), 0.99, 0.95)
+        verl.compute_gae_advantage_return(zeros, zeros, library.asarray(mask), 0.99, 0.95)
 
 
 def test_nan_in_a_masked_slot_does_not_leak():
@@ -109,7 +109,7 @@ def test_torch_no_grad_as_verl():
 
 
 @pytest.mark.parametrize("unbiased", [True, False])
-def test_whiten_takes_weights_as_verl_masked_mean(xp, unbiased):
+def test_whiten_takes_weights_as_verl_masked_mean(library, unbiased):
     """gae_xp.whiten with a numeric mask weights each entry by it, as verl's masked_mean / masked_var do."""
     rng = np.random.default_rng(3)
     x = rng.normal(2.0, 3.0, (4, 30))
@@ -118,10 +118,10 @@ def test_whiten_takes_weights_as_verl_masked_mean(xp, unbiased):
     mean = (x * weights).sum() / total
     var = (((x - mean) ** 2) * weights).sum() / total * (total / (total - 1) if unbiased else 1.0)
     want = (x - mean) / np.sqrt(var + 1e-8)
-    got = gae_xp.whiten(xp.asarray(np.where(weights == 0, np.nan, x)), xp.asarray(weights), unbiased=unbiased)
-    assert_close(xp, got, np.where(weights == 0, 0.0, want))
-    got_all = gae_xp.whiten(xp.asarray(x), xp.asarray(weights), unbiased=unbiased, masked_fill=None)
-    assert_close(xp, got_all, want)
-    as_bool = gae_xp.whiten(xp.asarray(x), xp.asarray(weights != 0), unbiased=unbiased)
-    as_float = gae_xp.whiten(xp.asarray(x), xp.asarray((weights != 0).astype(np.float64)), unbiased=unbiased)
-    assert_close(xp, as_float, xp.to_numpy(as_bool))
+    got = gae_xp.whiten(library.asarray(np.where(weights == 0, np.nan, x)), library.asarray(weights), unbiased=unbiased)
+    xp_assert_close(got, np.where(weights == 0, 0.0, want), like=like(library))
+    got_all = gae_xp.whiten(library.asarray(x), library.asarray(weights), unbiased=unbiased, masked_fill=None)
+    xp_assert_close(got_all, want, like=like(library))
+    as_bool = gae_xp.whiten(library.asarray(x), library.asarray(weights != 0), unbiased=unbiased)
+    as_float = gae_xp.whiten(library.asarray(x), library.asarray((weights != 0).astype(np.float64)), unbiased=unbiased)
+    xp_assert_close(as_float, library.to_numpy(as_bool), like=like(library))

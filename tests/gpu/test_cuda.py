@@ -10,27 +10,23 @@ import numpy as np
 import pytest
 
 import gae_xp
-from conftest import load_namespace
-from helpers import assert_close, expected, make_case, to_namespace
+from conftest import load_target
+from helpers import converted, expected, like, make_case, xp_assert_close
 
 pytestmark = pytest.mark.gpu
 
-LIBRARIES = ["cupy", "torch_cuda"]
+LIBRARIES = ["cupy", "torch:cuda"]
 OPTIONS = [{}, {"dones": 0.02, "holes": 0.2, "padding": 7}, {"per_step_gamma": True, "bootstrap": True},
            {"next_values": True, "dones": 0.05}]
 
 
 @pytest.fixture(params=LIBRARIES)
 def gpu(request):
-    return load_namespace(request.param)
+    return load_target(f"{request.param}/auto").library
 
 
-def require_kernels(ns):
-    from gae_xp import backends
-
-    reason = backends.load("numba-cuda").unavailable_reason(ns.xp, [ns.asarray(np.zeros((1, 1)))], forced=True)
-    if reason is not None:
-        pytest.skip(reason)
+def require_kernels(library):
+    load_target(f"{library.name}/numba-cuda")
 
 
 @pytest.mark.parametrize("backend", ["numba-cuda", "xp", "auto"])
@@ -40,10 +36,11 @@ def test_equals_the_loop_and_stays_on_the_device(gpu, backend, options, length):
     if backend == "numba-cuda":
         require_kernels(gpu)
     case = make_case(np.random.default_rng(length), (3, length), **options)
-    advantages, returns = gae_xp.gae(**to_namespace(gpu, case), backend=backend)
+    arrays = converted(gpu, case)
+    advantages, returns = gae_xp.gae(**arrays, backend=backend)
     want_a, want_r = expected(case)
-    assert_close(gpu, advantages, want_a)  # checks the array type and the device too
-    assert_close(gpu, returns, want_r)
+    xp_assert_close(advantages, want_a, like=arrays["rewards"])  # checks the namespace and the device too
+    xp_assert_close(returns, want_r, like=arrays["rewards"])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -56,37 +53,37 @@ def test_discounted_cumsum_on_the_kernels(gpu, dtype):
         want = reference.discounted_cumsum_loop(x, 0.97, reverse=reverse)
         got = gae_xp.discounted_cumsum(gpu.xp.astype(gpu.asarray(x), getattr(gpu.xp, dtype)), 0.97,
                                        reverse=reverse, backend="numba-cuda")
-        assert_close(gpu, got, want, dtype)
+        xp_assert_close(got, want, like=like(gpu), dtype=getattr(gpu.xp, dtype))
 
 
 def test_non_default_stream_without_synchronizing(gpu):
     require_kernels(gpu)
     case = make_case(np.random.default_rng(1), (8, 100_000), dones=0.01, holes=0.1)
     want_a, _ = expected(case)
-    if gpu.id == "cupy":
+    if gpu.name == "cupy":
         import cupy
 
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
-            converted = to_namespace(gpu, case)
-            advantages, _ = gae_xp.gae(**converted, backend="numba-cuda")
+            arrays = converted(gpu, case)
+            advantages, _ = gae_xp.gae(**arrays, backend="numba-cuda")
         stream.synchronize()
     else:
         import torch
 
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
-            converted = to_namespace(gpu, case)
-            advantages, _ = gae_xp.gae(**converted, backend="numba-cuda")
+            arrays = converted(gpu, case)
+            advantages, _ = gae_xp.gae(**arrays, backend="numba-cuda")
         stream.synchronize()
-    assert_close(gpu, advantages, want_a)
+    xp_assert_close(advantages, want_a, like=like(gpu))
 
 
 def test_no_copy_to_the_host(gpu, monkeypatch):
     require_kernels(gpu)
     case = make_case(np.random.default_rng(2), (4, 20_000), dones=0.01, holes=0.1)
-    converted = to_namespace(gpu, case)
-    if gpu.id == "cupy":
+    arrays = converted(gpu, case)
+    if gpu.name == "cupy":
         import cupy
 
         def refuse(*args, **kwargs):
@@ -94,13 +91,13 @@ def test_no_copy_to_the_host(gpu, monkeypatch):
 
         for name in ("copy_to_host", "copy_to_host_async"):
             monkeypatch.setattr(cupy.cuda.memory.MemoryPointer, name, refuse)
-        gae_xp.gae(**converted, backend="numba-cuda")
+        gae_xp.gae(**arrays, backend="numba-cuda")
     else:
         import torch
 
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            gae_xp.gae(**converted, backend="numba-cuda")
+            gae_xp.gae(**arrays, backend="numba-cuda")
         finally:
             torch.cuda.set_sync_debug_mode("default")
