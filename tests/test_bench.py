@@ -246,6 +246,13 @@ def test_the_step_verdict_compares_the_loop_with_what_auto_runs():
     assert "which was not timed" in report.verdicts(results[1:], {"numpy": "gae_xp[numba]"})[0]
 
 
+def test_the_numba_kernel_is_compared_with_the_bare_numba_loop():
+    results = [measurement("gae_xp[numba]", effective=None, median=2e-3),
+               measurement("numba-bare", effective=None, median=1e-3)]
+    lines = "\n".join(report.verdicts(results, {"numpy": "gae_xp[numba]"}))
+    assert "gae_xp[numba] 2 ms ±0% against a bare numba loop's 1 ms ±0% (2x its time" in lines
+
+
 def test_jax_is_compared_with_lax_scan_and_torch_cpu_with_numpy_on_the_numba_kernel():
     results = [measurement("gae_xp[xp]", library="jax:cpu", median=6e-3),
                measurement("lax.scan", library="jax:cpu", effective=None, median=30e-3),

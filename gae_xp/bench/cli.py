@@ -63,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="seconds of timed samples per case; a Python loop over time (serial, slime-chunked) "
                              "expected to take longer per call runs on a prefix and is extrapolated linearly to T, "
                              "marked ~ (default: 1)")
+    parser.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                        help="threads for torch's and numba's parallel loops (torch.set_num_threads, "
+                             "numba.set_num_threads); on a machine shared with other work, 1 spares torch the "
+                             "stalls of a thread pool that waits for a busy core (default: the libraries' own)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
                         help="comma-separated paths to run, from " + ", ".join(p.name for p in paths.all_paths())
                              + " (default: all that apply to each library and case)")
@@ -93,6 +97,8 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
     if not loaded:
         print("no array library to benchmark", file=sys.stderr)
         return 1
+    if options.threads is not None:
+        set_threads(options.threads)
     dones = DEFAULT_DONES if options.dones is None else options.dones
     holes = DEFAULT_HOLES if options.mask_holes is None else options.mask_holes
     cases = options.cases or [paths.Workload(1, 1, dones=options.dones or 0.0, holes=options.mask_holes or 0.0).case]
@@ -127,6 +133,18 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
         print(f"wrote {options.plot}", file=stream)
     print(f"took {_duration(elapsed)} ({' '.join([prog, *map(shlex.quote, argv)])})", file=stream)
     return 0
+
+
+def set_threads(n: int) -> None:
+    """Threads of torch's intra-op pool and of numba's parallel loops (where installed); JAX fixes its own at start."""
+    import importlib.util
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    if importlib.util.find_spec("numba") is not None:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
 
 
 def auto_paths(loaded, dtype: str) -> dict[str, str]:

@@ -139,6 +139,7 @@ def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = Non
             for path in dict.fromkeys(m.path for m in here if m.ours and m.effective_chunk is None):
                 lines.append(f"  chunk size: {path} has no chunks: chunk_size is ignored there, so not swept")
             lines.extend("  " + line for line in _jax_lines(here))
+            lines.extend("  " + line for line in _floor_lines(here))
             lines.extend("  " + line for line in _case_cost_lines(measured, here))
             lines.extend("  " + line for line in _cross_library_lines(results, here))
     lines.extend(extra_hints(missing_extras, by_library))
@@ -186,6 +187,16 @@ def _jax_lines(here) -> list[str]:
     ref = refs[0]
     return [f"JAX's other alternative, lax.associative_scan under jax.jit: {_timed(ref)} "
             f"({ref.median_s / best.median_s:.3g}x {best.path}'s time)"]
+
+
+def _floor_lines(here) -> list[str]:
+    """gae_xp's numba kernel against the bare numba loop: the floor of a compiled CPU loop (constant discount only)."""
+    floor = next((m for m in here if m.path == "numba-bare"), None)
+    ours = next((m for m in here if m.path == "gae_xp[numba]"), None)
+    if floor is None or ours is None:
+        return []
+    return [f"gae_xp[numba] {_timed(ours)} against a bare numba loop's {_timed(floor)} "
+            f"({ours.median_s / floor.median_s:.2g}x its time; the bare loop knows only a constant discount)"]
 
 
 def _case_cost_lines(measured, here) -> list[str]:
@@ -288,7 +299,7 @@ def machine() -> dict:
     if importlib.util.find_spec("numba") is not None:
         import numba
 
-        threads["numba"] = numba.config.NUMBA_NUM_THREADS
+        threads["numba"] = numba.get_num_threads()
     return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "usable_cpus": usable,
             "python": platform.python_version(), "threads": threads}
 
