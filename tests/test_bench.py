@@ -69,6 +69,11 @@ def test_bad_options_are_rejected_with_a_message(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_case_without_its_probability_is_refused(capsys):
+    assert main(["bench", "--cases", "dones+mask", "--dones", "0"], prog="gae-xp") == 2
+    assert "case dones+mask needs --dones and --mask-holes above 0" in capsys.readouterr().err
+
+
 def test_main_without_a_command_prints_usage(capsys):
     assert main([], prog="gae-xp") == 2
     err = capsys.readouterr().err

@@ -102,6 +102,11 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
     dones = DEFAULT_DONES if options.dones is None else options.dones
     holes = DEFAULT_HOLES if options.mask_holes is None else options.mask_holes
     cases = options.cases or [paths.Workload(1, 1, dones=options.dones or 0.0, holes=options.mask_holes or 0.0).case]
+    for case in cases:
+        p_dones, p_holes = paths.case_probabilities(case, dones, holes)
+        if paths.Workload(1, 1, dones=p_dones, holes=p_holes).case != case:
+            print(f"{prog}: case {case} needs --dones and --mask-holes above 0 where it names them", file=sys.stderr)
+            return 2
     workloads = tuple(paths.Workload(b, t, options.dtype, *paths.case_probabilities(case, dones, holes),
                                      options.gamma, options.lam)
                       for case in cases for b in options.B for t in options.T)
