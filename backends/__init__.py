@@ -16,8 +16,10 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
-from gae_xp._compat import device_of, values_are_readable
+from gae_xp._compat import device_of, is_jax_namespace, values_are_readable
 
+# The two traceable routes are imported with the registry: neither imports a framework.
+from . import jax as _lax_scan
 from . import xp as _generic
 
 
@@ -47,9 +49,11 @@ class Backend(Protocol):
 REGISTRY: dict[str, str] = {
     "numba-cuda": "gae_xp.backends.numba_cuda",
     "numba": "gae_xp.backends.numba_cpu",
+    "jax": "gae_xp.backends.jax",
     "xp": "gae_xp.backends.xp",
 }
 
+_LOADED: dict[str, Backend] = {"jax": _lax_scan.BACKEND, "xp": _generic.BACKEND}
 _CHOSEN: dict = {}
 
 
@@ -58,7 +62,10 @@ def names() -> tuple[str, ...]:
 
 
 def load(name: str) -> Backend:
-    return importlib.import_module(REGISTRY[name]).BACKEND
+    backend = _LOADED.get(name)
+    if backend is None:
+        backend = _LOADED[name] = importlib.import_module(REGISTRY[name]).BACKEND
+    return backend
 
 
 def select(name: str, xp, arrays) -> Backend:
@@ -72,13 +79,20 @@ def select(name: str, xp, arrays) -> Backend:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
     if not all(values_are_readable(a) for a in arrays):
-        return _generic.BACKEND  # traced or lazy arrays: only the array-API route can follow them
+        return _traceable(xp, arrays)
     kind = _kind(xp, arrays)
     chosen = _CHOSEN.get(kind)
     if chosen is None:
         chosen = _CHOSEN[kind] = next(backend for backend in map(load, REGISTRY)
                                       if backend.unavailable_reason(xp, arrays) is None)
     return chosen
+
+
+def _traceable(xp, arrays) -> Backend:
+    """For traced or lazy arrays, a route that traces: lax.scan for JAX on a CPU, else the array-API chunk scan."""
+    if is_jax_namespace(xp) and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None:
+        return _lax_scan.BACKEND
+    return _generic.BACKEND
 
 
 def _kind(xp, arrays):

@@ -20,7 +20,9 @@ NaN or inf. With T steps cut into n pieces of C steps:
    (ranks, Dask blocks, CUDA blocks) brings its own;
 3. **fix-up**: the carry of the neighbouring piece enters every step,
    ``y_t += D_t carry_{c+-1}`` with ``D_t`` the product of the coefficients
-   from t to the piece's edge.
+   from t to the piece's edge (on the exact route a product of nonzero
+   coefficients that underflows is kept at the smallest normal number, so
+   that only a true zero cuts).
 
 Two local scans:
 
@@ -222,9 +224,24 @@ class SequentialLocal:
                 rows[j], decay[j] = x[..., j, :], a[..., j, :]
             else:
                 rows[j] = self._carried(x[..., j, :], a[..., j, :], rows[previous])
-                decay[j] = a[..., j, :] * decay[previous]
+                decay[j] = self._product(a[..., j, :], decay[previous])
             previous = j
         return rows, decay
+
+    def _product(self, a, b):
+        """a * b; with ``exact``, a product that underflows to 0 becomes the smallest normal number of its sign.
+
+        A zero coefficient is a cut, so a product of nonzero coefficients must not
+        become one: the loop carries a NaN or inf through any chain of nonzero
+        coefficients, however small their product.
+        """
+        product = a * b
+        if not self.exact:
+            return product
+        xp = self.xp
+        underflow = (product == 0) & (a != 0) & (b != 0)
+        smallest = xp.asarray(xp.finfo(product.dtype).smallest_normal, dtype=product.dtype, device=device_of(product))
+        return xp.where(underflow, xp.copysign(smallest, product), product)
 
     def _carried(self, y, coefficient, incoming):
         """y + coefficient * incoming, with a zero coefficient cutting exactly when ``exact`` (0 * inf is NaN)."""

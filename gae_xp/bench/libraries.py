@@ -27,7 +27,7 @@ GPU_NAMES = ("torch:cuda", "cupy", "jax:cuda")
 #: Every backend on every library it can serve. ``numpy/numba-cuda`` is the CUDA simulator
 #: (``NUMBA_ENABLE_CUDASIM=1``, set before numba is imported), where the kernels run on NumPy arrays.
 TARGETS = ("numpy/xp", "numpy/numba", "numpy/numba-cuda", "array_api_strict/xp", "torch:cpu/xp",
-           "torch:cpu/numba", "jax:cpu/xp", "torch:cuda/xp", "torch:cuda/numba-cuda", "cupy/xp",
+           "torch:cpu/numba", "jax:cpu/xp", "jax:cpu/jax", "torch:cuda/xp", "torch:cuda/numba-cuda", "cupy/xp",
            "cupy/numba-cuda", "jax:cuda/xp")
 
 
