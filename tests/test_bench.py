@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+from gae_xp import backends
 from gae_xp.__main__ import main
 from gae_xp.bench import cli, libraries, paths, report, runner
 
@@ -260,16 +261,26 @@ def test_the_numba_kernel_is_compared_with_the_bare_numba_loop():
 
 def test_jax_is_compared_with_lax_scan_and_torch_cpu_with_numpy_on_the_numba_kernel():
     results = [measurement("gae_xp[xp]", library="jax:cpu", median=6e-3),
+               measurement("gae_xp[jax]", library="jax:cpu", effective=None, median=3e-3),
                measurement("lax.scan", library="jax:cpu", effective=None, median=30e-3),
                measurement("lax.associative_scan", library="jax:cpu", effective=None, median=12e-3),
                measurement("gae_xp[numba]", effective=None, median=2e-3),
                measurement("gae_xp[numba]", library="torch:cpu", effective=None, median=2.2e-3)]
-    lines = "\n".join(report.verdicts(results, {"jax:cpu": "gae_xp[xp]", "numpy": "gae_xp[numba]",
+    lines = "\n".join(report.verdicts(results, {"jax:cpu": "gae_xp[jax]", "numpy": "gae_xp[numba]",
                                                 "torch:cpu": "gae_xp[numba]"}))
-    assert "jax:cpu, B=8, T=131072, constant: backend='auto' runs gae_xp[xp] under jax.jit" in lines
-    assert "lax.scan under jax.jit, what you have now: 30 ms per call (5x)" in lines
+    assert "jax:cpu, B=8, T=131072, constant: backend='auto' runs gae_xp[jax] under jax.jit: 3 ms" in lines
+    assert "lax.scan under jax.jit, what you have now: 30 ms per call (10x)" in lines
+    assert "gae_xp[jax] has no chunks" in lines
     assert "lax.associative_scan under jax.jit: 12 ms" in lines
     assert "torch CPU tensors on the numba kernel: 2.2 ms ±0%; NumPy arrays on the same kernel: 2 ms" in lines
+
+
+def test_the_verdict_names_the_path_auto_takes_on_each_library():
+    loaded = [libraries.load(n) for n in ("numpy", "jax:cpu") if libraries.unavailable(n) is None]
+    chosen = cli.auto_paths(loaded, "float32")
+    assert chosen["numpy"] in ("gae_xp[numba]", "gae_xp[xp]")
+    if "jax:cpu" in chosen:
+        assert chosen["jax:cpu"] == ("gae_xp[jax]" if "jax" in backends.REGISTRY else "gae_xp[xp]")
 
 
 def test_an_extra_that_is_not_installed_is_named_with_what_it_gave_here():

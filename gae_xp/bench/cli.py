@@ -153,14 +153,11 @@ def set_threads(n: int) -> None:
 
 
 def auto_paths(loaded, dtype: str) -> dict[str, str]:
-    """The path ``backend="auto"`` takes for each library's arrays of this dtype (JAX: traced under jax.jit)."""
+    """The path ``backend="auto"`` takes for each library's arrays of this dtype."""
     from gae_xp import backends
 
     out = {}
     for library in loaded:
-        if library.name.startswith("jax"):
-            out[library.name] = "gae_xp[xp]"  # under jax.jit the arrays are traced: only the array-API route
-            continue
         sample = library.asarray(np.zeros((1, 2), dtype=dtype))
         out[library.name] = f"gae_xp[{backends.select('auto', library.xp, [sample]).name}]"
     return out

@@ -3,10 +3,10 @@
 Paths:
 
 * ``gae_xp[<backend>]``: ``gae_xp.gae`` forced onto one backend of the
-  registry (``xp`` always; ``numba``, ``numba-cuda`` where registered and able
-  to serve the library), for every chunk size asked for where the backend
-  takes one (the numba CPU kernel has no chunks); on JAX under ``jax.jit``,
-  as JAX users run it;
+  registry (``xp`` always; ``numba``, ``numba-cuda``, ``jax`` where registered
+  and able to serve the library), for every chunk size asked for where the
+  backend takes one (the numba CPU kernel and the JAX lax.scan backend have
+  no chunks); on JAX under ``jax.jit``, as JAX users run it;
 * ``serial``: the per-step loop over time, vectorised over the batch
   (slime's loop; ``reference.gae_loop`` when dones or a mask are in play), on
   every library but JAX, where an eager Python loop compiles each step and
@@ -133,7 +133,7 @@ class Path:
 
 
 #: Backends whose kernels have no chunks: ``chunk_size`` is accepted and ignored, so it is not swept.
-UNCHUNKED_BACKENDS = frozenset({"numba"})
+UNCHUNKED_BACKENDS = frozenset({"numba", "jax"})
 
 
 def _gae_xp_path(backend: str) -> Path:
