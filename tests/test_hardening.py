@@ -21,8 +21,8 @@ from helpers import converted, expected, like, make_case, to_numpy, xp_assert_cl
 
 
 @pytest.mark.parametrize("discount", [1.0, -1.0, 0.999])
-def test_1_long_unit_discount_has_no_nan_or_overflow(library, backend, discount):
-    x = np.zeros((1, 40_000 if library.name == "numpy" else 300))
+def test_1_long_unit_discount_has_no_nan_or_overflow(target, library, backend, discount):
+    x = np.zeros((1, min(40_000 if library.name == "numpy" else 300, target.max_elements // 100)))
     x[0, 0] = 1.0
     arrays = library.asarray(x)
     for dtype in (library.xp.float32, library.xp.float64):

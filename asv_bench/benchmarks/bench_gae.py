@@ -1,50 +1,71 @@
-"""Speed, memory and accuracy of gae() per array library and dispatch path, and of the baselines."""
+"""Speed, memory and accuracy of gae() per library/backend target, and of the baselines."""
 
 from __future__ import annotations
 
-from gae_xp.bench import paths
-
-from .common import (CHUNKS, CPU_LIBRARIES, GENERIC_TARGETS, GPU_LIBRARIES, LENGTHS, TARGETS, TIME_VARYING,
-                     XPBenchmark, chunk_size)
+from .common import (CHUNKS, CPU_LIBRARIES, GENERIC_TARGETS, GPU_LIBRARIES, LENGTHS, TARGETS, XPBenchmark,
+                     chunk_size, workload)
 
 
 class TimeGAE(XPBenchmark):
-    """Constant gamma and lam, the automatic chunk size, per library and dispatch path."""
+    """Constant gamma and lam, the automatic chunk size, per library and backend."""
 
     param_names = ["target", "B", "T"]
     params = [TARGETS, [8, 256], LENGTHS]
 
     def setup(self, target, B, T):
-        self.setup_target(target, paths.Workload(B, T))
+        self.setup_target(target, workload(B, T))
         self.run(self.path)  # warm-up, and jax.jit compilation
 
     def time_gae(self, target, B, T):
         self.run(self.path)
 
 
-class TimeGAEChunkSize(XPBenchmark):
-    """The generic path at each chunk size, B=8, T=131072."""
-
-    param_names = ["target", "chunk_size"]
-    params = [GENERIC_TARGETS, CHUNKS]
-
-    def setup(self, target, chunk):
-        self.setup_target(target, paths.Workload(8, 131072))
-        self.run(self.path, chunk_size(chunk))
-
-    def time_gae(self, target, chunk):
-        self.run(self.path, chunk_size(chunk))
-
-
 class TimeGAETimeVarying(XPBenchmark):
-    """Terminations/truncations at 1% and masks with 20% holes (the doubling local scan), B=8, T=131072."""
+    """Terminations/truncations at 1% and masks with 20% holes, B=8, T=131072, per library and backend.
+
+    ``dones+mask`` is the agentic-RL case (tool-output tokens, right padding,
+    packed episodes): a regression of any backend on it shows here.
+    """
 
     param_names = ["target", "case"]
     params = [TARGETS, ["dones", "mask", "dones+mask"]]
 
     def setup(self, target, case):
-        dones, holes = TIME_VARYING[case]
-        self.setup_target(target, paths.Workload(8, 131072, dones=dones, holes=holes))
+        self.setup_target(target, workload(8, 131072, case))
+        self.run(self.path)
+
+    def time_gae(self, target, case):
+        self.run(self.path)
+
+
+class TimeGAEChunkSize(XPBenchmark):
+    """The generic path at each chunk size, B=8, T=131072 (a constant discount's kernel is at most 32 wide)."""
+
+    param_names = ["target", "case", "chunk_size"]
+    params = [GENERIC_TARGETS, ["constant", "dones+mask"], CHUNKS]
+
+    def setup(self, target, case, chunk):
+        self.setup_target(target, workload(8, 131072, case))
+        self.run(self.path, chunk_size(chunk))
+
+    def time_gae(self, target, case, chunk):
+        self.run(self.path, chunk_size(chunk))
+
+
+class TimeSmallShapes(XPBenchmark):
+    """B=8, T=128: the per-call overhead, against the serial loop on the same library."""
+
+    param_names = ["target", "case"]
+    params = [TARGETS + ["numpy/serial", "torch:cpu/serial"], ["constant", "dones+mask"]]
+
+    def setup(self, target, case):
+        name, backend = target.split("/")
+        if backend == "serial":
+            self.setup_library(name)
+            self.setup_workload(workload(8, 128, case))
+            self.path = self.find_path("serial")
+        else:
+            self.setup_target(target, workload(8, 128, case))
         self.run(self.path)
 
     def time_gae(self, target, case):
@@ -52,11 +73,11 @@ class TimeGAETimeVarying(XPBenchmark):
 
 
 class TimeBaselines(XPBenchmark):
-    """The serial loop, slime's chunk scan (Python loop over chunks) and the O(T^2) matrix, at B=8."""
+    """The serial loop, slime's chunk scan (Python loop over chunks), the O(T^2) matrix, and JAX's lax scans."""
 
     param_names = ["library", "baseline", "T"]
-    params = [["numpy", "torch:cpu", "jax:cpu", "torch:cuda", "cupy"],
-              ["serial", "slime-chunked-64", "slime-chunked-128", "slime-chunked-256", "matrix"], [4096, 131072]]
+    params = [["numpy", "torch:cpu", "jax:cpu", "torch:cuda", "cupy", "jax:cuda"],
+              ["serial", "slime-chunked-128", "matrix", "lax.scan", "lax.associative_scan"], [4096, 131072]]
     number = 1
     repeat = (1, 3, 30.0)
     warmup_time = 0.0
@@ -64,18 +85,61 @@ class TimeBaselines(XPBenchmark):
 
     def setup(self, library, baseline, T):
         self.setup_library(library)
-        if baseline != "matrix" and library.startswith("jax"):
-            raise NotImplementedError("a Python loop over time on eager JAX arrays takes minutes (each step compiles)")
-        self.setup_workload(paths.Workload(8, T))
+        self.setup_workload(workload(8, T))
         name, _, size = baseline.partition("-chunked-")
         self.chunk = int(size) if size else None
-        self.path = next(p for p in paths.BASELINES if p.name == ("slime-chunked" if size else name))
-        reason = self.path.skip_reason(self.library, self.workload)
-        if reason is not None:
-            raise NotImplementedError(reason)
+        self.path = self.find_path("slime-chunked" if size else name)
+        if not self.path.python_loop:
+            self.run(self.path, self.chunk)  # jax.jit compilation
 
     def time_baseline(self, library, baseline, T):
         self.run(self.path, self.chunk)
+
+
+class TimeJAXReferencesTimeVarying(XPBenchmark):
+    """lax.scan and lax.associative_scan with dones and a holed mask, B=8, T=131072: JAX users' alternatives."""
+
+    param_names = ["library", "baseline"]
+    params = [["jax:cpu", "jax:cuda"], ["lax.scan", "lax.associative_scan"]]
+
+    def setup(self, library, baseline):
+        self.setup_library(library)
+        self.setup_workload(workload(8, 131072, "dones+mask"))
+        self.path = self.find_path(baseline)
+        self.run(self.path)
+
+    def time_baseline(self, library, baseline):
+        self.run(self.path)
+
+
+class TimeAdapters(XPBenchmark):
+    """Each framework adapter and the framework's own function (``gae-xp adapters``' cases), B=8, T=8192."""
+
+    param_names = ["library", "function", "side"]
+    params = [["torch:cpu", "torch:cuda"],
+              ["verl compute_gae_advantage_return", "slime vanilla_gae", "slime chunked_gae (C=128)",
+               "OpenRLHF get_advantages_and_returns", "torchrl generalized_advantage_estimate",
+               "torchrl vtrace_advantage_estimate"],
+              ["framework", "gae_xp"]]
+    number = 1
+    repeat = (1, 5, 20.0)
+    warmup_time = 0.0
+    timeout = 600
+
+    def setup(self, library, function, side):
+        self.setup_library(library)
+        try:
+            from gae_xp.bench.adapters import adapter_cases
+        except ImportError as error:
+            raise NotImplementedError(f"this version has no adapter_cases: {error}") from None
+        cases = {name: (framework, ours) for name, framework, ours in adapter_cases(self.library, 8, 8192)}
+        if function not in cases:
+            raise NotImplementedError(f"{function} is not available here (torchrl not installed?)")
+        self.call = cases[function][0 if side == "framework" else 1]
+        self.call()
+
+    def time_call(self, library, function, side):
+        self.library.synchronize(self.call())
 
 
 class PeakMemGAE(XPBenchmark):
@@ -85,8 +149,7 @@ class PeakMemGAE(XPBenchmark):
     params = [CPU_LIBRARIES, ["constant", "dones+mask"]]
 
     def setup(self, library, case):
-        dones, holes = TIME_VARYING[case]
-        self.setup_target(f"{library}/xp", paths.Workload(8, 131072, dones=dones, holes=holes))
+        self.setup_target(f"{library}/xp", workload(8, 131072, case))
 
     def peakmem_gae(self, library, case):
         self.run(self.path)
@@ -100,8 +163,7 @@ class TrackGPUMemory(XPBenchmark):
     unit = "bytes"
 
     def setup(self, library, case):
-        dones, holes = TIME_VARYING[case]
-        self.setup_target(f"{library}/xp", paths.Workload(8, 131072, dones=dones, holes=holes))
+        self.setup_target(f"{library}/xp", workload(8, 131072, case))
         if self.library.peak_memory(lambda: None) is None:
             raise NotImplementedError(f"{library} gives no peak-memory figure")
 
@@ -113,23 +175,21 @@ class TrackAccuracy(XPBenchmark):
     """Max |error| of the advantages against the float64 loop, float32 inputs, B=8, T=131072."""
 
     param_names = ["target", "discounts"]
-    params = [["numpy/xp", "numpy/numba", "numpy/serial", "torch:cpu/xp", "jax:cpu/xp", "torch:cuda/numba-cuda",
-               "cupy/numba-cuda"],
-              ["gamma=1 lam=1", "gamma=0.99 lam=0.95", "dones+mask"]]
+    params = [TARGETS + ["numpy/serial"], ["gamma=1 lam=1", "gamma=0.99 lam=0.95", "dones+mask"]]
     unit = "absolute error"
     timeout = 600
 
     def setup(self, target, discounts):
         gamma, lam = (1.0, 1.0) if discounts == "gamma=1 lam=1" else (0.99, 0.95)
-        dones, holes = TIME_VARYING["dones+mask"] if discounts == "dones+mask" else (0.0, 0.0)
-        workload = paths.Workload(8, 131072, dones=dones, holes=holes, gamma=gamma, lam=lam)
-        name, dispatch = target.split("/")
-        if dispatch == "serial":
+        case = "dones+mask" if discounts == "dones+mask" else "constant"
+        load = workload(8, 131072, case, gamma=gamma, lam=lam)
+        name, backend = target.split("/")
+        if backend == "serial":
             self.setup_library(name)
-            self.setup_workload(workload)
-            self.path = next(p for p in paths.BASELINES if p.name == "serial")
+            self.setup_workload(load)
+            self.path = self.find_path("serial")
         else:
-            self.setup_target(target, workload)
+            self.setup_target(target, load)
 
     def track_max_abs_error(self, target, discounts):
         return self.max_error(self.run(self.path))

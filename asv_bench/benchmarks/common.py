@@ -1,27 +1,42 @@
-"""The base of every benchmark class: an array-library parameter, skipped cleanly where it cannot run.
+"""The base of every benchmark class: a ``library/backend`` target from gae_xp's registry, skipped where it cannot run.
 
 Modelled on SciPy's ``XPBenchmark``: ``setup`` raises ``NotImplementedError``
-(asv's "skip") for a library that is not installed or has no device, and each
-timed call waits for the device (CUDA synchronize, JAX ``block_until_ready``).
-asv runs every parameter combination in a process of its own, so the
-parameters list the meaningful combinations only (a library with the gae_xp
-backends that can serve it), which keeps ``asv run --quick`` short.
+(asv's "skip") for a target that is not installed, has no device or whose
+backend cannot serve those arrays (``libraries.target_unavailable``, the same
+answer the tests and ``gae-xp bench`` get), and each timed call waits for the
+device (CUDA synchronize, JAX ``block_until_ready``). The targets and the
+libraries come from ``gae_xp.bench.libraries``; the workloads and the calls
+timed are the bench's (``gae_xp.bench.paths``: ``gae_xp.gae`` forced on one
+backend, under ``jax.jit`` on JAX, and the baselines), so asv, the bench and
+the tests time and check the same things.
+
+These modules import the registry from the gae_xp installed in asv's
+environment: commits from the registry's introduction on can be benchmarked;
+on an older commit every benchmark skips.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gae_xp import backends
-from gae_xp.bench import libraries, paths
+try:
+    from gae_xp.bench import libraries, paths
+except ImportError as error:  # a commit from before the registry
+    libraries = paths = None
+    _MISSING = f"this commit has no gae_xp.bench registry: {error}"
+else:
+    _MISSING = None
 
-#: "library/dispatch": every gae_xp backend on every library it can serve.
-TARGETS = ["numpy/xp", "numpy/numba", "array_api_strict/xp", "torch:cpu/xp", "jax:cpu/xp",
-           "torch:cuda/xp", "torch:cuda/numba-cuda", "cupy/xp", "cupy/numba-cuda", "jax:cuda/xp"]
-GENERIC_TARGETS = ["numpy/xp", "torch:cpu/xp", "jax:cpu/xp", "torch:cuda/xp", "cupy/xp"]
-CPU_LIBRARIES = ["numpy", "array_api_strict", "torch:cpu", "jax:cpu"]
-GPU_LIBRARIES = ["torch:cuda", "cupy"]
-CHUNKS = ["auto", 64, 128, 256]
+#: The CUDA simulator target serves the tests (NUMBA_ENABLE_CUDASIM=1), not timing.
+_NOT_TIMED = {"numpy/numba-cuda"}
+_ALL_TARGETS = list(libraries.TARGETS) if libraries else ["numpy/xp"]
+#: "library/backend": every gae_xp backend on every library it can serve.
+TARGETS = [t for t in _ALL_TARGETS if t not in _NOT_TIMED]
+#: The generic array-API path on each library (the one whose chunk size means something).
+GENERIC_TARGETS = [t for t in TARGETS if t.endswith("/xp") and not t.startswith("array_api_strict")]
+CPU_LIBRARIES = list(libraries.CPU_NAMES) if libraries else ["numpy"]
+GPU_LIBRARIES = list(libraries.GPU_NAMES) if libraries else []
+CHUNKS = ["auto", 8, 16, 32, 64, 128]
 LENGTHS = [4096, 65536, 131072]
 TIME_VARYING = {"constant": (0.0, 0.0), "dones": (0.01, 0.0), "mask": (0.0, 0.2), "dones+mask": (0.01, 0.2)}
 
@@ -34,26 +49,33 @@ class XPBenchmark:
     timeout = 300
 
     def setup_library(self, name):
+        if _MISSING:
+            raise NotImplementedError(_MISSING)
         reason = libraries.unavailable(name)
         if reason is not None:
             raise NotImplementedError(reason)
         self.library = libraries.load(name)
 
-    def setup_target(self, target, workload: paths.Workload):
-        """Load the library of "library/dispatch", lay the workload out in it, and pick the gae_xp path."""
-        name, dispatch = target.split("/")
+    def setup_target(self, target, workload):
+        """Load the library of "library/backend", lay the workload out in it, and pick the gae_xp path."""
+        if _MISSING:
+            raise NotImplementedError(_MISSING)
+        reason = libraries.target_unavailable(target)
+        if reason is not None:
+            raise NotImplementedError(reason)
+        name, backend = target.split("/")
         self.setup_library(name)
         self.setup_workload(workload)
-        self.path = self.gae_path(dispatch)
+        self.path = self.find_path(f"gae_xp[{backend}]")
 
-    def setup_workload(self, workload: paths.Workload):
+    def setup_workload(self, workload):
         self.workload = workload
         self.arrays = {k: self.library.asarray(v) for k, v in workload.arrays().items()}
 
-    def gae_path(self, dispatch: str):
-        if dispatch not in backends.REGISTRY:
-            raise NotImplementedError(f"backend {dispatch!r} is not registered in this version")
-        path = next(p for p in paths.all_paths() if p.name == f"gae_xp[{dispatch}]")
+    def find_path(self, name: str):
+        path = next((p for p in paths.all_paths() if p.name == name), None)
+        if path is None:
+            raise NotImplementedError(f"no path {name!r} in this version")
         reason = path.skip_reason(self.library, self.workload)
         if reason is not None:
             raise NotImplementedError(reason)
@@ -67,3 +89,10 @@ class XPBenchmark:
     def max_error(self, result) -> float:
         got = self.library.to_numpy(result[0]).astype(np.float64)
         return float(np.max(np.abs(got - paths.exact_advantages(self.workload)), initial=0.0))
+
+
+def workload(B, T, case="constant", **kwargs):
+    if _MISSING:
+        raise NotImplementedError(_MISSING)
+    dones, holes = TIME_VARYING[case]
+    return paths.Workload(B, T, dones=dones, holes=holes, **kwargs)

@@ -1,52 +1,42 @@
-"""``python -m gae_xp.bench.adapters``: each adapter against its framework's own function, side by side.
+"""``gae-xp adapters``: each adapter against its framework's own function, side by side, on the bench's harness.
 
 Torch CPU (or ``--device cuda``), B=8, T=131072 by default, float32. The
 framework functions are the per-step loops restated in ``gae_xp.bench.baselines``
 (verl, OpenRLHF, slime) and torchrl's own functions when torchrl is installed.
-Loops run once (they take seconds); the adapters run ``--repeat`` times.
+Loops run once (they take seconds); the adapters run ``--repeat`` samples.
+Timed by ``gae_xp.bench.runner`` (wall clock, the device waited for; CUDA
+events with ``--device cuda``); the cases are ``adapter_cases``, which the asv
+class ``TimeAdapters`` times too.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import statistics
 import sys
-import time
+from typing import Callable
 
-from gae_xp.bench import baselines
-from gae_xp.adapters import openrlhf, slime, torchrl, verl
+import numpy as np
 
+from gae_xp.bench import baselines, libraries, runner
+from gae_xp.bench.cases import make_case
 
-def _time(call, repeat, synchronize):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        call()
-        synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+DESCRIPTION = __doc__.splitlines()[0].split(": ", 1)[1]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gae_xp.bench.adapters", description=__doc__.splitlines()[0])
-    parser.add_argument("--B", type=int, default=8)
-    parser.add_argument("--T", type=int, default=131072)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--device", default="cpu")
-    options = parser.parse_args(argv)
-    import torch
+def adapter_cases(library: libraries.Library, B: int, T: int) -> list[tuple[str, Callable, Callable]]:
+    """(name, the framework's function, gae_xp's adapter) for torch arrays of ``library``, shape (B, T)."""
+    from gae_xp.adapters import openrlhf, slime, torchrl, verl
 
-    device = torch.device(options.device)
-    synchronize = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    generator = torch.Generator().manual_seed(0)
-    shape = (options.B, options.T)
-    r, v = (torch.randn(shape, generator=generator).to(device) for _ in range(2))
-    mask = (torch.rand(shape, generator=generator) > 0.1).to(device)
+    rng = np.random.default_rng(0)
+    flat = {k: library.asarray(v.astype(np.float32) if v.dtype.kind == "f" else v)
+            for k, v in make_case(rng, (B, T), holes=0.1).items() if isinstance(v, np.ndarray)}
+    r, v, mask = flat["rewards"], flat["values"], flat["mask"]
     numeric_mask = mask.float()
-    shape3 = (options.B, options.T, 1)
-    r3, v3, v3_next = (torch.randn(shape3, generator=generator).to(device) for _ in range(3))
-    done = (torch.rand(shape3, generator=generator) < 0.01).to(device)
+    deep = {k: library.asarray(x.astype(np.float32) if x.dtype.kind == "f" else x)
+            for k, x in make_case(rng, (B, T, 1), axis=1, dones=0.01, next_values=True).items()
+            if isinstance(x, np.ndarray)}
+    r3, v3, v3_next, done = deep["rewards"], deep["values"], deep["next_values"], deep["terminated"]
     cases = [
         ("verl compute_gae_advantage_return",
          lambda: baselines.verl_gae_loop(r, v, numeric_mask, 0.99, 0.95),
@@ -64,18 +54,45 @@ def main(argv=None) -> int:
         cases.append(("torchrl generalized_advantage_estimate",
                       lambda: functional.generalized_advantage_estimate(0.99, 0.95, v3, v3_next, r3, done),
                       lambda: torchrl.generalized_advantage_estimate(0.99, 0.95, v3, v3_next, r3, done)))
-        log_pi, log_mu = (0.1 * torch.randn(shape3, generator=generator).to(device) for _ in range(2))
+        log_pi, log_mu = (library.asarray(0.1 * rng.standard_normal((B, T, 1)).astype(np.float32)) for _ in range(2))
         cases.append(("torchrl vtrace_advantage_estimate",
                       lambda: functional.vtrace_advantage_estimate(0.99, log_pi, log_mu, v3, v3_next, r3, done),
                       lambda: torchrl.vtrace_advantage_estimate(0.99, log_pi, log_mu, v3, v3_next, r3, done)))
-    print(f"torch {torch.__version__} on {device}, B={options.B}, T={options.T}, float32")
-    print(f"{'function':42} {'framework':>12} {'gae_xp':>10} {'speed-up':>9}")
-    for name, original, adapter in cases:
-        adapter()  # warm-up
-        ours = _time(adapter, options.repeat, synchronize)
-        theirs = _time(original, 1, synchronize)
-        print(f"{name:42} {theirs * 1e3:10.1f} ms {ours * 1e3:7.2f} ms {theirs / ours:8.0f}x", flush=True)
+    return cases
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--B", type=int, default=8, help="batch size (default: 8)")
+    parser.add_argument("--T", type=int, default=131072, help="sequence length (default: 131072)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed samples of each adapter (default: 5)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="torch device (default: cpu)")
+    return parser
+
+
+def execute(options: argparse.Namespace) -> int:
+    name = f"torch:{options.device}"
+    reason = libraries.unavailable(name)
+    if reason is not None:
+        print(f"cannot run on {name}: {reason}", file=sys.stderr)
+        return 1
+    library = libraries.load(name)
+    timer = runner.cuda_events(name) if options.device == "cuda" else runner.wall_clock(library.synchronize)
+    print(f"torch {library.version} on {library.device}, B={options.B}, T={options.T}, float32; "
+          f"framework loops: 1 run; adapters: median of {options.repeat} samples "
+          f"({'CUDA events' if options.device == 'cuda' else 'wall clock'})")
+    print(f"{'function':42} {'framework':>12} {'gae_xp':>10} {'spread':>7} {'speed-up':>9}")
+    for label, original, adapter in adapter_cases(library, options.B, options.T):
+        ours = runner.time_call(adapter, timer=timer, repeat=options.repeat)
+        theirs = runner.time_call(original, timer=timer, repeat=1, warmup=0, number=1)
+        spread = 50 * (ours.quartiles[1] - ours.quartiles[0]) / ours.median
+        print(f"{label:42} {theirs.median * 1e3:10.1f} ms {ours.median * 1e3:7.2f} ms {spread:6.0f}% "
+              f"{theirs.median / ours.median:8.0f}x", flush=True)
     return 0
+
+
+def main(argv=None) -> int:
+    parser = add_arguments(argparse.ArgumentParser(prog="python -m gae_xp.bench.adapters", description=DESCRIPTION))
+    return execute(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@
 * ``gae_matrix``: the fully parallel O(T^2) form ``A = delta @ W`` with
   ``W[k, t] = (gamma lam)^(k - t)`` for k >= t (constant coefficient only);
 * ``verl_gae_loop``, ``openrlhf_gae_loop``, ``torchrl_gae_loop``: the
-  frameworks' GAE loops, for the adapter benchmark.
+  frameworks' GAE loops, for the adapter benchmark;
+* ``jax_scan_gae``, ``jax_associative_scan_gae``: what JAX users write
+  instead (``lax.scan``, ``lax.associative_scan``), full contract, to run
+  under ``jax.jit``.
 
 They compute in the inputs' dtype in any array namespace and share nothing
 with gae_xp's implementation (each builds its own decay matrix). They are
@@ -15,6 +18,7 @@ not the test oracle: that is ``gae_xp.reference``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from array_api_compat import array_namespace
@@ -122,3 +126,79 @@ def _stack_reversed(xp, columns, like):
     if not columns:
         return xp.zeros(like.shape, dtype=like.dtype, device=device_of(like))
     return xp.stack(columns[::-1], axis=-1)
+
+
+def jax_scan_gae(rewards, values, gamma, lam, terminated=None, truncated=None, mask=None):
+    """What a JAX user writes: ``jax.lax.scan`` over time, reversed, carrying (A_{t+1}, V at the next real step).
+
+    [B, T] arrays; the full contract for terminations, truncations and a mask
+    (masked steps skipped, outputs 0), bootstrap 0. Run it under ``jax.jit``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    zero = jnp.zeros(rewards.shape[:-1], dtype=rewards.dtype)
+    done = None
+    if terminated is not None or truncated is not None:
+        done = functools.reduce(jnp.logical_or, [x for x in (terminated, truncated) if x is not None])
+    columns = [x.T for x in (rewards, values)] + [x.T for x in (terminated, done, mask) if x is not None]
+    has_terminated, has_done, has_mask = terminated is not None, done is not None, mask is not None
+
+    def step(carry, column):
+        following, next_value = carry
+        r, v, *rest = column
+        term = rest.pop(0) if has_terminated else None
+        cut = rest.pop(0) if has_done else None
+        real = rest.pop(0) if has_mask else None
+        bootstrapped = gamma * next_value if term is None else jnp.where(term, 0.0, gamma * next_value)
+        carried = gamma * lam * following if cut is None else jnp.where(cut, 0.0, gamma * lam * following)
+        advantage = r + bootstrapped - v + carried
+        if real is None:
+            return (advantage, v), advantage
+        return (jnp.where(real, advantage, following), jnp.where(real, v, next_value)), jnp.where(real, advantage, 0.0)
+
+    _, advantages = jax.lax.scan(step, (zero, zero), tuple(columns), reverse=True)
+    advantages = advantages.T
+    returns = advantages + values
+    return advantages, returns if mask is None else jnp.where(mask, returns, 0.0)
+
+
+def jax_associative_scan_gae(rewards, values, gamma, lam, terminated=None, truncated=None, mask=None):
+    """The parallel JAX alternative: two ``jax.lax.associative_scan`` linear recurrences over time.
+
+    ``y_t = b_t + a_t y_{t+1}`` composes associatively; the first scan finds V
+    at the next real step (a mask's holes pass it through), the second the
+    advantages (a done step has a = 0, a masked step is the identity).
+    Cuts use ``where``. [B, T] arrays, bootstrap 0; run it under ``jax.jit``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def combine(later, earlier):  # the map z -> b + a z of `earlier` applied after `later`'s
+        a_later, b_later = later
+        a_earlier, b_earlier = earlier
+        return a_earlier * a_later, b_earlier + jnp.where(a_earlier == 0, 0.0, a_earlier * b_later)
+
+    def solve(a, b):
+        return jax.lax.associative_scan(combine, (a, b), reverse=True, axis=a.ndim - 1)[1]
+
+    zero_column = jnp.zeros((*rewards.shape[:-1], 1), dtype=rewards.dtype)
+    if mask is None:
+        next_value = jnp.concatenate([values[..., 1:], zero_column], axis=-1)
+    else:  # F_t = V_t at a real step, else F_{t+1}; V at the next real step after t is F_{t+1}
+        first_real = solve(jnp.where(mask, 0.0, 1.0).astype(rewards.dtype), jnp.where(mask, values, 0.0))
+        next_value = jnp.concatenate([first_real[..., 1:], zero_column], axis=-1)
+    bootstrapped = gamma * next_value
+    if terminated is not None:
+        bootstrapped = jnp.where(terminated, 0.0, bootstrapped)
+    delta = rewards + bootstrapped - values
+    a = jnp.full(rewards.shape, gamma * lam, dtype=rewards.dtype)
+    for flag in (terminated, truncated):
+        if flag is not None:
+            a = jnp.where(flag, 0.0, a)
+    if mask is not None:
+        a, delta = jnp.where(mask, a, 1.0), jnp.where(mask, delta, 0.0)
+    advantages = solve(a, delta)
+    if mask is None:
+        return advantages, advantages + values
+    return jnp.where(mask, advantages, 0.0), jnp.where(mask, advantages + values, 0.0)

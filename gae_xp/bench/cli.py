@@ -1,53 +1,94 @@
-"""Command-line options of ``python -m gae_xp bench`` and the run they describe."""
+"""``gae-xp bench``: the options, the run they describe, and what is printed."""
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
+import time
+
+import numpy as np
 
 from gae_xp.bench import libraries, paths, report, runner
 
 DEFAULT_T = (4096, 32768, 131072)
-DEFAULT_CHUNKS = (None, 32, 64, 128, 256)
+DEFAULT_B = (8,)
+DEFAULT_CHUNKS = (None, 8, 16, 32, 64, 128)
+DEFAULT_DONES = 0.01
+DEFAULT_HOLES = 0.2
 ALIASES = {"torch": "torch:cpu", "jax": "jax:cpu"}
+DESCRIPTION = ("Is GAE my bottleneck, and what should I set? Times gae_xp's paths against the serial GAE loop "
+               "you have now (and slime's chunk scan, the O(T^2) matrix, scipy's lfilter, a bare numba loop, "
+               "JAX's lax.scan and lax.associative_scan) on the installed array libraries, side by side in one "
+               "process; prints what is measured, a table, and a verdict per library: the time per call against "
+               "the loop, the seconds saved per PPO step, whether a chunk size beats the default, and what an "
+               "uninstalled extra would give.")
 
 
-def build_parser(prog: str = "python -m gae_xp bench") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Time gae_xp against the serial GAE loop (and slime's chunk scan, the O(T^2) matrix, "
-                    "scipy's lfilter) on the installed array libraries; print a table and a verdict per library.",
-    )
+def _listing(values) -> str:
+    return ",".join("auto" if v is None else f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The bench's options, each with its default in words."""
     parser.add_argument("--backend", type=_libraries, default=None, metavar="LIST",
                         help=f"comma-separated array libraries, from {', '.join(libraries.NAMES)} "
-                             "(torch = torch:cpu, jax = jax:cpu); default: every installed one but array_api_strict")
+                             "(torch = torch:cpu, jax = jax:cpu) (default: every installed one but array_api_strict)")
+    parser.add_argument("--B", type=_positive_ints, default=DEFAULT_B, metavar="LIST",
+                        help=f"comma-separated batch sizes: put yours here (default: {_listing(DEFAULT_B)})")
     parser.add_argument("--T", type=_positive_ints, default=DEFAULT_T, metavar="LIST",
-                        help="comma-separated sequence lengths (default: %(default)s)")
-    parser.add_argument("--B", type=_positive_ints, default=(8,), metavar="LIST",
-                        help="comma-separated batch sizes (default: 8)")
+                        help="comma-separated sequence lengths: put yours here; the verdict speaks of the largest "
+                             f"B*T (default: {_listing(DEFAULT_T)})")
     parser.add_argument("--chunk-size", type=_chunk_sizes, default=DEFAULT_CHUNKS, metavar="LIST",
-                        help="comma-separated chunk sizes, 'auto' for gae_xp's rule (default: auto,32,64,128,256)")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--dones", type=_fraction, default=0.0, metavar="P",
-                        help="probability of terminated and of truncated at each step (default 0)")
-    parser.add_argument("--mask-holes", type=_fraction, default=0.0, metavar="P",
-                        help="probability that a step is masked out (default 0)")
-    parser.add_argument("--gamma", type=_unit, default=0.99)
-    parser.add_argument("--lam", type=_unit, default=0.95)
-    parser.add_argument("--repeat", type=_positive_int, default=5, help="timed runs per case (default 5)")
+                        help="comma-separated chunk sizes, 'auto' for chunk_size=None; swept at the largest B*T "
+                             "on the paths that have chunks (the numba kernel has none); a size that runs the "
+                             f"same piece length as another is timed once (default: {_listing(DEFAULT_CHUNKS)})")
+    parser.add_argument("--cases", type=_cases, default=None, metavar="LIST",
+                        help=f"comma-separated cases, from {', '.join(paths.CASES)} (default: constant, or the "
+                             "case that --dones and --mask-holes imply when given)")
+    parser.add_argument("--dones", type=_fraction, default=None, metavar="P",
+                        help="probability of terminated and (independently) of truncated at each step, in the cases "
+                             f"with dones (default: {DEFAULT_DONES:g})")
+    parser.add_argument("--mask-holes", type=_fraction, default=None, metavar="P",
+                        help=f"probability that a step is masked out, in the cases with a mask "
+                             f"(default: {DEFAULT_HOLES:g})")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                        help="dtype of rewards and values (default: float32)")
+    parser.add_argument("--gamma", type=_unit, default=0.99, metavar="G", help="discount (default: 0.99)")
+    parser.add_argument("--lam", type=_unit, default=0.95, metavar="L", help="GAE lambda (default: 0.95)")
+    parser.add_argument("--repeat", type=_positive_int, default=5, metavar="N",
+                        help="timed samples per case, each at least "
+                             f"{runner.MIN_SAMPLE_S * 1e3:g} ms of calls (default: 5)")
     parser.add_argument("--serial-budget", type=_positive_float, default=1.0, metavar="SECONDS",
-                        help="a path with a Python loop over time (serial, slime-chunked) expected to take longer "
-                             "than this runs on a prefix and is extrapolated linearly to T, marked ~ (default 1)")
+                        help="seconds of timed samples per case; a Python loop over time (serial, slime-chunked) "
+                             "expected to take longer per call runs on a prefix and is extrapolated linearly to T, "
+                             "marked ~ (default: 1)")
+    parser.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                        help="threads for torch's and numba's parallel loops (torch.set_num_threads, "
+                             "numba.set_num_threads); on a machine shared with other work, 1 spares torch the "
+                             "stalls of a thread pool that waits for a busy core (default: the libraries' own)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
-                        help="comma-separated paths to run (default: all): "
-                             + ", ".join(p.name for p in paths.all_paths()))
-    parser.add_argument("--json", metavar="PATH", help="write every measurement, the machine and versions here")
-    parser.add_argument("--plot", metavar="PATH", help="write a PNG of time against T (needs matplotlib)")
+                        help="comma-separated paths to run, from " + ", ".join(p.name for p in paths.all_paths())
+                             + " (default: all that apply to each library and case)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="write every measurement, the machine, versions and the command here (default: none)")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="write a PNG of time against T, needs matplotlib (default: none)")
     return parser
 
 
-def run(argv: list[str]) -> int:
-    options = build_parser().parse_args(argv)
+def build_parser(prog: str = "python -m gae_xp bench") -> argparse.ArgumentParser:
+    return add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION))
+
+
+def run(argv: list[str], prog: str = "python -m gae_xp bench") -> int:
+    return execute(build_parser(prog).parse_args(argv), argv, prog)
+
+
+def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m gae_xp bench",
+            stream=None) -> int:
+    stream = stream or sys.stdout
+    started = time.perf_counter()
     names = options.backend or [n for n in libraries.NAMES if n != "array_api_strict" and libraries.unavailable(n) is None]
     skipped = {n: libraries.unavailable(n) for n in names if libraries.unavailable(n)}
     for name, reason in skipped.items():
@@ -56,19 +97,93 @@ def run(argv: list[str]) -> int:
     if not loaded:
         print("no array library to benchmark", file=sys.stderr)
         return 1
-    workloads = tuple(paths.Workload(b, t, options.dtype, options.dones, options.mask_holes, options.gamma, options.lam)
-                      for b in options.B for t in options.T)
+    if options.threads is not None:
+        set_threads(options.threads)
+    dones = DEFAULT_DONES if options.dones is None else options.dones
+    holes = DEFAULT_HOLES if options.mask_holes is None else options.mask_holes
+    cases = options.cases or [paths.Workload(1, 1, dones=options.dones or 0.0, holes=options.mask_holes or 0.0).case]
+    for case in cases:
+        p_dones, p_holes = paths.case_probabilities(case, dones, holes)
+        if paths.Workload(1, 1, dones=p_dones, holes=p_holes).case != case:
+            print(f"{prog}: case {case} needs --dones and --mask-holes above 0 where it names them", file=sys.stderr)
+            return 2
+    workloads = tuple(paths.Workload(b, t, options.dtype, *paths.case_probabilities(case, dones, holes),
+                                     options.gamma, options.lam)
+                      for case in cases for b in options.B for t in options.T)
     chosen = tuple(p for p in paths.all_paths() if options.paths is None or p.name in options.paths)
     sweep = runner.Sweep(loaded, workloads, chosen, options.chunk_size, options.repeat, options.serial_budget)
+    machine = report.machine()
+    settings = {
+        "what": f"{len(sweep.cases())} cases on {', '.join(l.name for l in loaded)}",
+        "B": _listing(options.B), "T": _listing(options.T), "dtype": options.dtype, "gamma": options.gamma,
+        "lam": options.lam,
+        "cases": ", ".join(f"{c} (dones {d:g}, mask holes {h:g})" if c != "constant" else c
+                           for c in cases for d, h in [paths.case_probabilities(c, dones, holes)]),
+        "paths": "all that apply" if options.paths is None else ",".join(options.paths),
+        "chunks": _listing(options.chunk_size), "repeat": options.repeat,
+        "min_sample_ms": runner.MIN_SAMPLE_S * 1e3, "serial_budget": options.serial_budget,
+    }
+    for line in report.header(settings, loaded, machine):
+        print(line, file=stream)
+    print("", file=stream, flush=True)
     results = _run_with_progress(sweep)
-    report.print_report(results)
+    report.print_report(results, stream, auto_paths=auto_paths(loaded, options.dtype),
+                        missing_extras=missing_extras(loaded), notes=sweep.skipped_sizes())
+    elapsed = time.perf_counter() - started
     if options.json:
-        report.write_json(results, options.json, ["python", "-m", "gae_xp", "bench", *argv], loaded)
-        print(f"wrote {options.json}")
+        report.write_json(results, options.json, [*prog.split(), *argv], loaded, machine, elapsed)
+        print(f"wrote {options.json}", file=stream)
     if options.plot:
         report.write_plot(results, options.plot)
-        print(f"wrote {options.plot}")
+        print(f"wrote {options.plot}", file=stream)
+    print(f"took {_duration(elapsed)} ({' '.join([prog, *map(shlex.quote, argv)])})", file=stream)
     return 0
+
+
+def set_threads(n: int) -> None:
+    """Threads of torch's intra-op pool and of numba's parallel loops (where installed); JAX fixes its own at start."""
+    import importlib.util
+
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    if importlib.util.find_spec("numba") is not None:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def auto_paths(loaded, dtype: str) -> dict[str, str]:
+    """The path ``backend="auto"`` takes for each library's arrays of this dtype."""
+    from gae_xp import backends
+
+    out = {}
+    for library in loaded:
+        sample = library.asarray(np.zeros((1, 2), dtype=dtype))
+        out[library.name] = f"gae_xp[{backends.select('auto', library.xp, [sample]).name}]"
+    return out
+
+
+def missing_extras(loaded) -> list[str]:
+    """The extras (numba, numba-cuda) whose backend says 'not installed' for arrays of this run."""
+    from gae_xp import backends
+
+    missing = []
+    for extra, (_, backend, serves) in report.EXTRAS.items():
+        if backend not in backends.REGISTRY:
+            continue
+        for library in loaded:
+            if library.name in serves:
+                sample = library.asarray(np.zeros((1, 2), dtype="float32"))
+                reason = backends.load(backend).unavailable_reason(library.xp, [sample], forced=True) or ""
+                if "not installed" in reason:
+                    missing.append(extra)
+                    break
+    return missing
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
 
 
 def _run_with_progress(sweep):
@@ -80,13 +195,14 @@ def _run_with_progress(sweep):
 
         def step(m):
             done.append(m)
-            print(f"[{len(done)}/{total}] {m.library} {m.path} T={m.T} C={m.chunk_size}", file=sys.stderr)
+            print(f"[{len(done)}/{total}] {m.library} {m.case} {m.path} T={m.T} C={report.chunk_label(m)}",
+                  file=sys.stderr)
 
         return runner.run(sweep, on_case_done=step)
-    with Progress(transient=True) as progress:
+    with Progress(transient=True, console=None) as progress:
         task = progress.add_task("benchmarking", total=total)
         return runner.run(sweep, on_case_done=lambda m: progress.update(
-            task, advance=1, description=f"{m.library} {m.path} T={m.T}"))
+            task, advance=1, description=f"{m.library} {m.case} {m.path} T={m.T}"))
 
 
 def _split(text: str) -> list[str]:
@@ -102,6 +218,14 @@ def _libraries(text):
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(libraries.NAMES)}")
     return names
+
+
+def _cases(text):
+    names = _split(text)
+    unknown = [n for n in names if n not in paths.CASES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown case {', '.join(unknown)}; choose from {', '.join(paths.CASES)}")
+    return list(dict.fromkeys(names))
 
 
 def _path_names(text):
@@ -128,7 +252,7 @@ def _positive_ints(text):
 
 
 def _chunk_sizes(text):
-    return tuple(None if item == "auto" else _positive_int(item) for item in _split(text))
+    return tuple(dict.fromkeys(None if item == "auto" else _positive_int(item) for item in _split(text)))
 
 
 def _number(text):

@@ -3,19 +3,24 @@
 Paths:
 
 * ``gae_xp[<backend>]``: ``gae_xp.gae`` forced onto one backend of the
-  registry (``xp`` always; ``numba``, ``numba-cuda`` where registered and able
-  to serve the library), for every chunk size asked for; on JAX under
-  ``jax.jit``, as JAX users run it (the baselines run eagerly: a jitted loop
-  over T steps would unroll T times);
+  registry (``xp`` always; ``numba``, ``numba-cuda``, ``jax`` where registered
+  and able to serve the library), for every chunk size asked for where the
+  backend takes one (the numba CPU kernel and the JAX lax.scan backend have
+  no chunks); on JAX under ``jax.jit``, as JAX users run it;
 * ``serial``: the per-step loop over time, vectorised over the batch
-  (slime's loop; ``reference.gae_loop`` when dones or a mask are in play);
+  (slime's loop; ``reference.gae_loop`` when dones or a mask are in play), on
+  every library but JAX, where an eager Python loop compiles each step and
+  nobody writes it: there ``lax.scan`` is the loop;
+* ``lax.scan``, ``lax.associative_scan``: what JAX users write instead, with
+  the same contract (dones, mask, V at the next real step), under ``jax.jit``;
 * ``slime-chunked``: slime's published chunk scan with a Python loop over
-  chunks (constant discount only);
+  chunks (constant discount only; PyTorch code, run on NumPy and torch);
 * ``matrix``: the O(T^2) matrix method (constant discount, T <= 8192);
 * ``lfilter``: ``scipy.signal.lfilter`` on the reversed deltas (NumPy, constant
   discount only), the classic fastest CPU trick;
 * ``numba-bare``: a bare numba one-pass loop, parallel over rows, for the
-  constant-discount case only: the floor a compiled CPU path can reach.
+  constant-discount case only: the floor a compiled CPU path can reach, and
+  independent of gae_xp's kernel (it is the yardstick).
 """
 
 from __future__ import annotations
@@ -53,6 +58,11 @@ class Workload:
     def time_varying(self) -> bool:
         return self.dones > 0 or self.holes > 0
 
+    @property
+    def case(self) -> str:
+        """constant, dones, mask or dones+mask."""
+        return "+".join(name for name, p in (("dones", self.dones), ("mask", self.holes)) if p > 0) or "constant"
+
     def arrays(self, dtype: str | None = None) -> dict[str, np.ndarray]:
         """rewards, values (and terminated, truncated, mask) as NumPy arrays in ``dtype`` (default: the workload's)."""
         return {k: (v.astype(dtype or self.dtype) if v.dtype.kind == "f" else v) for k, v in _draw(self).items()}
@@ -74,16 +84,56 @@ def exact_advantages(workload: Workload) -> np.ndarray:
     return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)[0]
 
 
+#: The cases a workload can be, and the probabilities they use (``--dones``, ``--mask-holes``).
+CASES = ("constant", "dones", "mask", "dones+mask")
+
+
+def case_probabilities(case: str, dones: float, holes: float) -> tuple[float, float]:
+    """(dones, holes) of a named case."""
+    if case not in CASES:
+        raise ValueError(f"unknown case {case!r}; choose from {', '.join(CASES)}")
+    return (dones if "dones" in case else 0.0), (holes if "mask" in case else 0.0)
+
+
 @dataclass(frozen=True)
 class Path:
     name: str
-    #: whether the path takes a chunk size; None (auto) is offered only to gae_xp paths.
+    #: whether the chunk size changes what the path runs (so that sweeping it means something);
+    #: None (auto) is offered only to gae_xp paths.
     chunked: bool
     #: True for paths with a Python loop over time (steps or chunks): their time grows like T with a large
     #: constant, so past the time budget they run on a prefix and are extrapolated.
     python_loop: bool
     skip_reason: Callable[[Library, Workload], str | None]
     run: Callable[..., tuple]
+
+    @property
+    def ours(self) -> bool:
+        return self.name.startswith("gae_xp[")
+
+    @property
+    def backend(self) -> str | None:
+        """The gae_xp backend a ``gae_xp[...]`` path forces, else None."""
+        return self.name[len("gae_xp["):-1] if self.ours else None
+
+    def effective_chunk(self, workload: Workload, requested: int | None) -> int | None:
+        """The piece length that runs for a requested chunk size (None: auto), or None where no chunks are used.
+
+        gae_xp's rule (``choose_chunk_size``) resolves auto, caps a constant
+        discount's kernel width and never goes past T; slime's scan takes the
+        size as given.
+        """
+        if not self.chunked:
+            return None
+        if not self.ours:
+            return requested
+        from gae_xp._scan import choose_chunk_size
+
+        return choose_chunk_size(workload.T, not workload.time_varying, requested)
+
+
+#: Backends whose kernels have no chunks: ``chunk_size`` is accepted and ignored, so it is not swept.
+UNCHUNKED_BACKENDS = frozenset({"numba", "jax"})
 
 
 def _gae_xp_path(backend: str) -> Path:
@@ -106,7 +156,41 @@ def _gae_xp_path(backend: str) -> Path:
         return compiled(library, workload, chunk)(arrays["rewards"], arrays["values"], arrays.get("terminated"),
                                                   arrays.get("truncated"), arrays.get("mask"))
 
-    return Path(f"gae_xp[{backend}]", True, False, skip, run)
+    chunked = getattr(backends.load(backend), "uses_chunk_size", backend not in UNCHUNKED_BACKENDS)
+    return Path(f"gae_xp[{backend}]", chunked, False, skip, run)
+
+
+def _jax_only(library, workload):
+    return None if library.name.startswith("jax") else "a JAX reference (lax.scan, lax.associative_scan)"
+
+
+def _not_jax(what):
+    def skip(library, workload):
+        if library.name.startswith("jax"):
+            return f"{what} on eager JAX arrays compiles every step; JAX's loop is lax.scan"
+        return None
+
+    return skip
+
+
+def _lax_path(name: str, solve) -> Path:
+    @functools.lru_cache(maxsize=16)
+    def compiled(library, workload):
+        def call(rewards, values, terminated, truncated, mask):
+            return solve(rewards, values, workload.gamma, workload.lam, terminated, truncated, mask)
+
+        return library.compile(call)
+
+    def run(arrays, workload, chunk, library):
+        return compiled(library, workload)(arrays["rewards"], arrays["values"], arrays.get("terminated"),
+                                           arrays.get("truncated"), arrays.get("mask"))
+
+    return Path(name, False, False, _jax_only, run)
+
+
+def loop_baseline(library_name: str) -> str:
+    """The path the 'vs loop' column divides by: the serial loop, or lax.scan on JAX."""
+    return "lax.scan" if library_name.startswith("jax") else "serial"
 
 
 def _serial_run(arrays, workload, chunk, library):
@@ -117,6 +201,10 @@ def _serial_run(arrays, workload, chunk, library):
 
 def _constant_only(library, workload):
     return "dones and masks need the general contract" if workload.time_varying else None
+
+
+def _slime_skip(library, workload):
+    return _not_jax("slime's chunk scan")(library, workload) or _constant_only(library, workload)
 
 
 def _matrix_skip(library, workload):
@@ -174,8 +262,10 @@ def _bare_numba_run(arrays, workload, chunk, library):
 
 
 BASELINES = (
-    Path("serial", False, True, lambda library, workload: None, _serial_run),
-    Path("slime-chunked", True, True, _constant_only,
+    Path("serial", False, True, _not_jax("a Python loop over time"), _serial_run),
+    _lax_path("lax.scan", baselines.jax_scan_gae),
+    _lax_path("lax.associative_scan", baselines.jax_associative_scan_gae),
+    Path("slime-chunked", True, True, _slime_skip,
          lambda arrays, workload, chunk, library: baselines.slime_chunked_gae(arrays["rewards"], arrays["values"],
                                                                      workload.gamma, workload.lam, chunk)),
     Path("matrix", False, False, _matrix_skip,
@@ -186,8 +276,9 @@ BASELINES = (
 )
 
 
+@functools.lru_cache(maxsize=1)
 def all_paths() -> tuple[Path, ...]:
-    """gae_xp on every registered backend, then the baselines."""
+    """gae_xp on every registered backend, then the baselines (built once: JAX's compiled calls are kept)."""
     return tuple(_gae_xp_path(name) for name in backends.REGISTRY) + BASELINES
 
 

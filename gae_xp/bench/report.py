@@ -1,17 +1,53 @@
-"""The bench command's outputs: the table, the verdicts, the JSON file and the plot."""
+"""The bench command's outputs: what is measured (the header), the table and its legend, the verdicts, JSON, plot."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
 import sys
 from collections import defaultdict
-from importlib import metadata
+from importlib import metadata, resources
+from typing import Iterable
 
-from gae_xp.bench.runner import Measurement
+from gae_xp.bench.paths import loop_baseline
+from gae_xp.bench.runner import MIN_SAMPLES_FOR_A_VERDICT, Measurement
 
-COLUMNS = ("library", "path", "B", "T", "C", "median", "spread", "vs serial", "max error", "peak mem")
+COLUMNS = ("library", "case", "path", "B", "T", "C", "median", "spread", "vs loop", "max error", "peak mem")
+
+LEGEND = (
+    "~          the time is extrapolated linearly in T from a run on the first steps (a Python loop over time "
+    "expected to take longer than --serial-budget)",
+    "spread     half the interquartile range of the samples, as a share of the median (0% with a single sample)",
+    "C          the chunk size that ran: auto (C) = chunk_size=None and the size gae_xp's rule chose; "
+    "- = the path has no chunks",
+    "vs loop    the library's serial loop (lax.scan under jax.jit on JAX) divided by this path, same shape and case",
+    "max error  max |advantage - float64 loop| over the whole output (- where the time was extrapolated)",
+    "peak mem   peak bytes allocated by one call where the library tells (tracemalloc on the CPU, torch CUDA)",
+)
+
+#: A chunk size must also save at least this share of auto's time to be recommended: a smaller gain is not
+#: worth a setting that the next machine may not repeat.
+MIN_GAIN = 0.05
+
+#: Figures measured by this project for the extras' hints (``recorded.json`` beside this module; its
+#: ``command`` entry is how they were made, on the machine its ``machine`` entry describes).
+RECORDED = "recorded.json"
+#: extra -> (what to install, the backend it adds, the libraries whose arrays it serves)
+EXTRAS = {
+    "numba": ("pip install 'gae_xp[numba]'", "numba", ("numpy", "torch:cpu")),
+    "numba-cuda": ("pip install 'gae_xp[cuda12]' (or [cuda13]: CuPy and numba-cuda)", "numba-cuda",
+                   ("torch:cuda", "cupy")),
+}
+
+
+def chunk_label(m: Measurement) -> str:
+    if m.effective_chunk is None:
+        return "-"
+    if m.chunk_size is None:
+        return f"auto ({m.effective_chunk})"
+    return str(m.effective_chunk) if m.effective_chunk == m.chunk_size else f"{m.chunk_size}->{m.effective_chunk}"
 
 
 def rows(results: list[Measurement]) -> list[tuple[str, ...]]:
@@ -19,48 +55,305 @@ def rows(results: list[Measurement]) -> list[tuple[str, ...]]:
     for m in results:
         approx = "~" if m.extrapolated_from else ""
         out.append((
-            m.library, m.path, str(m.B), str(m.T),
-            "auto" if m.chunk_size is None and m.path.startswith("gae_xp") else (str(m.chunk_size) if m.chunk_size else "-"),
-            f"{approx}{_ms(m.median_s)}",
-            f"±{50 * (m.p75_s - m.p25_s) / m.median_s:.0f}%",
-            "-" if m.speedup_vs_serial is None else f"{m.speedup_vs_serial:.1f}x",
+            m.library, m.case, m.path, str(m.B), str(m.T), chunk_label(m),
+            f"{approx}{seconds(m.median_s)}",
+            f"±{100 * m.spread_s / m.median_s:.0f}%",
+            "-" if m.speedup_vs_serial is None else f"{m.speedup_vs_serial:.3g}x",
             "-" if m.max_abs_error is None else f"{m.max_abs_error:.1e}",
             "-" if m.peak_bytes is None else _bytes(m.peak_bytes),
         ))
     return out
 
 
-def verdicts(results: list[Measurement]) -> list[str]:
-    """One line per library: the fastest gae_xp path and chunk size at its largest workload, and its speed-up."""
+# ---------------------------------------------------------------------------------------------------- verdicts
+
+
+def recommend_chunk(auto: Measurement, others: Iterable[Measurement]) -> Measurement | None:
+    """The explicit chunk size to recommend over auto, or None: keep the default.
+
+    A size is recommended only when its median beats auto's by more than the
+    measured spread of both (the sum of their half interquartile ranges) and
+    by at least ``MIN_GAIN`` of auto's time, from at least
+    ``MIN_SAMPLES_FOR_A_VERDICT`` samples each, and when it runs a different
+    piece length than auto does.
+    """
+    candidates = [m for m in others if m.effective_chunk != auto.effective_chunk and not m.extrapolated_from]
+    if not candidates or auto.runs < MIN_SAMPLES_FOR_A_VERDICT:
+        return None
+    best = min(candidates, key=lambda m: m.median_s)
+    if best.runs < MIN_SAMPLES_FOR_A_VERDICT:
+        return None
+    gain = auto.median_s - best.median_s
+    return best if gain > auto.spread_s + best.spread_s and gain >= MIN_GAIN * auto.median_s else None
+
+
+def chunk_verdict(measured: list[Measurement], path: str) -> str | None:
+    """One line on ``path``'s chunk size at one shape and case, from the rule of :func:`recommend_chunk`."""
+    mine = [m for m in measured if m.path == path]
+    auto = next((m for m in mine if m.chunk_size is None), None)
+    if auto is None or auto.effective_chunk is None:
+        return None
+    others = [m for m in mine if m is not auto]
+    if not others:
+        return f"{path}: only auto (C={auto.effective_chunk}) timed: {_timed(auto)}"
+    best = recommend_chunk(auto, others)
+    if best is None:
+        fastest = min(others, key=lambda m: m.median_s)
+        if fastest.median_s >= auto.median_s:
+            why = "slower"
+        elif min(auto.runs, fastest.runs) < MIN_SAMPLES_FOR_A_VERDICT:
+            why = f"faster on fewer than {MIN_SAMPLES_FOR_A_VERDICT} samples: not enough to tell"
+        elif auto.median_s - fastest.median_s <= auto.spread_s + fastest.spread_s:
+            why = "faster by less than the measured spread"
+        else:
+            why = f"faster by less than {MIN_GAIN:.0%}"
+        return (f"{path}: keep the default chunk_size=None (auto, C={auto.effective_chunk}: {_timed(auto)}); "
+                f"the fastest other size, C={fastest.effective_chunk} ({_timed(fastest)}), is {why}")
+    return (f"{path}: set chunk_size={best.chunk_size}: {_timed(best)} against auto's {_timed(auto)} "
+            f"(C={auto.effective_chunk}), faster by more than the spread of both")
+
+
+def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = None,
+             missing_extras: Iterable[str] = ()) -> list[str]:
+    """What the run means, per library at its largest shape and per case.
+
+    ``auto_paths`` maps a library to the path ``backend="auto"`` runs for its
+    arrays (gae_xp[numba] for NumPy with numba installed...); ``missing_extras``
+    lists the extras (numba, numba-cuda) not installed here.
+    """
+    auto_paths = auto_paths or {}
+    lines = []
     by_library = defaultdict(list)
     for m in results:
         by_library[m.library].append(m)
-    lines = []
     for library, measured in by_library.items():
-        largest = max((m.B * m.T, m.T) for m in measured)
-        here = [m for m in measured if (m.B * m.T, m.T) == largest]
-        ours = [m for m in here if m.path.startswith("gae_xp")]
-        if not ours:
-            lines.append(f"{library}: no gae_xp path ran")
-            continue
-        best = min(ours, key=lambda m: m.median_s)
-        auto = next((m for m in ours if m.path == best.path and m.chunk_size is None), None)
-        size = "chunk_size=None (auto)" if best.chunk_size is None else f"chunk_size={best.chunk_size}"
-        line = f"{library}: use {size} ({best.path}) at B={best.B}, T={best.T}: {_ms(best.median_s)}"
-        if best.speedup_vs_serial is not None:
-            marked = " (serial time extrapolated)" if _serial_extrapolated(here) else ""
-            line += f", {best.speedup_vs_serial:.0f}x faster than the serial loop{marked}"
-        if auto is not None and auto is not best:
-            line += f"; auto takes {_ms(auto.median_s)}"
-        lines.append(line)
+        for case in dict.fromkeys(m.case for m in measured):
+            in_case = [m for m in measured if m.case == case]
+            largest = max((m.B * m.T, m.T) for m in in_case)
+            here = [m for m in in_case if (m.B * m.T, m.T) == largest]
+            lines.append(_step_line(library, case, here, auto_paths.get(library)))
+            for path in dict.fromkeys(m.path for m in here if m.ours):
+                line = chunk_verdict(here, path)
+                if line is not None:
+                    lines.append("  chunk size: " + line)
+            for path in dict.fromkeys(m.path for m in here if m.ours and m.effective_chunk is None):
+                lines.append(f"  chunk size: {path} has no chunks: chunk_size is ignored there, so not swept")
+            lines.extend("  " + line for line in _jax_lines(here))
+            lines.extend("  " + line for line in _floor_lines(here))
+            lines.extend("  " + line for line in _case_cost_lines(measured, here))
+            lines.extend("  " + line for line in _cross_library_lines(results, here))
+    lines.extend(extra_hints(missing_extras, by_library))
     return lines
 
 
-def _serial_extrapolated(measured):
-    return any(m.path == "serial" and m.extrapolated_from for m in measured)
+def _step_line(library, case, here, auto_path) -> str:
+    m0 = here[0]
+    head = f"{library}, B={m0.B}, T={m0.T}, {case}:"
+    loop_name = loop_baseline(library)
+    loop = next((m for m in here if m.path == loop_name), None)
+    ours = None
+    if auto_path is not None:
+        ours = next((m for m in here if m.path == auto_path and m.chunk_size is None), None)
+        if ours is None:
+            return f"{head} backend='auto' runs {auto_path}, which was not timed (add it to --paths)"
+        what = f"backend='auto' runs {auto_path}{' under jax.jit' if library.startswith('jax') else ''}"
+    else:
+        timed = [m for m in here if m.ours and m.chunk_size is None]
+        if not timed:
+            return f"{head} no gae_xp path ran"
+        ours = min(timed, key=lambda m: m.median_s)
+        what = f"the fastest gae_xp path at auto chunk size is {ours.path}"
+    line = f"{head} {what}: {_timed(ours)} per call"
+    loop_words = "lax.scan under jax.jit" if loop_name == "lax.scan" else "the serial loop"
+    if loop is None:
+        return line + f"; {loop_words} was not timed (add {loop_name} to --paths)"
+    saved = loop.median_s - ours.median_s
+    approx = "~" if loop.extrapolated_from else ""
+    line += (f"; {loop_words}, what you have now: {approx}{seconds(loop.median_s)} per call "
+             f"({loop.median_s / ours.median_s:.3g}x)")
+    if saved > 0:
+        line += f": {approx}{seconds(saved)} saved per PPO step that computes GAE once on this batch"
+    else:
+        line += f": gae_xp is slower here by {seconds(-saved)} per call"
+    return line
 
 
-def print_report(results: list[Measurement], stream=None) -> None:
+def _jax_lines(here) -> list[str]:
+    refs = [m for m in here if m.path == "lax.associative_scan"]
+    ours = [m for m in here if m.ours and m.chunk_size is None]
+    if not refs or not ours:
+        return []
+    best = min(ours, key=lambda m: m.median_s)
+    ref = refs[0]
+    return [f"JAX's other alternative, lax.associative_scan under jax.jit: {_timed(ref)} "
+            f"({ref.median_s / best.median_s:.3g}x {best.path}'s time)"]
+
+
+def _floor_lines(here) -> list[str]:
+    """gae_xp's numba kernel against the bare numba loop: the floor of a compiled CPU loop (constant discount only)."""
+    floor = next((m for m in here if m.path == "numba-bare"), None)
+    ours = next((m for m in here if m.path == "gae_xp[numba]"), None)
+    if floor is None or ours is None:
+        return []
+    return [f"gae_xp[numba] {_timed(ours)} against a bare numba loop's {_timed(floor)} "
+            f"({ours.median_s / floor.median_s:.2g}x its time; the bare loop knows only a constant discount)"]
+
+
+def _case_cost_lines(measured, here) -> list[str]:
+    """A time-varying case against the constant discount, per gae_xp path at auto, at the same shape."""
+    constant = {(m.path, m.B, m.T): m for m in measured if m.case == "constant" and m.ours and m.chunk_size is None}
+    lines = []
+    for m in here:
+        if m.case == "constant" or not m.ours or m.chunk_size is not None:
+            continue
+        base = constant.get((m.path, m.B, m.T))
+        if base is not None:
+            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)} = "
+                         f"{m.median_s / base.median_s:.2g}x its constant time ({_timed(base)})")
+    return lines
+
+
+def _cross_library_lines(results, here) -> list[str]:
+    """torch CPU tensors on the numba kernel against NumPy arrays on the same kernel, same shape and case."""
+    numpy_side = {(m.B, m.T, m.case): m for m in results if m.library == "numpy" and m.path == "gae_xp[numba]"}
+    lines = []
+    for m in here:
+        if m.library == "torch:cpu" and m.path == "gae_xp[numba]":
+            base = numpy_side.get((m.B, m.T, m.case))
+            if base is not None:
+                lines.append(f"torch CPU tensors on the numba kernel: {_timed(m)}; NumPy arrays on the same kernel: "
+                             f"{_timed(base)} ({m.median_s / base.median_s:.2f}x)")
+    return lines
+
+
+def extra_hints(missing_extras: Iterable[str], libraries: Iterable[str], recorded: dict | None = None) -> list[str]:
+    """For each extra not installed that would serve arrays of this run: what to install and what it gave us."""
+    present = set(libraries)
+    lines = []
+    for extra in missing_extras:
+        install, backend, serves = EXTRAS[extra]
+        served = [name for name in serves if name in present]
+        if not served:
+            continue
+        line = (f"{extra} is not installed: {install} lets backend='auto' run the {backend} kernels on "
+                f"{', '.join(served)} arrays")
+        gains = recorded_gains(backend, served, recorded)
+        lines.append(line + ("; " + "; ".join(gains) if gains else
+                             "; this project has not recorded what it gives on these arrays yet"))
+    return lines
+
+
+def load_recorded() -> dict | None:
+    try:
+        return json.loads(resources.files("gae_xp.bench").joinpath(RECORDED).read_text())
+    except (FileNotFoundError, ModuleNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None = None) -> list[str]:
+    """Sentences such as "on the project's machine (...) gae_xp[numba] took 2.1 ms against gae_xp[xp]'s 6.4 ms"."""
+    recorded = load_recorded() if recorded is None else recorded
+    if not recorded:
+        return []
+    rows_ = recorded.get("results", [])
+    machine = recorded.get("machine", {})
+    where = f"{machine.get('cpu', 'a CPU')}, {machine.get('cpus', '?')} cores"
+    out = []
+    for library in libraries:
+        for r in rows_:
+            if r["library"] != library or r["path"] != f"gae_xp[{backend}]" or r.get("extrapolated_from"):
+                continue
+            generic = next((x for x in rows_ if x["library"] == library and x["path"] == "gae_xp[xp]"
+                            and x["chunk_size"] is None and (x["B"], x["T"], x["dones"], x["holes"])
+                            == (r["B"], r["T"], r["dones"], r["holes"])), None)
+            if generic is None:
+                continue
+            case = "+".join(n for n, p in (("dones", r["dones"]), ("mask", r["holes"])) if p > 0) or "constant"
+            out.append(f"{library}, B={r['B']}, T={r['T']}, {r['dtype']}, {case}: {seconds(r['median_s'])} "
+                       f"against the generic path's {seconds(generic['median_s'])} "
+                       f"({generic['median_s'] / r['median_s']:.2g}x faster)")
+    if out:
+        out[0] = (f"measured by this project on {where} with `{recorded.get('command', '?')}`: " + out[0])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- the header
+
+
+def machine() -> dict:
+    """The machine: platform, CPU model, cores, thread settings (no framework is imported for it)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    threads = {k: v for k, v in os.environ.items()
+               if k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")}
+    if "torch" in sys.modules:
+        threads["torch"] = sys.modules["torch"].get_num_threads()
+    if importlib.util.find_spec("numba") is not None:
+        import numba
+
+        threads["numba"] = numba.get_num_threads()
+    return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "usable_cpus": usable,
+            "python": platform.python_version(), "threads": threads}
+
+
+def gpu_names(libraries) -> list[str]:
+    names = []
+    for library in libraries:
+        try:
+            if library.name == "torch:cuda":
+                import torch
+
+                names.append(torch.cuda.get_device_name(library.device))
+            elif library.name == "cupy":
+                import cupy
+
+                names.append(cupy.cuda.runtime.getDeviceProperties(library.device.id)["name"].decode())
+            elif library.name == "jax:cuda":
+                names.append(str(library.device.device_kind))
+        except Exception as error:  # a name is nice to have, never worth a failed run
+            names.append(f"{library.name}: ({type(error).__name__})")
+    return list(dict.fromkeys(names))
+
+
+def versions(libraries) -> dict:
+    out = {name: _version(name) for name in ("gae_xp", "numpy", "array-api-compat", "array-api-extra", "scipy",
+                                             "numba", "numba-cuda")}
+    out.update({library.name.split(":")[0]: library.version for library in libraries})
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def header(settings: dict, libraries, machine_: dict) -> list[str]:
+    """What is measured, before anything is timed."""
+    threads = ", ".join(f"{k} {v}" for k, v in machine_["threads"].items()) or "library defaults"
+    gpus = gpu_names(libraries)
+    return [
+        f"gae_xp bench: {settings['what']}",
+        f"  shapes  B={settings['B']}, T={settings['T']} (time last), {settings['dtype']}, "
+        f"gamma={settings['gamma']}, lam={settings['lam']}",
+        f"  cases   {settings['cases']}",
+        f"  paths   {settings['paths']}; chunk sizes {settings['chunks']} (swept at the largest B*T only)",
+        f"  timing  median of {settings['repeat']} samples of >= {settings['min_sample_ms']:g} ms, taken in turns; "
+        f"loops over time past {settings['serial_budget']:g} s per call run on a prefix",
+        f"  machine {machine_['cpu']}, {machine_['usable_cpus']} of {machine_['cpus']} cores usable, "
+        f"threads: {threads}; GPU: {', '.join(gpus) if gpus else 'none in this run'}",
+        f"  {machine_['platform']}, python {machine_['python']}",
+        "  versions " + ", ".join(f"{k} {v}" for k, v in versions(libraries).items()),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------- output
+
+
+def print_report(results: list[Measurement], stream=None, *, auto_paths=None, missing_extras=(),
+                 notes: Iterable[str] = ()) -> None:
     stream = stream or sys.stdout
     table = rows(results)
     try:
@@ -70,35 +363,46 @@ def print_report(results: list[Measurement], stream=None) -> None:
     except ImportError:
         widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(COLUMNS)]
         for line in [COLUMNS, *table]:
-            print("  ".join(cell.rjust(w) for cell, w in zip(line, widths)), file=stream)
+            print("  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
+                            for i, (cell, w) in enumerate(zip(line, widths))), file=stream)
     else:
-        rich_table = Table(title="gae_xp bench (~ = time extrapolated from a prefix; "
-                                 "spread = half the interquartile range)")
+        rich_table = Table()
         for column in COLUMNS:
-            rich_table.add_column(column, justify="left" if column in ("library", "path") else "right")
+            rich_table.add_column(column, justify="left" if column in ("library", "case", "path") else "right")
         for row in table:
             rich_table.add_row(*map(escape, row))
-        Console(file=stream, width=None if stream.isatty() else 140).print(rich_table)
-    for line in verdicts(results):
+        Console(file=stream, width=None if stream.isatty() else 160).print(rich_table)
+    print("", file=stream)
+    for line in LEGEND:
+        print(line, file=stream)
+    for note in notes:
+        print(f"note: {note}", file=stream)
+    print("", file=stream)
+    print("verdict (at each library's largest shape; times are median ± spread):", file=stream)
+    for line in verdicts(results, auto_paths, missing_extras):
         print(line, file=stream)
 
 
-def write_json(results: list[Measurement], path: str, argv: list[str], libraries) -> None:
+def write_json(results: list[Measurement], path: str, argv: list[str], libraries, machine_: dict | None = None,
+               elapsed_s: float | None = None) -> None:
+    import datetime
+
     document = {
         "command": " ".join(argv),
-        "machine": {"platform": platform.platform(), "processor": platform.processor(), "python": sys.version,
-                    "cpus": os.cpu_count()},
-        "versions": {"gae_xp": _version("gae_xp"), "numpy": _version("numpy"),
-                     "array-api-compat": _version("array-api-compat"),
-                     **{library.name: library.version for library in libraries}},
+        "date": datetime.date.today().isoformat(),
+        "machine": machine_ or machine(),
+        "gpus": gpu_names(libraries),
+        "versions": versions(libraries),
+        "elapsed_s": elapsed_s,
         "results": [m.as_dict() for m in results],
     }
     with open(path, "w") as handle:
         json.dump(document, handle, indent=2)
+        handle.write("\n")
 
 
 def write_plot(results: list[Measurement], path: str) -> None:
-    """Time against T, log-log, one panel per library, one line per path (chunked paths at their best C)."""
+    """Time against T, log-log, one panel per library, one line per path and case (chunked paths at their best C)."""
     try:
         import matplotlib
 
@@ -107,13 +411,14 @@ def write_plot(results: list[Measurement], path: str) -> None:
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install 'gae_xp[bench]'") from None
     libraries = list(dict.fromkeys(m.library for m in results))
+    several_cases = len({m.case for m in results}) > 1
     figure, axes = plt.subplots(1, len(libraries), figsize=(5 * len(libraries), 4), squeeze=False)
     for ax, library in zip(axes[0], libraries):
         best = {}
         for m in results:
             if m.library != library:
                 continue
-            key = (m.path, m.T)
+            key = (m.path + (f" {m.case}" if several_cases else ""), m.T)
             if key not in best or m.median_s < best[key].median_s:
                 best[key] = m
         for name in dict.fromkeys(p for p, _ in best):
@@ -134,8 +439,15 @@ def write_plot(results: list[Measurement], path: str) -> None:
     plt.close(figure)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
+def seconds(value: float) -> str:
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} us"
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _timed(m: Measurement) -> str:
+    approx = "~" if m.extrapolated_from else ""
+    return f"{approx}{seconds(m.median_s)} ±{100 * m.spread_s / m.median_s:.0f}%"
 
 
 def _bytes(n: int) -> str:

@@ -1,8 +1,9 @@
 """GPU benchmark: the fused numba-CUDA path, the generic path, slime's chunk scan and the serial loop, B=256,
 T=131072, float32, gamma 0.99, lam 0.95, on every CUDA library present (torch CUDA, CuPy).
 
-Times are CUDA events around one call on the current stream (median and
-minimum of 50 after 3 warm-ups; slime's chunk scan 5 runs; the serial loop
+Times come from the bench's harness (``gae_xp.bench.runner``): CUDA events
+around one call on the current stream (median and minimum of 50 after 3
+warm-ups; slime's chunk scan 5 runs; the serial loop
 runs on a prefix of T and is extrapolated linearly, marked ~). Bandwidth: the
 useful 16 bytes per element (read r and V, write A and R) over the time, and,
 where the traffic model knows the path, its bytes over the time. "host ms" is
@@ -22,41 +23,19 @@ import time
 import numpy as np
 
 import gae_xp
-from gae_xp.bench import baselines, libraries, traffic
+from gae_xp.bench import baselines, libraries, runner, traffic
 
 B, T, RUNS = 256, 131072, 50
 SERIAL_PREFIX = 2048
 TARGETS_MS = {"fused, constant": 0.3, "fused, dones+mask": 0.5}
 
 
-def events(library: str):
-    """(start, stop, elapsed ms) CUDA events of the library, recorded on its current stream."""
-    if library == "cupy":
-        import cupy
-
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        return start, stop, lambda: cupy.cuda.get_elapsed_time(start, stop)
-    import torch
-
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    return start, stop, lambda: start.elapsed_time(stop)
-
-
 def time_call(library: str, call, runs: int, warmup: int = 3) -> tuple[list[float], float]:
-    """(GPU ms per run, host ms per call)."""
-    start, stop, elapsed = events(library)
-    for _ in range(warmup):
-        call()
-    times, host = [], []
-    for _ in range(runs):
-        start.record()
-        began = time.perf_counter()
-        call()
-        host.append((time.perf_counter() - began) * 1e3)
-        stop.record()
-        stop.synchronize()
-        times.append(elapsed())
-    return times, statistics.median(host)
+    """(GPU ms per run, host ms per call) on the bench's harness: CUDA events on the current stream, and the
+    wall time of the Python call alone (nothing waited for: above the GPU time, launch overhead bounds a call)."""
+    device = runner.time_call(call, timer=runner.cuda_events(library), repeat=runs, warmup=warmup, number=1)
+    host = runner.time_call(call, repeat=runs, warmup=0, number=1)
+    return [t * 1e3 for t in device.samples], host.median * 1e3
 
 
 def cases(library, rng):
