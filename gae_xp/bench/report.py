@@ -324,7 +324,7 @@ def gpu_names(libraries) -> list[str]:
 
 
 def versions(libraries) -> dict:
-    out = {name: _version(name) for name in ("gae_xp", "numpy", "array-api-compat", "array-api-extra", "scipy",
+    out = {name: _version(name) for name in ("gae_xp", "numpy", "array-api-compat", "scipy",
                                              "numba", "numba-cuda")}
     out.update({library.name.split(":")[0]: library.version for library in libraries})
     return {k: v for k, v in out.items() if v is not None}

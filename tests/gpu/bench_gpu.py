@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import numpy as np
 
