@@ -75,7 +75,9 @@ class NumbaCPUBackend:
         segments = _segments(p, shape)
         values = _rows(_host(p.values))
         parallel = rewards.size >= PARALLEL_FROM
-        if p.is_constant and p.next_values is None:
+        plain = (isinstance(p.gamma, float) and isinstance(p.lam, float) and p.next_values is None
+                 and p.terminated is None and p.truncated is None and p.mask is None)
+        if plain:  # a constant discount (segments and a carry allowed)
             _launch(parallel, _kernels(parallel).gae_plain, rows, values, *segments, p.gamma, p.lam,
                     advantages, returns)
         else:
