@@ -25,10 +25,12 @@ These are two of the scan skeleton's (edge, product) pairs (``gae_xp._scan``,
 step 1): ``(value, on_value)`` for the value chain and ``(edge +
 on_bootstrap b, product)`` for the advantage chain. Joined in time order::
 
-    b_k = bootstrap                      if piece k is closed (the last of its sequence)
-          value_{k+1} + on_value_{k+1} b_{k+1}                            otherwise
-    c_k = 0                              if piece k is closed
-          edge_{k+1} + on_bootstrap_{k+1} b_{k+1} + product_{k+1} c_{k+1} otherwise
+    b_k = value_{k+1} + on_value_{k+1} b_{k+1}                          (bootstrap after the last)
+    c_k = edge_{k+1} + on_bootstrap_{k+1} b_{k+1} + product_{k+1} c_{k+1}  (0 after the last)
+
+A piece that ends its sequence is ``close``d by whoever holds it: its own
+bootstrap and c = 0 go in, and its coefficients become 0, so nothing from
+its right crosses it.
 
 ``incoming`` solves both chains for all pieces at once with ``_scan.scan``
 over the pieces' axis (step 2 of the skeleton: context parallelism, after
@@ -105,29 +107,32 @@ def _starts(p: GaeProblem):
     return xp.zeros((1,), dtype=xp.int64, device=device_of(p.rewards))
 
 
-def incoming(xp, summaries, bootstrap, closed=None):
+def incoming(xp, summaries, bootstrap):
     """(b, c), each (..., n): what enters every piece from its right, for pieces laid in time order.
 
-    ``summaries`` is (..., n, 5) (see ``FIELDS``); ``bootstrap`` broadcasts to
-    (..., n) and is read where a piece is closed; ``closed`` (bool,
-    broadcastable to (..., n)) marks the last piece of each sequence: by
-    default only the last piece. Both chains are solved by ``_scan.scan``
-    along the pieces' axis, exactly (a zero coefficient cuts).
+    ``summaries`` is (..., n, 5) (see ``FIELDS``); ``bootstrap`` (broadcastable
+    to (...,)) is the value after the last piece. Both chains are solved by
+    ``_scan.scan`` along the pieces' axis, exactly (a zero coefficient cuts).
+    A piece that ends a sequence is ``close``d first: nothing enters it.
     """
     value, on_value, edge, on_bootstrap, product = (summaries[..., j] for j in range(len(FIELDS)))
-    count = value.shape[-1]
-    if closed is None:
-        closed = xp.arange(count, device=device_of(value)) == count - 1
-    bootstrap = xp.broadcast_to(bootstrap, value.shape)
+    last = xp.broadcast_to(xp.asarray(bootstrap, dtype=value.dtype, device=device_of(value)), value.shape[:-1])
+    last = xp.expand_dims(last, axis=-1)
+    # z_k = value_k + on_value_k b_k with b_k = z_{k+1}: the value chain; b_{n-1} = bootstrap.
+    z = scan(xp, fold_boundary(xp, value + xp.zeros_like(value), on_value, last, reverse=True), on_value,
+             reverse=True)
+    b = xp.concat([z[..., 1:], last], axis=-1)
+    # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: the advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
+    y = scan(xp, edge + _times(xp, on_bootstrap, b), product, reverse=True)
+    return b, _next(xp, y)
+
+
+def close(xp, summary, bootstrap):
+    """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 applied, nothing enters."""
+    value, on_value, edge, on_bootstrap, _ = (summary[..., j] for j in range(len(FIELDS)))
     zero = xp.zeros_like(value)
-    # z_k = value_k + on_value_k * b_k,  b_k = bootstrap_k if closed_k else z_{k+1}
-    closing = xp.where(closed & (on_value != 0), on_value * bootstrap, zero)
-    z = scan(xp, value + closing, xp.where(closed, zero, on_value), reverse=True)
-    b = xp.where(closed, bootstrap, _next(xp, z))
-    # y_k = edge_k + on_bootstrap_k b_k + product_k c_k,  c_k = 0 if closed_k else y_{k+1}
-    y = scan(xp, edge + _times(xp, on_bootstrap, b), xp.where(closed, zero, product), reverse=True)
-    c = xp.where(closed, zero, _next(xp, y))
-    return b, c
+    return xp.stack([value + _times(xp, on_value, bootstrap), zero, edge + _times(xp, on_bootstrap, bootstrap),
+                     zero, zero], axis=-1)
 
 
 def link(xp, summary, b, c):

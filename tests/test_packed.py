@@ -105,7 +105,7 @@ CASES = {
 @pytest.mark.parametrize("batch", [(), (1,), (3,)])
 def test_gae_packed_equals_a_loop_over_sequences(library, backend, case_name, batch):
     to, back = _library(library)
-    rng = np.random.default_rng(hash((case_name, batch)) % 2**32)
+    rng = np.random.default_rng(list(CASES).index(case_name) * 10 + len(batch))
     offsets, case = make_packed(rng, batch, 300, 12, **CASES[case_name])
     want_a, want_r = per_sequence(gae_loop, offsets, case)
     a, r = gae_xp.gae(**convert(to, case), cu_seqlens=to(offsets), backend=backend)
