@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
-from gae_xp._compat import device_of, values_are_readable
+from gae_xp._compat import device_of, is_dask_array, values_are_readable
 
 
 class Backend(Protocol):
@@ -45,6 +45,7 @@ class Backend(Protocol):
 REGISTRY: dict[str, str] = {
     "numba-cuda": "gae_xp.backends.numba_cuda",
     "numba": "gae_xp.backends.numba_cpu",
+    "dask": "gae_xp.backends.dask",
     "xp": "gae_xp.backends.xp",
 }
 
@@ -70,7 +71,9 @@ def select(name: str, xp, arrays) -> Backend:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
     if not all(values_are_readable(a) for a in arrays):
-        return load("xp")  # traced or lazy arrays: only the array-API route can follow them
+        if any(is_dask_array(a) for a in arrays):
+            return load("dask")  # Dask arrays: the chunk scan as Dask's own graph, gae_xp on every block
+        return load("xp")  # traced arrays: only the array-API route can follow them
     kind = _kind(xp, arrays)
     chosen = _CHOSEN.get(kind)
     if chosen is None:
