@@ -13,7 +13,9 @@ dictionary lookup after the first call.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
 from typing import Any, Protocol
 
 from gae_xp._compat import device_of, is_dask_array, values_are_readable
@@ -80,6 +82,29 @@ def select(name: str, xp, arrays) -> Backend:
         chosen = _CHOSEN[kind] = next(backend for backend in map(load, REGISTRY)
                                       if backend.unavailable_reason(xp, arrays) is None)
     return chosen
+
+
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """Within this block, backends compute on the calling thread only (no thread pool of their own).
+
+    For work that is itself one of many tasks run in parallel (the Dask
+    backend's block tasks): nested thread pools only contend for the cores.
+    """
+    before = getattr(_LOCAL, "single", False)
+    _LOCAL.single = True
+    try:
+        yield
+    finally:
+        _LOCAL.single = before
+
+
+def is_single_threaded() -> bool:
+    """True inside ``single_threaded()`` on this thread."""
+    return getattr(_LOCAL, "single", False)
 
 
 def _kind(xp, arrays):

@@ -194,7 +194,27 @@ def _solver(blocks):
     from gae_xp import backends
 
     xp = array_namespace(blocks[0])
-    return backends.select("auto", xp, list(blocks))
+    return _SingleThreaded(backends.select("auto", xp, list(blocks)))
+
+
+class _SingleThreaded:
+    """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        if hasattr(backend, "summarize"):
+            self.summarize = self._wrap(backend.summarize)
+        self.gae, self.scan = self._wrap(backend.gae), self._wrap(backend.scan)
+
+    @staticmethod
+    def _wrap(method):
+        from gae_xp.backends import single_threaded
+
+        def call(*args, **kwargs):
+            with single_threaded():
+                return method(*args, **kwargs)
+
+        return call
 
 
 def _summary_block(spec: _Spec, *blocks):

@@ -25,7 +25,9 @@ It serves NumPy arrays and PyTorch CPU tensors that record no autograd
 history (through zero-copy NumPy views; the outputs are tensors again).
 There are no chunks here, so ``chunk_size`` has no effect. numba is imported
 on the first call of a kernel. Small problems run a single-threaded build of
-the same kernel (starting the thread pool costs more than their work), and
+the same kernel (starting the thread pool costs more than their work), so do
+calls inside ``gae_xp.backends.single_threaded()`` (Dask's block tasks); the
+kernels release the GIL, so calls from several threads run at once, and
 calls from several Python threads are safe on every threading layer: numba's
 ``workqueue`` layer (the one left where neither TBB nor OpenMP is installed)
 aborts the process on concurrent use, so launches are serialised there.
@@ -41,6 +43,7 @@ import threading
 import numpy as np
 
 from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
+from gae_xp.backends import is_single_threaded
 
 NAME = "numba"
 #: Below this many elements a call runs the single-threaded kernel.
@@ -74,7 +77,7 @@ class NumbaCPUBackend:
         returns = np.empty(rows.shape, dtype=dtype)
         segments = _segments(p, shape)
         values = _rows(_host(p.values))
-        parallel = rewards.size >= PARALLEL_FROM
+        parallel = rewards.size >= PARALLEL_FROM and not is_single_threaded()
         plain = (isinstance(p.gamma, float) and isinstance(p.lam, float) and p.next_values is None
                  and p.terminated is None and p.truncated is None and p.mask is None)
         if plain:  # a constant discount (segments and a carry allowed)
@@ -95,7 +98,7 @@ class NumbaCPUBackend:
         rows = _rows(rewards)
         _, _, offsets = _segments(p, shape)
         out = np.empty((rows.shape[0], offsets.shape[0] - 1, 5), dtype=np.float64)
-        parallel = rewards.size >= PARALLEL_FROM
+        parallel = rewards.size >= PARALLEL_FROM and not is_single_threaded()
         kernel = _general_kernels(*_present(p), parallel).summarize
         _launch(parallel, kernel, rows, _rows(_host(p.values)), offsets,
                 *_optional_arrays(p, rewards.dtype, rows.shape), out)
@@ -107,7 +110,7 @@ class NumbaCPUBackend:
         rows = _rows(host)
         out = np.empty(rows.shape, dtype=host.dtype)
         a_scalar, a_steps = _coefficient(a, host.dtype, host.shape)
-        parallel = host.size >= PARALLEL_FROM
+        parallel = host.size >= PARALLEL_FROM and not is_single_threaded()
         _launch(parallel, _kernels(parallel).scan_rows, rows, a_scalar, a_steps, reverse, out)
         return _like(out.reshape(host.shape), x)
 
@@ -245,7 +248,7 @@ def _kernels(parallel: bool):
                 state = np.float64(x[row, t]) + (a * state if a != 0.0 else 0.0)
                 out[row, t] = state
 
-    compile_ = numba.njit(parallel=parallel, cache=True)
+    compile_ = numba.njit(parallel=parallel, cache=True, nogil=True)
     return SimpleNamespace(gae_plain=compile_(gae_plain), scan_rows=compile_(scan_rows))
 
 
@@ -332,7 +335,7 @@ def _general_kernels(has_next: bool, has_terminated: bool, has_truncated: bool, 
             out[row, segment, 3] = on_bootstrap
             out[row, segment, 4] = on_carry
 
-    compile_ = numba.njit(parallel=parallel)
+    compile_ = numba.njit(parallel=parallel, nogil=True)
     return SimpleNamespace(gae=compile_(gae_segments), summarize=compile_(summarize_segments))
 
 
