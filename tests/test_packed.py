@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -100,7 +101,12 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("library,backend", ROUTES)
+SIMULATED = pytest.param("numpy", "numba-cuda", id="numba_cuda_sim", marks=pytest.mark.skipif(
+    os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1",
+    reason="numba-cuda runs here only in the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, see .ci/run)"))
+
+
+@pytest.mark.parametrize("library,backend", [*ROUTES, SIMULATED])
 @pytest.mark.parametrize("case_name", list(CASES))
 @pytest.mark.parametrize("batch", [(), (1,), (3,)])
 def test_gae_packed_equals_a_loop_over_sequences(library, backend, case_name, batch):
