@@ -54,7 +54,7 @@ import dataclasses
 from ._compat import device_of
 from ._prepare import GaeProblem, fold_boundary
 from ._recurrences import Picker, gae_on_scan, latest_real_values
-from ._scan import scan
+from ._scan import neighbour, scan
 
 #: A piece's summary, in this order along the last axis.
 FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
@@ -124,11 +124,11 @@ def incoming(xp, summaries, bootstrap):
     b = xp.concat([z[..., 1:], last], axis=-1)
     # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: the advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
     y = scan(xp, edge + _times(xp, on_bootstrap, b), product, reverse=True)
-    return b, _next(xp, y)
+    return b, neighbour(xp, y, reverse=True)
 
 
 def close(xp, summary, bootstrap):
-    """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 applied, nothing enters."""
+    """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 in; nothing enters."""
     value, on_value, edge, on_bootstrap, _ = (summary[..., j] for j in range(len(FIELDS)))
     zero = xp.zeros_like(value)
     return xp.stack([value + _times(xp, on_value, bootstrap), zero, edge + _times(xp, on_bootstrap, bootstrap),
@@ -150,7 +150,8 @@ def finish(p: GaeProblem, solver, chunk_size, b, c):
 
 
 def scan_summary(xp, x, a, *, reverse: bool, solve, chunk_size=None):
-    """(edge, product), each (...,): the piece's local solution where the recurrence leaves it, its coefficients' product.
+    """(edge, product), each (...,): the local solution where the recurrence leaves the piece, and the product of
+    its coefficients.
 
     ``x`` is an array this package owns (the scan may overwrite it); ``a`` a
     float or an array shaped like x.
@@ -177,9 +178,4 @@ def scan_finish(xp, x, a, carry, *, reverse: bool, solve, chunk_size=None):
 def _times(xp, coefficient, x):
     """coefficient * x, exactly 0 where the coefficient is 0 (0 * inf would be NaN)."""
     return xp.where(coefficient == 0, xp.zeros_like(x), coefficient * x)
-
-
-def _next(xp, y):
-    """y_{k+1} along the last axis, 0 after the last."""
-    return xp.concat([y[..., 1:], xp.zeros_like(y[..., :1])], axis=-1)
 

@@ -196,7 +196,9 @@ def last_real_step(p: GaeProblem, pick: Picker, *, solve, chunk_size, segments: 
     segments = segments or Segments(p)
     length = p.rewards.shape[-1]
     if p.mask is None:
-        last = segments.end if segments.end is not None else xp.arange(length, device=device_of(p.rewards)) == length - 1
+        last = segments.end
+        if last is None:
+            last = xp.arange(length, device=device_of(p.rewards)) == length - 1
         return xp.broadcast_to(last, p.rewards.shape)
     counts = solve(xp, pick.as_float(p.mask), segments.cut(1.0), reverse=True, chunk_size=chunk_size)
     return p.mask & (segments.following(counts) == 0)

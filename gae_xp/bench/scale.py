@@ -97,7 +97,8 @@ def packed(options) -> dict:
         for a, b in few:
             slime_serial_gae(r[None, a:b], v[None, a:b], 0.99, 0.95)
         tokens = sum(b - a for a, b in few)
-        medians["loop over sequences, slime's serial loop (extrapolated)"] = (time.perf_counter() - start) * total / tokens
+        elapsed = time.perf_counter() - start
+        medians["loop over sequences, slime's serial loop (extrapolated)"] = elapsed * total / tokens
         results[name] = medians
     _print_table(f"packed: {count} sequences of random lengths, {total} tokens, float32 (median of {options.repeat})",
                  results, reference="one row of the total length")
