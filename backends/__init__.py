@@ -13,10 +13,12 @@ dictionary lookup after the first call.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
 from typing import Any, Protocol
 
-from gae_xp._compat import device_of, is_jax_namespace, values_are_readable
+from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, values_are_readable
 
 # The two traceable routes are imported with the registry: neither imports a framework.
 from . import jax as _lax_scan
@@ -27,6 +29,8 @@ class Backend(Protocol):
     """What a backend implements."""
 
     name: str
+    #: True when ``gae`` honours a problem's ``offsets`` and ``carry`` (packed sequences, shards, blocks).
+    segments: bool
 
     def unavailable_reason(self, xp, arrays, *, forced: bool = False) -> str | None:
         """None when this backend can serve these arrays, else why not (one line).
@@ -50,6 +54,7 @@ REGISTRY: dict[str, str] = {
     "numba-cuda": "gae_xp.backends.numba_cuda",
     "numba": "gae_xp.backends.numba_cpu",
     "jax": "gae_xp.backends.jax",
+    "dask": "gae_xp.backends.dask",
     "xp": "gae_xp.backends.xp",
 }
 
@@ -68,31 +73,64 @@ def load(name: str) -> Backend:
     return backend
 
 
-def select(name: str, xp, arrays) -> Backend:
-    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first that can."""
+def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
+    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first that can.
+
+    ``segments``: the problem has segments or an incoming carry (packed
+    sequences, a rank's shard, a Dask block), which not every backend takes.
+    """
     if not isinstance(name, str) or name not in REGISTRY and name != "auto":
         raise ValueError(f"backend must be one of {', '.join(map(repr, names()))}, got {name!r}")
     if name != "auto":
         backend = load(name)
         reason = backend.unavailable_reason(xp, arrays, forced=True)
+        if reason is None and segments and not backend.segments:
+            reason = "it does not take packed sequences or pieces (cu_seqlens, shards, blocks): use 'xp' or 'numba'"
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
     if not all(values_are_readable(a) for a in arrays):
         return _traceable(xp, arrays)
-    kind = _kind(xp, arrays)
+    kind = (_kind(xp, arrays), segments)
     chosen = _CHOSEN.get(kind)
     if chosen is None:
         chosen = _CHOSEN[kind] = next(backend for backend in map(load, REGISTRY)
-                                      if backend.unavailable_reason(xp, arrays) is None)
+                                      if backend.unavailable_reason(xp, arrays) is None
+                                      and (backend.segments or not segments))
     return chosen
 
 
 def _traceable(xp, arrays) -> Backend:
-    """For traced or lazy arrays, a route that traces: lax.scan for JAX on a CPU, else the array-API chunk scan."""
+    """For traced or lazy arrays, a route that follows them: Dask's own graph for Dask arrays, lax.scan for JAX
+    on a CPU, else the array-API chunk scan."""
+    if is_dask_namespace(xp):
+        return load("dask")
     if is_jax_namespace(xp) and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None:
         return _lax_scan.BACKEND
     return _generic.BACKEND
+
+
+_LOCAL = threading.local()
+
+
+@contextlib.contextmanager
+def single_threaded():
+    """Within this block, backends compute on the calling thread only (no thread pool of their own).
+
+    For work that is itself one of many tasks run in parallel (the Dask
+    backend's block tasks): nested thread pools only contend for the cores.
+    """
+    before = getattr(_LOCAL, "single", False)
+    _LOCAL.single = True
+    try:
+        yield
+    finally:
+        _LOCAL.single = before
+
+
+def is_single_threaded() -> bool:
+    """True inside ``single_threaded()`` on this thread."""
+    return getattr(_LOCAL, "single", False)
 
 
 def _kind(xp, arrays):

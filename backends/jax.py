@@ -16,12 +16,14 @@ from __future__ import annotations
 import functools
 
 from gae_xp._compat import is_jax_array
+from gae_xp._recurrences import Segments
 
 NAME = "jax"
 
 
 class JaxCPUBackend:
     name = NAME
+    segments = True
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         if not all(is_jax_array(a) for a in arrays):
@@ -36,7 +38,14 @@ class JaxCPUBackend:
         for name in ("next_values", "terminated", "truncated", "mask"):
             if getattr(p, name) is not None:
                 steps[name] = getattr(p, name)
-        return _compiled().gae(steps, p.bootstrap[..., 0], fill_masked=p.fill_masked)
+        if p.offsets is not None or p.carry is not None:
+            # Segments (packed sequences, pieces): at each one's last step the loop restarts from its own values.
+            segments = Segments(p)
+            steps["end"] = segments.ends()
+            steps["after_value"] = segments.at_ends(p.bootstrap)
+            if p.carry is not None:
+                steps["after_advantage"] = segments.at_ends(p.carry)
+        return _compiled().gae(steps, p.bootstrap[..., -1], fill_masked=p.fill_masked)
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
         return _compiled().scan(x, a, reverse=reverse)
@@ -52,6 +61,9 @@ def _compiled():
 
     def gae_step(fill_masked, carry, at):
         following, next_value = carry
+        if "end" in at:  # what comes after a segment's last step: its own bootstrap value and incoming advantage
+            following = jnp.where(at["end"], at.get("after_advantage", 0.0), following)
+            next_value = jnp.where(at["end"], at["after_value"], next_value)
         v_next = at.get("next_values", next_value)
         bootstrapped = at["gamma"] * v_next
         if "terminated" in at:

@@ -8,6 +8,7 @@ from gae_xp._scan import scan
 
 class ArrayAPIBackend:
     name = "xp"
+    segments = True
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         return None

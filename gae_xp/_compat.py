@@ -13,11 +13,11 @@ import sys
 
 from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
 from array_api_compat import device as device_of
-from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_jax_array,
-                              is_jax_namespace, is_numpy_array, is_torch_array)
+from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_dask_namespace,
+                              is_jax_array, is_jax_namespace, is_numpy_array, is_torch_array)
 
 __all__ = ["array_namespace", "device_of", "is_array", "is_array_api_strict_namespace", "is_cupy_array",
-           "is_dask_array", "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
+           "is_dask_array", "is_dask_namespace", "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
            "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
 
 

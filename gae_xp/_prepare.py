@@ -44,8 +44,18 @@ class GaeProblem:
 
     Every float array is in the compute dtype (float32 or float64), with time
     on the last axis. ``gamma`` and ``lam`` are Python floats or arrays shaped
-    like ``rewards``; ``bootstrap`` has the batch shape plus a trailing axis
-    of 1. ``terminated``, ``truncated`` and ``mask`` are bool arrays or None.
+    like ``rewards``.
+
+    Segments: the time axis is cut into ``n`` segments, ``[offsets[i],
+    offsets[i+1])`` (packed sequences, ``cu_seqlens``); without ``offsets``
+    the whole axis is one segment. Nothing crosses a segment's end in either
+    chain: after its last step the value is ``bootstrap[..., i]`` and the
+    advantage is ``carry[..., i]`` (0 when ``carry`` is None), so a segment
+    whose right neighbour lives elsewhere (a rank's shard, a Dask block) is
+    solved by passing the neighbour's numbers there. ``bootstrap`` (and
+    ``carry``) have the batch shape plus a trailing axis of n (1 without
+    offsets); ``offsets`` is an integer array ``0 = o_0 < o_1 < ... < o_n = T``
+    of the inputs' namespace and device. ``terminated``, ``truncated`` and ``mask`` are bool arrays or None.
     ``values`` is None for estimators without a value function. With
     ``fill_masked`` a masked step gets the advantage of the next real step (0
     after the last one) and returns = that + its own value, as verl does,
@@ -64,12 +74,18 @@ class GaeProblem:
     mask: Array | None
     fill_masked: bool = False
     extra: dict = field(default_factory=dict)
+    offsets: Array | None = None
+    carry: Array | None = None
 
     @property
     def is_constant(self) -> bool:
-        """True when the coefficient gamma*lam is one Python float for every step."""
+        """True when the coefficient gamma*lam is one Python float for every step (no cut but the row's end)."""
         return (isinstance(self.gamma, float) and isinstance(self.lam, float) and self.terminated is None
-                and self.truncated is None and self.mask is None)
+                and self.truncated is None and self.mask is None and self.offsets is None)
+
+    @property
+    def segment_count(self) -> int:
+        return 1 if self.offsets is None else int(self.offsets.shape[0]) - 1
 
 
 @dataclass(frozen=True)
@@ -89,13 +105,16 @@ class PreparedCall:
 
 def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
             terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
-            extra=None, fill_masked=False, needs_values=True) -> PreparedCall:
+            extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, pieces=False) -> PreparedCall:
     """Check the arguments shared by gae() and the estimators, and lay them out as a GaeProblem.
 
     ``needs_values=False`` is for estimators without a value function
     (``values`` must then be None). ``extra`` names further per-step float
     arrays (shape of rewards) to check, cast and lay out the same way: they
-    land in ``problem.extra``.
+    land in ``problem.extra``. ``cu_seqlens`` (packed sequences) becomes the
+    problem's ``offsets``; ``bootstrap_value`` is then per sequence.
+    ``pieces=True`` says the caller will give the problem segments or a carry
+    (a rank's shard): the backend chosen must take them.
     """
     extra = extra or {}
     require_array("rewards", rewards)
@@ -103,11 +122,12 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         require_array("values", values)
     per_step = {"values": values, "next_values": next_values, **extra}
     arrays = {"rewards": rewards, **per_step, "terminated": terminated, "truncated": truncated, "mask": mask,
-              "gamma": gamma, "lam": lam, "bootstrap_value": bootstrap_value}
+              "gamma": gamma, "lam": lam, "bootstrap_value": bootstrap_value, "cu_seqlens": cu_seqlens}
     xp = namespace_of(arrays)
     check_same_device(arrays, "rewards")
     shape = tuple(rewards.shape)
     axis = check_axis(axis, len(shape))
+    offsets = None if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis])
     chunk_size = check_chunk_size(chunk_size)
     check_bool("fill_masked", fill_masked)
     for name, value in per_step.items():
@@ -126,15 +146,18 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         gamma=coefficient(xp, "gamma", gamma, shape, dtype, axis, bounds=(0.0, 1.0)),
         lam=coefficient(xp, "lam", lam, shape, dtype, axis, bounds=(0.0, 1.0)),
         bootstrap=boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
-                           batch_shape, dtype, rewards),
+                           batch_shape, dtype, rewards,
+                           segments=None if offsets is None else int(offsets.shape[0]) - 1),
         next_values=None if next_values is None else time_last(xp, next_values, dtype, axis),
         terminated=None if terminated is None else flag(xp, "terminated", terminated, shape, axis),
         truncated=None if truncated is None else flag(xp, "truncated", truncated, shape, axis),
         mask=None if mask is None else bool_mask(xp, mask, shape, axis),
         fill_masked=fill_masked,
         extra={name: time_last(xp, value, dtype, axis) for name, value in extra.items()},
+        offsets=offsets,
     )
-    solver = backends.select(backend, xp, [a for a in arrays.values() if is_array(a)])
+    solver = backends.select(backend, xp, [a for a in arrays.values() if is_array(a)],
+                             segments=pieces or offsets is not None)
     return PreparedCall(problem, solver, chunk_size, out_dtype, axis)
 
 
@@ -312,14 +335,28 @@ def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
 
 
-def boundary(xp, name: str, value, batch_shape, dtype, like):
-    """A per-row boundary value (bootstrap_value, initial): a number or an array broadcastable to the batch shape."""
+def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | None = None):
+    """A per-row boundary value (bootstrap_value, initial): a number or an array broadcastable to the batch shape.
+
+    Returned with a trailing axis of 1, or, for packed sequences
+    (``segments`` = their count), one value per sequence: then ``value``
+    broadcasts to the batch shape plus a trailing axis of ``segments``.
+    """
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return xp.full((*batch_shape, 1), float(value), dtype=dtype, device=device_of(like))
+        return xp.full((*batch_shape, segments or 1), float(value), dtype=dtype, device=device_of(like))
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
     if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
         raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
+    if segments is not None:
+        target = (*batch_shape, segments)
+        try:
+            return xp.broadcast_to(xp.astype(value, dtype, copy=False), target)
+        except (ValueError, RuntimeError, TypeError):
+            raise ValueError(
+                f"{name} of shape {tuple(value.shape)} does not broadcast to {target}: with cu_seqlens it holds one "
+                "value per sequence (the batch shape plus a trailing axis of len(cu_seqlens) - 1)"
+            ) from None
     try:
         value = xp.broadcast_to(xp.astype(value, dtype, copy=False), tuple(batch_shape))
     except (ValueError, RuntimeError, TypeError):
@@ -328,6 +365,31 @@ def boundary(xp, name: str, value, batch_shape, dtype, like):
             "(the inputs' shape without the time axis)"
         ) from None
     return xp.expand_dims(value, axis=-1)
+
+
+def check_offsets(xp, value, length: int):
+    """cu_seqlens: a 1-D integer array of the inputs' library and device with ``0 = o_0 < o_1 < ... < o_n = T``.
+
+    Namespace and device are checked with the other arrays; the values
+    wherever they can be read (a CUDA array is read once: a small
+    synchronisation). Returned as int64.
+    """
+    require_array("cu_seqlens", value)
+    if not xp.isdtype(value.dtype, "integral"):
+        raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
+    if value.ndim != 1 or value.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+                         f"got shape {tuple(value.shape)}")
+    value = xp.astype(value, xp.int64, copy=False)
+    if values_are_readable(value):
+        first, last = int(value[0]), int(value[-1])
+        if first != 0:
+            raise ValueError(f"cu_seqlens must start at 0, got {first}")
+        if last != length:
+            raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
+        if not bool(xp.all(value[1:] > value[:-1])):
+            raise ValueError("cu_seqlens must be strictly increasing (every sequence has at least one step)")
+    return value
 
 
 def flag(xp, name: str, value, shape, axis: int):

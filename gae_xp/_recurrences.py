@@ -15,6 +15,13 @@ itself a reverse recurrence, ``y_t = m_t V_t + (1 - m_t) y_{t+1}`` with
 or 1). A zero coefficient cuts the scan exactly (see ``gae_xp._scan``), so
 nothing, NaN and inf included, crosses a done step.
 
+Segments (packed sequences, pieces of a longer row: see ``GaeProblem``):
+the end of every segment cuts both chains, and the segment's boundary
+values enter there the way ``bootstrap`` enters at a row's end: folded into
+the input of its last step with that step's coefficient (``Segments.fold``),
+after which the coefficient is set to 0 (``Segments.cut``). One scan serves
+all segments of a row; there is no loop over them.
+
 ``solve`` is a backend's scan: ``solve(xp, x, a, *, reverse, chunk_size)``,
 taking over x (an array of this package's own).
 """
@@ -61,6 +68,67 @@ class Picker:
         return self.xp.astype(flag, self.dtype)
 
 
+class Segments:
+    """Where a problem's segments end, per step, for the array-API route (see ``GaeProblem``).
+
+    Without offsets the row is one segment and every method takes the short
+    path of a row's end. With offsets, ``index`` is each step's segment
+    (``searchsorted`` on the offsets) and ``end`` marks each segment's last step.
+    """
+
+    def __init__(self, p: GaeProblem):
+        xp = self.xp = p.xp
+        self.like = p.rewards
+        self.index = self.end = None
+        if p.offsets is not None:
+            steps = xp.arange(p.rewards.shape[-1], dtype=p.offsets.dtype, device=device_of(p.rewards))
+            self.index = xp.searchsorted(p.offsets[1:], steps, side="right")
+            self.end = (steps + 1) == xp.take(p.offsets, self.index + 1)
+
+    def ends(self):
+        """True at each segment's last step (the row's last step without offsets), shaped like the steps."""
+        xp = self.xp
+        if self.end is not None:
+            return self.end
+        steps = xp.arange(self.like.shape[-1], device=device_of(self.like))
+        return steps == self.like.shape[-1] - 1
+
+    def at_ends(self, per_segment):
+        """(..., n) -> (..., T): each segment's value at its last step, 0 elsewhere."""
+        xp = self.xp
+        if self.end is None:
+            zeros = xp.zeros((*per_segment.shape[:-1], self.like.shape[-1] - 1), dtype=per_segment.dtype,
+                             device=device_of(per_segment))
+            return xp.concat([zeros, per_segment], axis=-1)
+        return xp.where(self.end, xp.take(per_segment, self.index, axis=per_segment.ndim - 1), xp.zeros_like(self.like))
+
+    def fold(self, x, coefficient, per_segment):
+        """x (an array of this package's own) with ``coefficient * per_segment`` added at each segment's last step.
+
+        The value after a segment entering through the step before it, like
+        ``fold_boundary`` at a row's end; a zero coefficient takes nothing
+        (exactly: a non-finite value cannot leak).
+        """
+        xp = self.xp
+        if self.end is None:
+            return fold_boundary(xp, x, coefficient, per_segment, reverse=True)
+        entering = xp.where(self.end & (coefficient != 0), self.at_ends(per_segment), xp.zeros_like(self.like))
+        return x + coefficient * entering
+
+    def cut(self, coefficient):
+        """The coefficient with 0 at each segment's last step (the row's end needs none)."""
+        if self.end is None:
+            return coefficient
+        xp = self.xp
+        return xp.where(self.end, xp.zeros_like(self.like), coefficient + xp.zeros_like(self.like))
+
+    def following(self, y):
+        """y_{t+1} within the segment: 0 at each segment's last step."""
+        xp = self.xp
+        shifted = xp.concat([y[..., 1:], xp.zeros_like(y[..., :1])], axis=-1)
+        return shifted if self.end is None else xp.where(self.end, xp.zeros_like(shifted), shifted)
+
+
 def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     """(advantages, returns) of a prepared problem, time last, in the compute dtype."""
     xp = p.xp
@@ -68,11 +136,15 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     if r.shape[-1] == 0:
         return xp.zeros_like(r), xp.zeros_like(r)
     pick = Picker(p, r, v, p.next_values, p.bootstrap)
-    v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size)
+    segments = Segments(p)
+    v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
     delta = pick.unless(p.terminated, p.gamma * v_next) + r - v
     coefficient = p.gamma * p.lam
     if not p.is_constant:
         delta, coefficient = pick.only(m, delta), step_coefficients(p, coefficient)
+    if p.carry is not None:
+        delta = segments.fold(delta, coefficient, p.carry)
+    coefficient = segments.cut(coefficient)
     advantages = solve(xp, delta, coefficient, reverse=True, chunk_size=chunk_size)
     returns = advantages + v
     if not p.fill_masked:
@@ -80,17 +152,31 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     return advantages, returns
 
 
-def next_real_values(p: GaeProblem, pick: Picker, *, solve, chunk_size):
+def next_real_values(p: GaeProblem, pick: Picker, *, solve, chunk_size, segments: Segments | None = None):
     """Vnext_t: ``next_values`` when given, else V at the next real (unmasked) step, else the bootstrap value."""
-    xp, v, m = p.xp, p.values, p.mask
+    xp = p.xp
     if p.next_values is not None:
         return p.next_values
-    latest = v
-    if m is not None:
-        skip = 1 - pick.as_float(m)  # coefficient 1 at a masked step, 0 at a real one
-        latest = solve(xp, fold_boundary(xp, pick.only(m, v), skip, p.bootstrap, reverse=True), skip,
-                       reverse=True, chunk_size=chunk_size)
-    return xp.concat([latest[..., 1:], p.bootstrap], axis=-1)
+    segments = segments or Segments(p)
+    latest = latest_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
+    if segments.end is None:
+        return xp.concat([latest[..., 1:], p.bootstrap], axis=-1)
+    return xp.where(segments.end, segments.at_ends(p.bootstrap), segments.following(latest))
+
+
+def latest_real_values(p: GaeProblem, pick: Picker, *, solve, chunk_size, segments: Segments | None = None):
+    """V at step t if it is real, else at the next real step of its segment, else the segment's bootstrap value.
+
+    ``y_t = m_t V_t + (1 - m_t) y_{t+1}``, entered by the bootstrap value
+    after each segment's last step: a scan whose coefficients are 0 or 1.
+    """
+    xp, v, m = p.xp, p.values, p.mask
+    if m is None:
+        return v
+    segments = segments or Segments(p)
+    skip = 1 - pick.as_float(m)  # coefficient 1 at a masked step, 0 at a real one
+    return solve(xp, segments.fold(pick.only(m, v), skip, p.bootstrap), segments.cut(skip), reverse=True,
+                 chunk_size=chunk_size)
 
 
 def done_flags(p: GaeProblem):
@@ -117,16 +203,18 @@ def step_coefficients(p: GaeProblem, coefficient):
     return out
 
 
-def last_real_step(p: GaeProblem, pick: Picker, *, solve, chunk_size):
-    """True at each row's last real step: the real steps after t, counted by the scan, are none."""
+def last_real_step(p: GaeProblem, pick: Picker, *, solve, chunk_size, segments: Segments | None = None):
+    """True at each segment's last real step: the real steps after t in its segment, counted by the scan, are none."""
     xp = p.xp
+    segments = segments or Segments(p)
     length = p.rewards.shape[-1]
-    steps = xp.arange(length, device=device_of(p.rewards))
     if p.mask is None:
-        return xp.broadcast_to(steps == length - 1, p.rewards.shape)
-    counts = solve(xp, pick.as_float(p.mask), 1.0, reverse=True, chunk_size=chunk_size)
-    after = xp.concat([counts[..., 1:], xp.zeros_like(counts[..., :1])], axis=-1)
-    return p.mask & (after == 0)
+        last = segments.end
+        if last is None:
+            last = xp.arange(length, device=device_of(p.rewards)) == length - 1
+        return xp.broadcast_to(last, p.rewards.shape)
+    counts = solve(xp, pick.as_float(p.mask), segments.cut(1.0), reverse=True, chunk_size=chunk_size)
+    return p.mask & (segments.following(counts) == 0)
 
 
 def owned_rewards(p: GaeProblem, pick: Picker):

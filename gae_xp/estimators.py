@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from . import _prepare as prepare_
 from ._compat import device_of
-from ._scan import fold_boundary
-from ._recurrences import Picker, done_flags, last_real_step, next_real_values, owned_rewards, step_coefficients
+from ._recurrences import (Picker, Segments, done_flags, last_real_step, next_real_values, owned_rewards,
+                           step_coefficients)
 
 
 def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None,
-        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False):
+        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None):
     r"""Generalized Advantage Estimation; returns ``(advantages, returns)``.
 
     Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
@@ -61,6 +61,16 @@ def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_val
         fill_masked: what a masked step gets. False (default): 0 in both
             outputs. True (verl's convention): the advantage of the next real
             step (0 after the last one), and returns = that + its own value.
+        cu_seqlens: packed sequences (the "THD" layout): an integer array of
+            offsets ``0 = o_0 < o_1 < ... < o_n = T`` of the inputs' library
+            and device; sequence i is ``[o_i, o_{i+1})`` of the time axis
+            (every row of a batch shares the offsets). Each sequence is
+            solved as if it were a row of its own: its end cuts the trace
+            (nothing, NaN included, crosses into the sequence before it),
+            and after its last real step comes ``bootstrap_value[..., i]``
+            (a number, or an array of the batch shape plus a trailing axis
+            of n), unless ``terminated`` is set there. Per-step arguments
+            keep their meaning. One scan serves every sequence.
 
     The outputs have the inputs' namespace, device and floating dtype
     (float16/bfloat16 are computed in float32, wider floats in float64;
@@ -69,7 +79,8 @@ def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_val
     """
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
-                            axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked)
+                            axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
+                            cu_seqlens=cu_seqlens)
     advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
     return call.restore(advantages), call.restore(returns)
 
@@ -97,52 +108,56 @@ def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk
 
 
 def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None, bootstrap_value=None,
-                       axis=-1, chunk_size=None, backend="auto"):
+                       axis=-1, chunk_size=None, backend="auto", cu_seqlens=None):
     r"""Reward-to-go (REINFORCE, REINFORCE++)::
 
         G_t = r_t + gamma_t (1 - done_t) G_{t+1},     G_T = bootstrap_value (default 0)
 
-    Arguments as in ``gae()``; masked steps are skipped and get 0.
+    Arguments as in ``gae()`` (``cu_seqlens``: packed sequences, each with
+    its own ``bootstrap_value``); masked steps are skipped and get 0.
     """
     call = prepare_.prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
-                            lam=1.0, needs_values=False)
+                            lam=1.0, needs_values=False, cu_seqlens=cu_seqlens)
     p = call.problem
     if p.rewards.shape[-1] == 0:
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
+    segments = Segments(p)
     coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma)
-    x = fold_boundary(p.xp, owned_rewards(p, pick), coefficient, p.bootstrap, reverse=True)
-    return call.restore(pick.only(p.mask, _solve(call, x, coefficient)))
+    x = segments.fold(owned_rewards(p, pick), coefficient, p.bootstrap)
+    return call.restore(pick.only(p.mask, _solve(call, x, segments.cut(coefficient))))
 
 
 def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
-                   axis=-1, chunk_size=None, backend="auto"):
+                   axis=-1, chunk_size=None, backend="auto", cu_seqlens=None):
     r"""TD(lambda) value targets (rlax ``lambda_returns``, torchrl ``td_lambda_return_estimate``)::
 
         G_t = r_t + gamma_t (1 - terminated_t) [(1 - lam_t) V'_t + lam_t G_{t+1}]
 
     with ``V'_t = next_values[t]`` = V(s_{t+1}), and ``G_{t+1} := V'_t`` where
-    the trace is cut: at a done step and at the last real step of a row. So
-    the last step is bootstrapped by its own V', as in rlax and torchrl.
+    the trace is cut: at a done step and at the last real step of a row (of
+    each sequence, with ``cu_seqlens``). So the last step is bootstrapped by
+    its own V', as in rlax and torchrl.
     """
     call = prepare_.prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
-                            needs_values=False)
+                            needs_values=False, cu_seqlens=cu_seqlens)
     p = call.problem
     xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
     following = p.extra["next_values"]
     pick = Picker(p, p.rewards, following)
-    cut = last_real_step(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size)
+    segments = Segments(p)
+    cut = last_real_step(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size, segments=segments)
     done = done_flags(p)
     if done is not None:
         cut = cut | done
     kept = pick.as_float(~cut)
     # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
     x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
-    coefficient = step_coefficients(p, p.gamma * p.lam * kept)
+    coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept))
     return call.restore(pick.only(p.mask, _solve(call, pick.only(p.mask, x), coefficient)))
 
 

@@ -1,0 +1,181 @@
+r"""Pieces of a row that live apart: the few numbers that cross between them, and the chains that join them.
+
+A *piece* is a run of steps of a row whose right neighbour lives elsewhere:
+another rank's shard (context parallelism), another Dask block, the other
+chunk of a zigzag layout. In a ``GaeProblem`` a piece is a segment (see
+``offsets``): ``[offsets[i], offsets[i+1])``, one segment when there are no
+offsets. GAE on a piece is linear in two numbers per row that come from its
+right:
+
+* ``b``: the value entering "V at the next real step" (the first real V of
+  the pieces to the right, or the bootstrap value after the last one);
+* ``c``: the advantage entering from the right (``A`` just after the piece).
+
+So a piece's *summary* is five numbers per row, its response to (b, c) at
+its first step (``FIELDS``)::
+
+    value         "V at the next real step" seen from the first step, with b = 0
+    on_value      its coefficient on b: 1 if the piece has no real step, else 0
+    edge          A at the first step with b = c = 0 (the running advantage:
+                  at a masked first step, that of the next real step)
+    on_bootstrap  the coefficient of edge on b (through the last real step's Vnext)
+    product       the coefficient of edge on c: the product of the coefficients
+
+These are two of the scan skeleton's (edge, product) pairs (``gae_xp._scan``,
+step 1): ``(value, on_value)`` for the value chain and ``(edge +
+on_bootstrap b, product)`` for the advantage chain. Joined in time order::
+
+    b_k = value_{k+1} + on_value_{k+1} b_{k+1}                          (bootstrap after the last)
+    c_k = edge_{k+1} + on_bootstrap_{k+1} b_{k+1} + product_{k+1} c_{k+1}  (0 after the last)
+
+A piece that ends its sequence is ``close``d by whoever holds it: its own
+bootstrap and c = 0 go in, and its coefficients become 0, so nothing from
+its right crosses it.
+
+``incoming`` solves both chains for all pieces at once with ``_scan.scan``
+over the pieces' axis (step 2 of the skeleton: context parallelism, after
+one all-gather of the summaries); ``link`` takes one step of them (Dask: one
+small task per block). Step 3, the fix-up, solves each piece again with its
+b and c known (``finish``: the backend's own ``gae`` with ``bootstrap=b`` and
+``carry=c``), so every piece's steps are computed in the serial loop's order
+by whichever backend serves the piece (the numba kernel on the CPU).
+A zero coefficient cuts exactly here too: nothing, NaN included, crosses it.
+
+The same holds one level down for the scan itself (``discounted_cumsum`` and
+the estimators on Dask arrays): a piece's summary is its local solution at
+the edge the recurrence leaves it by and the product of its coefficients
+(``scan_summary``), joined by ``scan_link`` and fixed up by ``scan_finish``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ._compat import device_of
+from ._prepare import GaeProblem
+from ._recurrences import Picker, gae_on_scan, latest_real_values
+from ._scan import fold_boundary, neighbour, scan
+
+#: A piece's summary, in this order along the last axis.
+FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
+
+
+def summarize(p: GaeProblem, solver, chunk_size: int | None = None):
+    """Each segment's summary as if nothing came after it: an array (..., n, 5) in the compute dtype.
+
+    A backend with a ``summarize(problem)`` method (the numba kernel: one
+    read-only pass) computes it; otherwise the summary is read off the
+    backend's scan on three variants of the problem stacked on a new axis:
+    the problem itself with b = c = 0, and zero rewards and values with
+    b = 1, then c = 1 (the responses to unit inputs are the coefficients).
+    """
+    if hasattr(solver, "summarize"):
+        return solver.summarize(p)
+    return _summarize_on_scan(p, solver.scan, chunk_size)
+
+
+def _summarize_on_scan(p: GaeProblem, solve, chunk_size):
+    xp = p.xp
+    shape = (3, *p.rewards.shape)
+    zero, one = xp.zeros_like(p.bootstrap), xp.ones_like(p.bootstrap)
+
+    def variants(x):
+        return xp.stack([x, xp.zeros_like(x), xp.zeros_like(x)])
+
+    def spread(x):
+        return x if x is None or isinstance(x, float) else xp.broadcast_to(x, shape)
+
+    stacked = dataclasses.replace(
+        p, rewards=variants(p.rewards), values=variants(p.values),
+        next_values=None if p.next_values is None else variants(p.next_values),
+        bootstrap=xp.stack([zero, one, zero]), carry=xp.stack([zero, zero, one]), fill_masked=True,
+        gamma=spread(p.gamma), lam=spread(p.lam), terminated=spread(p.terminated), truncated=spread(p.truncated),
+        mask=spread(p.mask), extra={})
+    advantages, _ = gae_on_scan(stacked, solve=solve, chunk_size=chunk_size)
+    pick = Picker(stacked, stacked.rewards, stacked.values)
+    latest = latest_real_values(stacked, pick, solve=solve, chunk_size=chunk_size)
+    starts = _starts(p)
+    edges = xp.take(advantages, starts, axis=advantages.ndim - 1)
+    values = xp.take(latest, starts, axis=latest.ndim - 1)
+    return xp.stack([values[0], values[1], edges[0], edges[1], edges[2]], axis=-1)
+
+
+def _starts(p: GaeProblem):
+    xp = p.xp
+    if p.offsets is not None:
+        return p.offsets[:-1]
+    return xp.zeros((1,), dtype=xp.int64, device=device_of(p.rewards))
+
+
+def incoming(xp, summaries, bootstrap):
+    """(b, c), each (..., n): what enters every piece from its right, for pieces laid in time order.
+
+    ``summaries`` is (..., n, 5) (see ``FIELDS``); ``bootstrap`` (broadcastable
+    to (...,)) is the value after the last piece. Both chains are solved by
+    ``_scan.scan`` along the pieces' axis, exactly (a zero coefficient cuts).
+    A piece that ends a sequence is ``close``d first: nothing enters it.
+    """
+    value, on_value, edge, on_bootstrap, product = (summaries[..., j] for j in range(len(FIELDS)))
+    last = xp.broadcast_to(xp.asarray(bootstrap, dtype=value.dtype, device=device_of(value)), value.shape[:-1])
+    last = xp.expand_dims(last, axis=-1)
+    # z_k = value_k + on_value_k b_k with b_k = z_{k+1}: the value chain; b_{n-1} = bootstrap.
+    z = scan(xp, fold_boundary(xp, value + xp.zeros_like(value), on_value, last, reverse=True), on_value,
+             reverse=True)
+    b = xp.concat([z[..., 1:], last], axis=-1)
+    # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: the advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
+    y = scan(xp, edge + _times(xp, on_bootstrap, b), product, reverse=True)
+    return b, neighbour(xp, y, reverse=True)
+
+
+def close(xp, summary, bootstrap):
+    """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 in; nothing enters."""
+    value, on_value, edge, on_bootstrap, _ = (summary[..., j] for j in range(len(FIELDS)))
+    zero = xp.zeros_like(value)
+    return xp.stack([value + _times(xp, on_value, bootstrap), zero, edge + _times(xp, on_bootstrap, bootstrap),
+                     zero, zero], axis=-1)
+
+
+def link(xp, summary, b, c):
+    """(b, c) entering a piece, from the summary (..., 5) of the piece after it and the (b, c) entering that one."""
+    value, on_value, edge, on_bootstrap, product = (summary[..., j] for j in range(len(FIELDS)))
+    return value + _times(xp, on_value, b), edge + _times(xp, on_bootstrap, b) + _times(xp, product, c)
+
+
+def finish(p: GaeProblem, solver, chunk_size, b, c):
+    """(advantages, returns) of the pieces with b and c (each (..., n)) known: the backend's gae, once more."""
+    return solver.gae(dataclasses.replace(p, bootstrap=b, carry=c), chunk_size=chunk_size)
+
+
+# --- the scan one level down (discounted_cumsum and the estimators' scans) ---------------------------------------
+
+
+def scan_summary(xp, x, a, *, reverse: bool, solve, chunk_size=None):
+    """(edge, product), each (...,): the local solution where the recurrence leaves the piece, and the product of
+    its coefficients.
+
+    ``x`` is an array this package owns (the scan may overwrite it); ``a`` a
+    float or an array shaped like x.
+    """
+    length = x.shape[-1]
+    y = solve(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+    edge = y[..., 0] if reverse else y[..., length - 1]
+    if isinstance(a, float):
+        return edge, xp.full(edge.shape, a ** length, dtype=x.dtype, device=device_of(x))
+    return edge, xp.prod(a, axis=-1)
+
+
+def scan_link(xp, edge, product, carry):
+    """The carry leaving a piece: ``edge + product * carry`` (a zero product cuts exactly)."""
+    return edge + _times(xp, product, carry)
+
+
+def scan_finish(xp, x, a, carry, *, reverse: bool, solve, chunk_size=None):
+    """The piece solved with the neighbour's carry (...,) entering through the step next to it."""
+    return solve(xp, fold_boundary(xp, x, a, carry[..., None], reverse=reverse), a, reverse=reverse,
+                 chunk_size=chunk_size)
+
+
+def _times(xp, coefficient, x):
+    """coefficient * x, exactly 0 where the coefficient is 0 (0 * inf would be NaN)."""
+    return xp.where(coefficient == 0, xp.zeros_like(x), coefficient * x)
+
