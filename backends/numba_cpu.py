@@ -78,7 +78,7 @@ class NumbaCPUBackend:
         returns = np.empty(rows.shape, dtype=dtype)
         segments = _segments(p, shape)
         values = _rows(_host(p.values))
-        parallel = rewards.size >= PARALLEL_FROM and not is_single_threaded()
+        parallel = _parallel(rewards.size, rows.shape[0] * (segments[2].shape[0] - 1))
         plain = (isinstance(p.gamma, float) and isinstance(p.lam, float) and p.next_values is None
                  and p.terminated is None and p.truncated is None and p.mask is None)
         if plain:  # a constant discount (segments and a carry allowed)
@@ -99,7 +99,7 @@ class NumbaCPUBackend:
         rows = _rows(rewards)
         _, _, offsets = _segments(p, shape)
         out = np.empty((rows.shape[0], offsets.shape[0] - 1, 5), dtype=np.float64)
-        parallel = rewards.size >= PARALLEL_FROM and not is_single_threaded()
+        parallel = _parallel(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
         kernel = _general_kernels(*_present(p), parallel).summarize
         _launch(parallel, kernel, rows, _rows(_host(p.values)), offsets,
                 *_optional_arrays(p, rewards.dtype, rows.shape), out)
@@ -111,9 +111,16 @@ class NumbaCPUBackend:
         rows = _rows(host)
         out = np.empty(rows.shape, dtype=host.dtype)
         a_scalar, a_steps = _coefficient(a, host.dtype, host.shape)
-        parallel = host.size >= PARALLEL_FROM and not is_single_threaded()
+        parallel = _parallel(host.size, rows.shape[0])
         _launch(parallel, _kernels(parallel).scan_rows, rows, a_scalar, a_steps, reverse, out)
         return _like(out.reshape(host.shape), x)
+
+
+def _parallel(size: int, pieces: int) -> bool:
+    """Whether a call runs the parallel build: enough work, more than one row (or segment) to share, and no
+    ``single_threaded()`` block around it. One row runs on one thread anyway; waking a pool for it only adds
+    the wait for a busy core."""
+    return size >= PARALLEL_FROM and pieces > 1 and not is_single_threaded()
 
 
 def _host(a):

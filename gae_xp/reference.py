@@ -5,10 +5,11 @@
   step to the first (``discounted_cumsum_loop`` also forwards), in any array
   namespace, computing in the inputs' dtype (pass float64 for an oracle).
 
-They share no code with the implementation. Each cuts the trace the way the
-contract says: the term carried from the following step is chosen with
-``where``, so at a done step or a zero coefficient nothing behind it, NaN and
-inf included, reaches the step (``0 * inf`` would be NaN). The benchmarks'
+They share no code with the implementation (only its import point for
+array-api-compat). Each cuts the trace the way the contract says: the term
+carried from the following step is chosen with ``where``, so at a done step
+or a zero coefficient nothing behind it, NaN and inf included, reaches the
+step (``0 * inf`` would be NaN). The benchmarks'
 baselines (slime's and the frameworks' loops, the O(T^2) matrix) live in
 ``gae_xp.bench.baselines``.
 
@@ -18,9 +19,8 @@ All take ``[..., T]`` arrays with time last unless ``axis`` says otherwise.
 from __future__ import annotations
 
 import numbers
+from gae_xp._compat import array_namespace, device_of
 
-from array_api_compat import array_namespace
-from array_api_compat import device as device_of
 
 
 def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,

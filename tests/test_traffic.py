@@ -60,5 +60,5 @@ def test_report_compares_the_paths():
         fused = by["numba-cuda (fused)", case]
         generic = by["xp (generic)", case]
         assert traffic.FLOOR_BYTES < fused.bytes_per_element < generic.bytes_per_element
-        assert generic.launches > 10 * fused.launches
+        assert fused.launches <= 3 < generic.launches  # the fused path: at most three launches, whatever the options
     assert "not a measurement" in traffic.markdown(rows)

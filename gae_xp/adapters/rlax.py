@@ -46,9 +46,8 @@ from __future__ import annotations
 import collections
 import numbers
 
-from array_api_compat import array_namespace
-from array_api_compat import device as device_of
 
+from gae_xp._compat import array_namespace, device_of
 from gae_xp.adapters._util import DTypeError, ShapeError, scan, stop_gradient
 
 VTraceOutput = collections.namedtuple("vtrace_output", ["errors", "pg_advantage", "q_estimate"])

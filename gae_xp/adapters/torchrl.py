@@ -36,9 +36,8 @@ Deliberate differences from torchrl:
 
 from __future__ import annotations
 
-from array_api_compat import array_namespace
-from array_api_compat import device as device_of
 
+from gae_xp._compat import array_namespace, device_of
 import gae_xp
 from gae_xp.adapters._util import following, scan, take_last
 

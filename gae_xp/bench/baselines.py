@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
+from gae_xp._compat import array_namespace, device_of
 
-from array_api_compat import array_namespace
-from array_api_compat import device as device_of
 
 
 def gae_matrix(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=0.0):

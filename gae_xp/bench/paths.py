@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 import gae_xp
+from gae_xp._compat import array_namespace
 from gae_xp import backends, reference
 from gae_xp.bench import baselines
 from gae_xp.bench.cases import make_case
@@ -138,10 +139,9 @@ UNCHUNKED_BACKENDS = frozenset({"numba", "jax"})
 
 def _gae_xp_path(backend: str) -> Path:
     def skip(library, workload):
-        import array_api_compat
 
         sample = library.asarray(np.zeros((1, 1), dtype=workload.dtype))
-        return backends.load(backend).unavailable_reason(array_api_compat.array_namespace(sample), [sample],
+        return backends.load(backend).unavailable_reason(array_namespace(sample), [sample],
                                                          forced=True)
 
     @functools.lru_cache(maxsize=64)
