@@ -45,7 +45,8 @@ class JaxCPUBackend:
             steps["after_value"] = segments.at_ends(p.bootstrap)
             if p.carry is not None:
                 steps["after_advantage"] = segments.at_ends(p.carry)
-        return _compiled().gae(steps, p.bootstrap[..., -1], fill_masked=p.fill_masked)
+        scalars = tuple((name, steps.pop(name)) for name in ("gamma", "lam") if isinstance(steps[name], float))
+        return _compiled().gae(steps, p.bootstrap[..., -1], scalars=scalars, fill_masked=p.fill_masked)
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
         return _compiled().scan(x, a, reverse=reverse)
@@ -59,7 +60,8 @@ def _compiled():
     import jax
     from jax import numpy as jnp
 
-    def gae_step(fill_masked, carry, at):
+    def gae_step(fill_masked, scalars, carry, at):
+        at = {**at, **dict(scalars)}  # a coefficient that is one number is a constant of the compiled loop
         following, next_value = carry
         if "end" in at:  # what comes after a segment's last step: its own bootstrap value and incoming advantage
             following = jnp.where(at["end"], at.get("after_advantage", 0.0), following)
@@ -69,27 +71,34 @@ def _compiled():
         if "terminated" in at:
             bootstrapped = jnp.where(at["terminated"], 0.0, bootstrapped)
         coefficient = at["gamma"] * at["lam"]
-        cut = coefficient == 0
-        for flag in ("terminated", "truncated"):
-            if flag in at:
-                cut = cut | at[flag]
-        advantage = at["r"] + bootstrapped - at["v"] + coefficient * jnp.where(cut, 0.0, following)
+        cuts = [at[flag] for flag in ("terminated", "truncated") if flag in at]
+        if not isinstance(coefficient, float):
+            cuts.append(coefficient == 0)
+        if isinstance(coefficient, float) and coefficient == 0.0:
+            carried = 0.0
+        elif cuts:
+            carried = coefficient * jnp.where(functools.reduce(jnp.logical_or, cuts), 0.0, following)
+        else:
+            carried = coefficient * following
+        advantage = at["r"] + bootstrapped - at["v"] + carried
         if "mask" not in at:
-            return (advantage, at["v"]), (advantage, advantage + at["v"])
+            return (advantage, at["v"]), advantage
         real = at["mask"]
         following = jnp.where(real, advantage, following)
         next_value = jnp.where(real, at["v"], next_value)
-        kept = real | fill_masked
-        return (following, next_value), (jnp.where(kept, following, 0.0), jnp.where(kept, following + at["v"], 0.0))
+        return (following, next_value), following if fill_masked else jnp.where(real, following, 0.0)
 
-    @functools.partial(jax.jit, static_argnames=("fill_masked",))
-    def gae(steps, bootstrap, fill_masked):
+    @functools.partial(jax.jit, static_argnames=("scalars", "fill_masked"))
+    def gae(steps, bootstrap, scalars, fill_masked):
         like = steps["r"]
-        steps = {**steps, "gamma": _per_step(steps["gamma"], like), "lam": _per_step(steps["lam"], like)}
         start = (jnp.zeros(like.shape[:-1], dtype=like.dtype), jnp.broadcast_to(bootstrap, like.shape[:-1]))
-        _, (advantages, returns) = jax.lax.scan(functools.partial(gae_step, fill_masked), start, _time_major(steps),
-                                                reverse=True)
-        return jnp.moveaxis(advantages, 0, -1), jnp.moveaxis(returns, 0, -1)
+        step = functools.partial(gae_step, fill_masked, scalars)
+        _, advantages = jax.lax.scan(step, start, _time_major(steps), reverse=True)
+        advantages = jnp.moveaxis(advantages, 0, -1)
+        returns = advantages + steps["v"]  # outside the loop, where XLA fuses it with the transpose
+        if "mask" in steps and not fill_masked:
+            returns = jnp.where(steps["mask"], returns, 0.0)
+        return advantages, returns
 
     def scan_step(state, at):
         value, coefficient = at

@@ -51,6 +51,7 @@ class Picker:
         self.xp, self.dtype = xp, p.rewards.dtype
         self.zero = xp.asarray(0.0, dtype=self.dtype, device=device_of(p.rewards))
         self.exact = not all(known_finite(xp, x) for x in inputs if x is not None and not isinstance(x, float))
+        self._floats: dict = {}
 
     def only(self, flag, x):
         """x where flag is True, 0 elsewhere (x itself when flag is None)."""
@@ -62,10 +63,14 @@ class Picker:
         """0 where flag is True, x elsewhere (x itself when flag is None)."""
         if flag is None:
             return x
-        return self.xp.where(flag, self.zero, x) if self.exact else x * self.as_float(~flag)
+        return self.xp.where(flag, self.zero, x) if self.exact else x * self.as_float(flag, negated=True)
 
-    def as_float(self, flag):
-        return self.xp.astype(flag, self.dtype)
+    def as_float(self, flag, *, negated: bool = False):
+        """The flag (or its negation) as 0.0/1.0 in the compute dtype, made once per call."""
+        key = (id(flag), negated)
+        if key not in self._floats:
+            self._floats[key] = (flag, self.xp.astype(~flag if negated else flag, self.dtype))
+        return self._floats[key][1]
 
 
 class Segments:
@@ -141,7 +146,7 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     delta = pick.unless(p.terminated, p.gamma * v_next) + r - v
     coefficient = p.gamma * p.lam
     if not p.is_constant:
-        delta, coefficient = pick.only(m, delta), step_coefficients(p, coefficient)
+        delta, coefficient = pick.only(m, delta), step_coefficients(p, coefficient, pick)
     if p.carry is not None:
         delta = segments.fold(delta, coefficient, p.carry)
     coefficient = segments.cut(coefficient)
@@ -174,7 +179,7 @@ def latest_real_values(p: GaeProblem, pick: Picker, *, solve, chunk_size, segmen
     if m is None:
         return v
     segments = segments or Segments(p)
-    skip = 1 - pick.as_float(m)  # coefficient 1 at a masked step, 0 at a real one
+    skip = pick.as_float(m, negated=True)  # coefficient 1 at a masked step, 0 at a real one
     return solve(xp, segments.fold(pick.only(m, v), skip, p.bootstrap), segments.cut(skip), reverse=True,
                  chunk_size=chunk_size)
 
@@ -187,19 +192,17 @@ def done_flags(p: GaeProblem):
     return flags[0] if len(flags) == 1 else flags[0] | flags[1]
 
 
-def step_coefficients(p: GaeProblem, coefficient):
+def step_coefficients(p: GaeProblem, coefficient, pick: Picker):
     """The scan's coefficient per step: ``coefficient`` (a float or an array), 0 at a done step, 1 at a masked one.
 
     Coefficients are finite, so multiplying by the flags as 0/1 is exact.
     """
-    xp, dtype = p.xp, p.rewards.dtype
     done = done_flags(p)
-    out = coefficient + xp.zeros_like(p.rewards)
+    out = coefficient + p.xp.zeros_like(p.rewards)
     if done is not None:
-        out = out * xp.astype(~done, dtype)
+        out = out * pick.as_float(done, negated=True)
     if p.mask is not None:
-        real = xp.astype(p.mask, dtype)
-        out = out * real + (1 - real)
+        out = out * pick.as_float(p.mask) + pick.as_float(p.mask, negated=True)
     return out
 
 

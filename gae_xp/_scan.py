@@ -250,13 +250,15 @@ class SequentialLocal:
         return y + coefficient * incoming
 
     def _join(self, rows, length):
+        # Rows stacked as they are laid out, (..., C, n) (contiguous writes), then one transposing copy back
+        # to time order (..., n, C): faster than stacking along the last axis, whose writes are strided.
         xp = self.xp
-        stacked = xp.stack(rows, axis=-1)  # (..., n, C): piece by piece, in time order
-        return xp.reshape(stacked, stacked.shape[:-2] + (stacked.shape[-2] * stacked.shape[-1],))[..., :length]
+        return from_pieces(xp, _rows_major(xp, xp.stack(rows, axis=-2)), length)
 
 
 def _rows_major(xp, chunks):
-    """A (..., C, n) copy of (..., n, C) pieces: step j of every piece is one contiguous row."""
+    """A contiguous copy of ``chunks`` with its last two axes swapped: (..., n, C) pieces become (..., C, n), so
+    that step j of every piece is one contiguous row (and back)."""
     moved = xp.matrix_transpose(chunks)
     return xp.reshape(moved, moved.shape, copy=True)
 

@@ -124,7 +124,7 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
     segments = Segments(p)
-    coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma)
+    coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma, pick)
     x = segments.fold(owned_rewards(p, pick), coefficient, p.bootstrap)
     return call.restore(pick.only(p.mask, _solve(call, x, segments.cut(coefficient))))
 
@@ -154,10 +154,10 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     done = done_flags(p)
     if done is not None:
         cut = cut | done
-    kept = pick.as_float(~cut)
+    kept = pick.as_float(cut, negated=True)
     # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
     x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
-    coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept))
+    coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept, pick))
     return call.restore(pick.only(p.mask, _solve(call, pick.only(p.mask, x), coefficient)))
 
 
@@ -204,7 +204,7 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
                for name, value in thresholds.items()}
     delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * v_next)
                                                                 - v))
-    coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"])
+    coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"], pick)
     corrections = _solve(call, delta, coefficient)  # vs - V; at a masked step, that of the next real step
     following = xp.concat([corrections[..., 1:], xp.zeros_like(corrections[..., :1])], axis=-1)
     vs_next = v_next + pick.unless(done_flags(p), following)
