@@ -11,6 +11,8 @@ import math
 import numbers
 import sys
 
+import numpy as np
+
 from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
 from array_api_compat import device as device_of
 from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_dask_namespace,
@@ -23,7 +25,14 @@ __all__ = ["array_namespace", "device_of", "is_array", "is_array_api_strict_name
 
 def is_array(value) -> bool:
     """True for an array of an array-API library; False for None, Python numbers and NumPy scalars."""
-    return value is not None and not isinstance(value, numbers.Number) and is_array_api_obj(value)
+    if value is None or type(value) in _PLAIN_NUMBERS:
+        return False
+    if type(value) is np.ndarray:  # the common case, without the abstract-class checks below
+        return True
+    return not isinstance(value, numbers.Number) and is_array_api_obj(value)
+
+
+_PLAIN_NUMBERS = (bool, int, float, complex)
 
 
 def values_are_readable(x) -> bool:

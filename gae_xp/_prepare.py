@@ -123,8 +123,9 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     per_step = {"values": values, "next_values": next_values, **extra}
     arrays = {"rewards": rewards, **per_step, "terminated": terminated, "truncated": truncated, "mask": mask,
               "gamma": gamma, "lam": lam, "bootstrap_value": bootstrap_value, "cu_seqlens": cu_seqlens}
-    xp = namespace_of(arrays)
-    check_same_device(arrays, "rewards")
+    present = {name: value for name, value in arrays.items() if is_array(value)}
+    xp = namespace_of(present)
+    check_same_device(present, "rewards")
     shape = tuple(rewards.shape)
     axis = check_axis(axis, len(shape))
     offsets = None if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis])
@@ -132,7 +133,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     check_bool("fill_masked", fill_masked)
     for name, value in per_step.items():
         if value is not None:
-            require_array(name, value)
+            if name not in present:
+                require_array(name, value)
             same_shape(name, value, shape)
     if next_values is not None and bootstrap_value is not None:
         raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
@@ -156,8 +158,7 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         extra={name: time_last(xp, value, dtype, axis) for name, value in extra.items()},
         offsets=offsets,
     )
-    solver = backends.select(backend, xp, [a for a in arrays.values() if is_array(a)],
-                             segments=pieces or offsets is not None)
+    solver = backends.select(backend, xp, list(present.values()), segments=pieces or offsets is not None)
     return PreparedCall(problem, solver, chunk_size, out_dtype, axis)
 
 
@@ -178,9 +179,10 @@ class PreparedScan:
 def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend) -> PreparedScan:
     """Check ``discounted_cumsum``'s arguments; the boundary value ``initial`` is folded into the returned x."""
     require_array("x", x)
-    arrays = {"x": x, "discount": discount, "initial": initial}
-    xp = namespace_of(arrays)
-    check_same_device(arrays, "x")
+    present = {name: value for name, value in {"x": x, "discount": discount, "initial": initial}.items()
+               if is_array(value)}
+    xp = namespace_of(present)
+    check_same_device(present, "x")
     shape = tuple(x.shape)
     axis = check_axis(axis, len(shape), "x")
     chunk_size = check_chunk_size(chunk_size)
@@ -191,7 +193,7 @@ def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend) ->
     if initial is not None and shape[axis] > 0:
         start = boundary(xp, "initial", initial, shape[:axis] + shape[axis + 1:], dtype, x)
         y = fold_boundary(xp, y, a, start, reverse=reverse)
-    solver = backends.select(backend, xp, [a for a in arrays.values() if is_array(a)])
+    solver = backends.select(backend, xp, list(present.values()))
     return PreparedScan(xp, y, a, reverse, solver, chunk_size, out_dtype, axis)
 
 
@@ -212,11 +214,12 @@ def require_array(name: str, value) -> None:
         raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, ...), got {type(value).__name__}")
 
 
-def namespace_of(named: dict[str, Any]):
-    """The array namespace shared by the named arrays; TypeError naming the odd one out."""
-    arrays = {name: value for name, value in named.items() if is_array(value)}
+def namespace_of(arrays: dict[str, Any]):
+    """The array namespace shared by the named arrays (the arguments that are arrays); TypeError naming the odd one out."""
     for name, value in arrays.items():
         require_array(name, value)
+    if all(type(value) is np.ndarray for value in arrays.values()):
+        return _numpy_namespace()  # the common case, without array_namespace's tour of the libraries
     try:
         return array_namespace(*arrays.values())
     except TypeError:
@@ -235,12 +238,18 @@ def namespace_of(named: dict[str, Any]):
         raise
 
 
-def check_same_device(named: dict[str, Any], anchor: str) -> None:
+def _numpy_namespace():
+    import array_api_compat.numpy
+
+    return array_api_compat.numpy
+
+
+def check_same_device(arrays: dict[str, Any], anchor: str) -> None:
     """ValueError naming the first array on another device than ``anchor`` (a traced array, device None, is not compared)."""
-    where = device_of(named[anchor])
-    for name, value in named.items():
-        if not is_array(value):
-            continue
+    if all(type(value) is np.ndarray for value in arrays.values()):
+        return  # NumPy arrays all live on the CPU
+    where = device_of(arrays[anchor])
+    for name, value in arrays.items():
         other = device_of(value)
         if where is not None and other is not None and other != where:
             raise ValueError(f"{name} is on device {other}, but {anchor} is on {where}: move them to one device")
@@ -291,6 +300,10 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
     for name, value in arrays.items():
         if not is_array(value):
             continue
+        if value.dtype in (xp.float32, xp.float64):  # the common case, without isdtype's lookups
+            if not (name in ("bootstrap_value", "initial") and value.ndim == 0):
+                floats.append(value.dtype)
+            continue
         if xp.isdtype(value.dtype, "complex floating"):
             raise TypeError(f"{name} must be real, got dtype {value.dtype}")
         if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
@@ -299,7 +312,7 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
         if xp.isdtype(value.dtype, "real floating") and not weak:
             floats.append(value.dtype)
     if floats:
-        out = xp.result_type(*floats)
+        out = floats[0] if all(f == floats[0] for f in floats) else xp.result_type(*floats)
     else:
         out = xp.__array_namespace_info__().default_dtypes(device=device_of(anchor))["real floating"]
     if out in (xp.float32, xp.float64):

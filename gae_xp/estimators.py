@@ -229,8 +229,9 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     prepare_.require_array("x", x)
     if mask is not None:
         prepare_.require_array("mask", mask)
-    xp = prepare_.namespace_of({"x": x, "mask": mask})
-    prepare_.check_same_device({"x": x, "mask": mask}, "x")
+    arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
+    xp = prepare_.namespace_of(arrays)
+    prepare_.check_same_device(arrays, "x")
     out_dtype, dtype = prepare_.compute_dtypes(xp, {"x": x}, x)
     eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
     values = xp.astype(x, dtype, copy=False)
