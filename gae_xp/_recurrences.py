@@ -216,7 +216,8 @@ def last_real_step(p: GaeProblem, pick: Picker, *, solve, chunk_size, segments: 
         if last is None:
             last = xp.arange(length, device=device_of(p.rewards)) == length - 1
         return xp.broadcast_to(last, p.rewards.shape)
-    counts = solve(xp, pick.as_float(p.mask), segments.cut(1.0), reverse=True, chunk_size=chunk_size)
+    # The scan takes its x over: a new array, not the call's cached copy of the mask as floats.
+    counts = solve(xp, xp.astype(p.mask, p.rewards.dtype), segments.cut(1.0), reverse=True, chunk_size=chunk_size)
     return p.mask & (segments.following(counts) == 0)
 
 
