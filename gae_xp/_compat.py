@@ -57,6 +57,10 @@ def on_cpu(x) -> bool:
     if is_torch_array(x):
         return x.device.type == "cpu"
     if is_jax_array(x):
+        import jax
+
+        if isinstance(x, jax.core.Tracer):  # where this trace will run
+            return jax.default_backend() == "cpu"
         return all(d.platform == "cpu" for d in x.devices())
     return not is_cupy_array(x)
 

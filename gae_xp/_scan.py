@@ -33,11 +33,13 @@ Two local scans:
   Step 3 lets the neighbour's carry *enter through the step next to it*
   (``x_entry += w carry``) and then one matmul ``y = pieces @ K`` gives the
   final values: O(T C) work, O(T + C^2) memory;
-* **time-varying coefficient** (an array): a sequential scan inside the
-  pieces, vectorised across them: pieces laid out as (..., C, n), so that
-  step j of every piece is one contiguous row; C - 1 row operations
-  ``y_j = x_j + a_j y_{j+-1}`` and ``D_j = a_j D_{j+-1}``. O(T) work and
-  memory.
+* **time-varying coefficient** (an array), on pieces laid out as
+  (..., C, n), so that step j of every piece is one contiguous row: in host
+  memory, a sequential scan, C - 1 row operations ``y_j = x_j + a_j y_{j+-1}``
+  and ``D_j = a_j D_{j+-1}`` (O(T) work, the fewest passes over memory); on
+  an accelerator, a doubling (Hillis-Steele) scan of ceil(log2 C) whole-array
+  steps (O(T log C) work, but a handful of kernel launches per level where the
+  sequential scan would launch C).
 
 Non-finite values. A matmul multiplies the kernel's zeros with every entry of
 a piece, and ``0 * inf`` is NaN, so non-finite values must not meet it. When x
@@ -61,6 +63,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import _compat
 from ._compat import add_at, device_of, is_jax_array, is_torch_array, known_finite, values_are_readable
 
 #: Default piece lengths of the two local scans; see ``choose_chunk_size``.
@@ -128,7 +131,11 @@ def fold_boundary(xp, x, a, boundary_value, *, reverse: bool):
 def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
     constant = isinstance(a, float)
     size = choose_chunk_size(x.shape[-1], constant, chunk_size)
-    local = MatmulLocal(xp, a, reverse) if constant else SequentialLocal(xp, reverse, exact=not finite)
+    if constant:
+        local = MatmulLocal(xp, a, reverse)
+    else:
+        rows = SequentialLocal if _compat.on_cpu(x) else DoublingLocal
+        local = rows(xp, reverse, exact=not finite)
     if carry is None:
         def carry(edges, products):
             return _solve(xp, edges, products, reverse, max(size, 2), None, finite=finite)
@@ -187,8 +194,8 @@ class MatmulLocal:
         return kernel(self.xp, self.w, size, self.reverse, like)
 
 
-class SequentialLocal:
-    """Time-varying coefficients: C - 1 row operations on the (..., C, n) layout; ``exact`` cuts with ``where``."""
+class _RowsLocal:
+    """What the two time-varying local scans share: the (..., C, n) layout, and the exact cut and products."""
 
     def __init__(self, xp, reverse: bool, *, exact: bool):
         self.xp, self.reverse, self.exact = xp, reverse, exact
@@ -200,33 +207,21 @@ class SequentialLocal:
         return Pieces(_rows_major(xp, x_chunks), _rows_major(xp, a_chunks), count, size)
 
     def solve_alone(self, pieces, length):
-        rows, _ = self._scan_rows(pieces)
-        return self._join(rows, length)
+        return self._join(self.local(pieces)[0], length)
 
     def summarize(self, pieces):
-        rows, decay = self._scan_rows(pieces)
-        pieces.state = (rows, decay)
+        pieces.state = solved, decay = self.local(pieces)
         edge = 0 if self.reverse else pieces.size - 1
-        return rows[edge], decay[edge]
+        return solved[..., edge, :], decay[..., edge, :]
 
     def fix_up(self, pieces, incoming, length):
-        rows, decay = pieces.state
-        return self._join([self._carried(y, d, incoming) for y, d in zip(rows, decay)], length)
+        solved, decay = pieces.state
+        return self._join(self._carried(solved, decay, incoming[..., None, :]), length)
 
-    def _scan_rows(self, pieces):
-        """(y_j, D_j) per row j: the local solution and the product of the coefficients from j to the piece's edge."""
-        x, a, size = pieces.x, pieces.a, pieces.size
-        order = range(size - 1, -1, -1) if self.reverse else range(size)
-        rows, decay = [None] * size, [None] * size
-        previous = None
-        for j in order:
-            if previous is None:
-                rows[j], decay[j] = x[..., j, :], a[..., j, :]
-            else:
-                rows[j] = self._carried(x[..., j, :], a[..., j, :], rows[previous])
-                decay[j] = self._product(a[..., j, :], decay[previous])
-            previous = j
-        return rows, decay
+    def local(self, pieces):
+        """(y, D) on the (..., C, n) layout: the local solution, and the product of the coefficients from each
+        step to the piece's edge (the step the recurrence leaves it by)."""
+        raise NotImplementedError
 
     def _product(self, a, b):
         """a * b; with ``exact``, a product that underflows to 0 becomes the smallest normal number of its sign.
@@ -249,11 +244,49 @@ class SequentialLocal:
             incoming = self.xp.where(coefficient == 0, self.xp.zeros_like(incoming), incoming)
         return y + coefficient * incoming
 
-    def _join(self, rows, length):
-        # Rows stacked as they are laid out, (..., C, n) (contiguous writes), then one transposing copy back
-        # to time order (..., n, C): faster than stacking along the last axis, whose writes are strided.
-        xp = self.xp
-        return from_pieces(xp, _rows_major(xp, xp.stack(rows, axis=-2)), length)
+    def _join(self, solved, length):
+        return from_pieces(self.xp, _rows_major(self.xp, solved), length)
+
+
+class SequentialLocal(_RowsLocal):
+    """Time-varying coefficients on a CPU: C - 1 row operations, ``y_j = x_j + a_j y_{j+-1}``, each on a
+    contiguous row of every piece at once. O(T) work: the fewest passes over memory."""
+
+    def local(self, pieces):
+        x, a, size = pieces.x, pieces.a, pieces.size
+        order = range(size - 1, -1, -1) if self.reverse else range(size)
+        rows, decay = [None] * size, [None] * size
+        previous = None
+        for j in order:
+            if previous is None:
+                rows[j], decay[j] = x[..., j, :], a[..., j, :]
+            else:
+                rows[j] = self._carried(x[..., j, :], a[..., j, :], rows[previous])
+                decay[j] = self._product(a[..., j, :], decay[previous])
+            previous = j
+        # Stacked as they lie, (..., C, n): contiguous writes.
+        return self.xp.stack(rows, axis=-2), self.xp.stack(decay, axis=-2)
+
+
+class DoublingLocal(_RowsLocal):
+    """Time-varying coefficients on an accelerator: a doubling (Hillis-Steele) scan, ceil(log2 C) whole-array
+    steps ``b_t += a_t b_{t+-k}; a_t *= a_{t+-k}``. O(T log C) work but a handful of launches per level, where
+    the sequential scan's C row operations would each be a kernel launch."""
+
+    def local(self, pieces):
+        xp, b, a, size = self.xp, pieces.x, pieces.a, pieces.size
+        shift = 1
+        while shift < size:
+            keep = size - shift
+            near = slice(None, keep) if self.reverse else slice(shift, None)
+            far = slice(shift, None) if self.reverse else slice(None, keep)
+            rest = slice(keep, None) if self.reverse else slice(None, shift)
+            b_near = self._carried(b[..., near, :], a[..., near, :], b[..., far, :])
+            a_near = self._product(a[..., near, :], a[..., far, :])
+            parts = ((b_near, b[..., rest, :]), (a_near, a[..., rest, :]))
+            b, a = (xp.concat(list(p if self.reverse else p[::-1]), axis=-2) for p in parts)
+            shift *= 2
+        return b, a
 
 
 def _rows_major(xp, chunks):

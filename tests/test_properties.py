@@ -10,7 +10,9 @@ import gae_xp
 from gae_xp import reference
 from helpers import converted, xp_assert_close
 
-discount = st.one_of(st.sampled_from([0.0, 0.5, 0.99, 1.0]), st.floats(0.0, 1.0))
+# Coefficients of float32's range: a gamma * lam below it is 0 in float32, which cuts (as it should) where the
+# float64 oracle's tiny product does not.
+discount = st.one_of(st.sampled_from([0.0, 0.5, 0.99, 1.0]), st.floats(1e-15, 1.0))
 
 
 @st.composite

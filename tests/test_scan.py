@@ -8,7 +8,7 @@ import pytest
 import gae_xp
 from gae_xp import reference
 from gae_xp.bench import baselines
-from helpers import xp_assert_close
+from helpers import converted, expected, make_case, xp_assert_close
 
 
 @pytest.mark.parametrize("reverse", [True, False])
@@ -90,3 +90,25 @@ def test_loop_cuts_exactly_at_a_done_step():
     r = np.array([0.0, 0.0, 0.0, np.inf, 0.0, 0.0])
     advantages, _ = reference.gae_loop(r, np.zeros(6), terminated=np.arange(6) == 2)
     np.testing.assert_array_equal(advantages, [0, 0, 0, np.inf, 0, 0])
+
+
+@pytest.mark.parametrize("options", [{}, {"dones": 0.05, "holes": 0.3, "per_step_gamma": True, "bootstrap": True}])
+def test_the_accelerator_route(library, monkeypatch, options):
+    # On a GPU nothing is read back to the host: the exact routes run, and the doubling local scan. Taking the
+    # arrays for device arrays runs that route here, on every library, against the loop (NaN included).
+    from gae_xp import _compat
+
+    monkeypatch.setattr(_compat, "on_cpu", lambda x: False)
+    case = make_case(np.random.default_rng(13), (3, 300), **options)
+    case["rewards"][1, 100] = np.nan
+    arrays = converted(library, case)
+    advantages, returns = gae_xp.gae(**arrays, chunk_size=8, backend="xp")
+    want_a, want_r = expected(case)
+    xp_assert_close(advantages, want_a, like=arrays["rewards"])
+    xp_assert_close(returns, want_r, like=arrays["rewards"])
+    x = np.random.default_rng(14).standard_normal((2, 200))
+    discount = np.where(np.arange(200) % 7 == 0, 0.0, 0.9)
+    for reverse in (True, False):
+        got = gae_xp.discounted_cumsum(library.asarray(x), library.asarray(discount), reverse=reverse, chunk_size=8,
+                                       backend="xp")
+        xp_assert_close(got, reference.discounted_cumsum_loop(x, discount, reverse=reverse), like=library.asarray(x))

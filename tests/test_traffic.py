@@ -58,7 +58,7 @@ def test_report_compares_the_paths():
     by = {(row.path, row.case): row for row in rows}
     for case in traffic.CASES:
         fused = by["numba-cuda (fused)", case]
-        generic = by["xp (generic)", case]
+        generic = by["xp (generic, on a GPU's route)", case]
         assert traffic.FLOOR_BYTES < fused.bytes_per_element < generic.bytes_per_element
         assert fused.launches <= 3 < generic.launches  # the fused path: at most three launches, whatever the options
     assert "not a measurement" in traffic.markdown(rows)

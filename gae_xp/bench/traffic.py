@@ -114,23 +114,27 @@ def _span(tensor) -> int:
 
 
 def generic_rows(case: str, *, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth=H200_BANDWIDTH) -> list[Row]:
-    """The generic path recorded on torch CPU tensors: as dispatched, and (constant case) on the doubling local
-    scan, which it takes when the data are not known to be finite (one NaN reward here) and which the former
-    numba-CUDA backend always took."""
+    """The generic path recorded on torch CPU tensors, on the route it takes on a GPU.
+
+    On a GPU the generic path never reads a value back to the host (a
+    finiteness check would synchronise), so it takes its exact route: with a
+    constant discount, the matmul on the finite part plus the serial loop's
+    non-finite pattern; with dones and a mask, the doubling local scan with
+    ``where`` at the cuts. The recording runs with the arrays taken as device
+    arrays (``_compat.on_cpu`` answering False), so that CPU tensors follow
+    that same operator sequence.
+    """
     import torch
+    from unittest import mock
+
+    from gae_xp import _compat
 
     arrays = {k: torch.from_numpy(v) for k, v in case_arrays(case, record_shape).items()}
-    variants = {"xp (generic)": arrays}
-    if case == "constant":
-        poisoned = dict(arrays, rewards=arrays["rewards"].clone())
-        poisoned["rewards"][0, 0] = float("nan")
-        variants["xp, doubling local scan"] = poisoned
-    rows = []
-    for path, kwargs in variants.items():
-        launches, moved, syncs = record_torch(lambda kwargs=kwargs: gae_xp.gae(**kwargs, backend="xp"))
-        per_element = moved / math.prod(record_shape)
-        rows.append(Row(path, case, launches, per_element, _ms(per_element, shape, bandwidth), syncs))
-    return rows
+    with mock.patch.object(_compat, "on_cpu", lambda x: False):
+        launches, moved, syncs = record_torch(lambda: gae_xp.gae(**arrays, backend="xp"))
+    per_element = moved / math.prod(record_shape)
+    return [Row("xp (generic, on a GPU's route)", case, launches, per_element, _ms(per_element, shape, bandwidth),
+                syncs)]
 
 
 def fused_row(case: str, *, shape=SHAPE, bandwidth=H200_BANDWIDTH, itemsize: int = 4) -> Row:
