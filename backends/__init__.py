@@ -31,6 +31,8 @@ class Backend(Protocol):
     name: str
     #: True when ``gae`` honours a problem's ``offsets`` and ``carry`` (packed sequences, shards, blocks).
     segments: bool
+    #: True when ``chunk_size`` changes how the scan runs (the chunked scan); kernels that walk the steps ignore it.
+    uses_chunk_size: bool
 
     def unavailable_reason(self, xp, arrays, *, forced: bool = False) -> str | None:
         """None when this backend can serve these arrays, else why not (one line).
@@ -85,7 +87,8 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
         backend = load(name)
         reason = backend.unavailable_reason(xp, arrays, forced=True)
         if reason is None and segments and not backend.segments:
-            reason = "it does not take packed sequences or pieces (cu_seqlens, shards, blocks): use 'xp' or 'numba'"
+            reason = ("it does not take packed sequences or pieces (cu_seqlens, shards, blocks): "
+                      f"{', '.join(repr(n) for n in _with_segments())} do")
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
@@ -98,6 +101,11 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
                                       if backend.unavailable_reason(xp, arrays) is None
                                       and (backend.segments or not segments))
     return chosen
+
+
+def _with_segments() -> list[str]:
+    """The registered backends that take segments and a carry (loaded: the attribute lives on the class)."""
+    return [name for name in REGISTRY if load(name).segments]
 
 
 def _traceable(xp, arrays) -> Backend:

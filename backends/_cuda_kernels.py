@@ -60,9 +60,8 @@ TERMINATED, TRUNCATED, GAMMA_STEPS, LAM_STEPS, FILL_MASKED = 1, 2, 4, 8, 16
 #: Bit of the ``options`` argument of the scan tile kernel.
 A_STEPS = 1
 
-#: Rows of the summary array of a tile (b, p, q, h, v) with and without the value carry; rows of the carry array.
+#: Rows of the summary array of a tile (b, p, q, h, v) with and without the value carry.
 SUMMARY_ROWS = {True: 5, False: 2}
-CARRY_ROWS = {True: 2, False: 1}
 
 IO_DTYPES = ("float16", "float32", "float64")
 

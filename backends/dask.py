@@ -38,7 +38,8 @@ PER_STEP = ("rewards", "values", "next_values", "terminated", "truncated", "mask
 
 class DaskBackend:
     name = NAME
-    segments = True
+    segments = False  # packed sequences are refused; its blocks are joined by its own graph
+    uses_chunk_size = False
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         if not any(is_dask_array(a) for a in arrays):
@@ -202,7 +203,7 @@ class _SingleThreaded:
     """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel."""
 
     def __init__(self, backend):
-        self.backend = backend
+        self.backend, self.name, self.segments = backend, backend.name, backend.segments
         if hasattr(backend, "summarize"):
             self.summarize = self._wrap(backend.summarize)
         self.gae, self.scan = self._wrap(backend.gae), self._wrap(backend.scan)
@@ -230,9 +231,7 @@ def _finish_block(spec: _Spec, *blocks):
     b = b[..., 0] if b.ndim == arrays[0].ndim else b
     c = None if c is None else c[..., 0]
     problem = _block_problem(spec, arrays, b, c)
-    advantages, returns = _solver(arrays).gae(problem, chunk_size=spec.chunk_size)
-    xp = problem.xp
-    return xp.stack([advantages, returns])
+    return problem.xp.stack(_pieces.finish(problem, _solver(arrays), spec.chunk_size))
 
 
 def _link_block(summary, entering):

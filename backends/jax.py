@@ -9,6 +9,11 @@ accelerators the chunk scan (the "xp" backend) stays: a loop of T dependent
 steps leaves a GPU idle. Every step does what ``gae_xp.reference.gae_loop``
 does, with ``where`` at the cuts, so NaN and inf never cross a done step;
 ``jax.grad``, ``jax.vmap`` and ``jax.jit`` work through it.
+
+A gamma or lam given as a Python number is a constant of the compiled loop
+(a static argument: XLA folds it in), so each new value compiles the loop
+once more, as a new shape does; a value that changes every call (a schedule)
+is better passed as a JAX array, which is traced and compiles once.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ NAME = "jax"
 class JaxCPUBackend:
     name = NAME
     segments = True
+    uses_chunk_size = False
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         if not all(is_jax_array(a) for a in arrays):

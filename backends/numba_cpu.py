@@ -53,6 +53,7 @@ PARALLEL_FROM = 1 << 15
 class NumbaCPUBackend:
     name = NAME
     segments = True
+    uses_chunk_size = False
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         for a in arrays:

@@ -64,6 +64,7 @@ def simulated() -> bool:
 class NumbaCUDABackend:
     name = NAME
     segments = False
+    uses_chunk_size = False
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         # The arrays are asked first, numba last: NumPy or array-api-strict arrays never make numba load.

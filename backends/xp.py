@@ -9,6 +9,7 @@ from gae_xp._scan import scan
 class ArrayAPIBackend:
     name = "xp"
     segments = True
+    uses_chunk_size = True
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         return None

@@ -1,8 +1,8 @@
 """gae_xp: fast, exact Generalized Advantage Estimation on any array library.
 
 One chunked prefix scan, written against the Python array API standard, runs
-on NumPy, PyTorch, CuPy and JAX arrays and returns the caller's kind of array
-on the caller's device. ``import gae_xp`` imports numpy and array-api-compat
+on NumPy, PyTorch, CuPy, JAX and Dask arrays and returns the caller's kind of
+array on the caller's device. ``import gae_xp`` imports numpy and array-api-compat
 only; a framework or a kernel compiler is imported when its arrays arrive.
 """
 

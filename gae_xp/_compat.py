@@ -1,8 +1,8 @@
 """The one import point for array-api-compat, and the questions this package asks of an array.
 
 Every module of the package takes these names from here, so that "is this
-an array", "can its values be read now" and "may it be updated in place"
-each have one answer.
+an array", "can its values be read now" and "does it live on a CPU" each
+have one answer.
 """
 
 from __future__ import annotations
@@ -12,14 +12,22 @@ import numbers
 import sys
 
 import numpy as np
-
-from array_api_compat import array_namespace, is_array_api_obj, is_lazy_array
+from array_api_compat import (
+    array_namespace,
+    is_array_api_obj,
+    is_cupy_array,
+    is_dask_array,
+    is_dask_namespace,
+    is_jax_array,
+    is_jax_namespace,
+    is_lazy_array,
+    is_numpy_array,
+    is_torch_array,
+)
 from array_api_compat import device as device_of
-from array_api_compat import (is_array_api_strict_namespace, is_cupy_array, is_dask_array, is_dask_namespace,
-                              is_jax_array, is_jax_namespace, is_numpy_array, is_torch_array)
 
-__all__ = ["array_namespace", "device_of", "is_array", "is_array_api_strict_namespace", "is_cupy_array",
-           "is_dask_array", "is_dask_namespace", "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
+__all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
+           "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
            "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
 
 

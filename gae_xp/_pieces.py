@@ -54,7 +54,7 @@ import dataclasses
 from ._compat import device_of
 from ._prepare import GaeProblem
 from ._recurrences import Picker, gae_on_scan, latest_real_values
-from ._scan import fold_boundary, neighbour, scan
+from ._scan import cut_product, fold_boundary, neighbour, scan
 
 #: A piece's summary, in this order along the last axis.
 FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
@@ -123,7 +123,7 @@ def incoming(xp, summaries, bootstrap):
              reverse=True)
     b = xp.concat([z[..., 1:], last], axis=-1)
     # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: the advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
-    y = scan(xp, edge + _times(xp, on_bootstrap, b), product, reverse=True)
+    y = scan(xp, edge + cut_product(xp, on_bootstrap, b), product, reverse=True)
     return b, neighbour(xp, y, reverse=True)
 
 
@@ -131,19 +131,23 @@ def close(xp, summary, bootstrap):
     """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 in; nothing enters."""
     value, on_value, edge, on_bootstrap, _ = (summary[..., j] for j in range(len(FIELDS)))
     zero = xp.zeros_like(value)
-    return xp.stack([value + _times(xp, on_value, bootstrap), zero, edge + _times(xp, on_bootstrap, bootstrap),
-                     zero, zero], axis=-1)
+    return xp.stack([value + cut_product(xp, on_value, bootstrap), zero,
+                     edge + cut_product(xp, on_bootstrap, bootstrap), zero, zero], axis=-1)
 
 
 def link(xp, summary, b, c):
     """(b, c) entering a piece, from the summary (..., 5) of the piece after it and the (b, c) entering that one."""
     value, on_value, edge, on_bootstrap, product = (summary[..., j] for j in range(len(FIELDS)))
-    return value + _times(xp, on_value, b), edge + _times(xp, on_bootstrap, b) + _times(xp, product, c)
+    return value + cut_product(xp, on_value, b), edge + cut_product(xp, on_bootstrap, b) + cut_product(xp, product, c)
 
 
-def finish(p: GaeProblem, solver, chunk_size, b, c):
-    """(advantages, returns) of the pieces with b and c (each (..., n)) known: the backend's gae, once more."""
-    return solver.gae(dataclasses.replace(p, bootstrap=b, carry=c), chunk_size=chunk_size)
+def finish(p: GaeProblem, solver, chunk_size):
+    """(advantages, returns) of pieces whose b and c are known, as ``p.bootstrap`` and ``p.carry`` (..., n): the
+    backend's own gae once more. The backend must take segments and a carry (``Backend.segments``)."""
+    if not getattr(solver, "segments", False):
+        raise ValueError(f"backend {getattr(solver, 'name', solver)!r} cannot take an incoming carry: pieces are "
+                         "solved by a backend with segments (prepare(..., pieces=True) selects one)")
+    return solver.gae(p, chunk_size=chunk_size)
 
 
 # --- the scan one level down (discounted_cumsum and the estimators' scans) ---------------------------------------
@@ -160,13 +164,16 @@ def scan_summary(xp, x, a, *, reverse: bool, solve, chunk_size=None):
     y = solve(xp, x, a, reverse=reverse, chunk_size=chunk_size)
     edge = y[..., 0] if reverse else y[..., length - 1]
     if isinstance(a, float):
-        return edge, xp.full(edge.shape, a ** length, dtype=x.dtype, device=device_of(x))
-    return edge, xp.prod(a, axis=-1)
+        product = a ** length  # a Python float: an underflow is only a cut when a itself is 0
+        smallest = float(xp.finfo(x.dtype).smallest_normal)
+        product = product if product != 0.0 or a == 0.0 else (smallest if a > 0 or length % 2 == 0 else -smallest)
+        return edge, xp.full(edge.shape, product, dtype=x.dtype, device=device_of(x))
+    return edge, _product_along(xp, a)
 
 
 def scan_link(xp, edge, product, carry):
     """The carry leaving a piece: ``edge + product * carry`` (a zero product cuts exactly)."""
-    return edge + _times(xp, product, carry)
+    return edge + cut_product(xp, product, carry)
 
 
 def scan_finish(xp, x, a, carry, *, reverse: bool, solve, chunk_size=None):
@@ -175,7 +182,12 @@ def scan_finish(xp, x, a, carry, *, reverse: bool, solve, chunk_size=None):
                  chunk_size=chunk_size)
 
 
-def _times(xp, coefficient, x):
-    """coefficient * x, exactly 0 where the coefficient is 0 (0 * inf would be NaN)."""
-    return xp.where(coefficient == 0, xp.zeros_like(x), coefficient * x)
+def _product_along(xp, a):
+    """The product of a's coefficients along its last axis; an underflow of nonzero ones is kept at the smallest
+    normal number of its sign (only a true zero cuts, as ``_scan.nonzero_product`` keeps it within a piece)."""
+    product = xp.prod(a, axis=-1)
+    smallest = xp.asarray(xp.finfo(a.dtype).smallest_normal, dtype=a.dtype, device=device_of(a))
+    odd = xp.sum(xp.astype(a < 0, xp.int64), axis=-1) % 2 == 1
+    underflow = (product == 0) & xp.all(a != 0, axis=-1)
+    return xp.where(underflow, xp.where(odd, -smallest, smallest), product)
 

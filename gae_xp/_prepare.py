@@ -83,10 +83,6 @@ class GaeProblem:
         return (isinstance(self.gamma, float) and isinstance(self.lam, float) and self.terminated is None
                 and self.truncated is None and self.mask is None and self.offsets is None)
 
-    @property
-    def segment_count(self) -> int:
-        return 1 if self.offsets is None else int(self.offsets.shape[0]) - 1
-
 
 @dataclass(frozen=True)
 class PreparedCall:
@@ -136,8 +132,7 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
             if name not in present:
                 require_array(name, value)
             same_shape(name, value, shape)
-    if next_values is not None and bootstrap_value is not None:
-        raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
+    one_boundary(bootstrap_value, next_values)
     out_dtype, dtype = compute_dtypes(xp, {"rewards": rewards, **per_step, "bootstrap_value": bootstrap_value},
                                       rewards)
     batch_shape = shape[:axis] + shape[axis + 1:]
@@ -176,8 +171,13 @@ class PreparedScan:
     axis: int
 
 
-def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend) -> PreparedScan:
-    """Check ``discounted_cumsum``'s arguments; the boundary value ``initial`` is folded into the returned x."""
+def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend, name: str = "discount",
+                 bounds: tuple[float, float] = (-1.0, 1.0)) -> PreparedScan:
+    """Check ``discounted_cumsum``'s arguments; the boundary value ``initial`` is folded into the returned x.
+
+    ``name`` and ``bounds`` are the discount's, as errors name it and as it
+    is checked (the adapters' importance-weighted traces take any real value).
+    """
     require_array("x", x)
     present = {name: value for name, value in {"x": x, "discount": discount, "initial": initial}.items()
                if is_array(value)}
@@ -188,7 +188,7 @@ def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend) ->
     chunk_size = check_chunk_size(chunk_size)
     check_bool("reverse", reverse)
     out_dtype, dtype = compute_dtypes(xp, {"x": x, "initial": initial}, x)
-    a = coefficient(xp, "discount", discount, shape, dtype, axis, bounds=(-1.0, 1.0))
+    a = coefficient(xp, name, discount, shape, dtype, axis, bounds=bounds)
     y = owned_copy(xp, time_last(xp, x, dtype, axis))
     if initial is not None and shape[axis] > 0:
         start = boundary(xp, "initial", initial, shape[:axis] + shape[axis + 1:], dtype, x)
@@ -214,8 +214,15 @@ def require_array(name: str, value) -> None:
         raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, ...), got {type(value).__name__}")
 
 
+def one_boundary(bootstrap_value, next_values) -> None:
+    """V after the last step comes from bootstrap_value or from next_values, never both."""
+    if next_values is not None and bootstrap_value is not None:
+        raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
+
+
 def namespace_of(arrays: dict[str, Any]):
-    """The array namespace shared by the named arrays (the arguments that are arrays); TypeError naming the odd one out."""
+    """The array namespace shared by the named arrays (the arguments that are arrays); TypeError naming the odd
+    one out."""
     for name, value in arrays.items():
         require_array(name, value)
     if all(type(value) is np.ndarray for value in arrays.values()):
@@ -245,7 +252,8 @@ def _numpy_namespace():
 
 
 def check_same_device(arrays: dict[str, Any], anchor: str) -> None:
-    """ValueError naming the first array on another device than ``anchor`` (a traced array, device None, is not compared)."""
+    """ValueError naming the first array on another device than ``anchor`` (a traced array, device None, is not
+    compared)."""
     if all(type(value) is np.ndarray for value in arrays.values()):
         return  # NumPy arrays all live on the CPU
     where = device_of(arrays[anchor])

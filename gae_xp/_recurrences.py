@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._compat import device_of, known_finite, owned_copy
-from ._scan import fold_boundary
+from ._scan import fold_boundary, neighbour
 
 if TYPE_CHECKING:
     from ._prepare import GaeProblem
@@ -129,9 +129,8 @@ class Segments:
 
     def following(self, y):
         """y_{t+1} within the segment: 0 at each segment's last step."""
-        xp = self.xp
-        shifted = xp.concat([y[..., 1:], xp.zeros_like(y[..., :1])], axis=-1)
-        return shifted if self.end is None else xp.where(self.end, xp.zeros_like(shifted), shifted)
+        shifted = neighbour(self.xp, y, reverse=True)
+        return shifted if self.end is None else self.xp.where(self.end, self.xp.zeros_like(shifted), shifted)
 
 
 def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
@@ -140,7 +139,7 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     r, v, m = p.rewards, p.values, p.mask
     if r.shape[-1] == 0:
         return xp.zeros_like(r), xp.zeros_like(r)
-    pick = Picker(p, r, v, p.next_values, p.bootstrap)
+    pick = Picker(p, r, v, p.next_values, p.bootstrap, p.carry)
     segments = Segments(p)
     v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
     delta = pick.unless(p.terminated, p.gamma * v_next) + r - v
@@ -195,10 +194,15 @@ def done_flags(p: GaeProblem):
 def step_coefficients(p: GaeProblem, coefficient, pick: Picker):
     """The scan's coefficient per step: ``coefficient`` (a float or an array), 0 at a done step, 1 at a masked one.
 
-    Coefficients are finite, so multiplying by the flags as 0/1 is exact.
+    With ``pick.exact`` by ``where`` (a coefficient made from a NaN input at a
+    masked step, V-trace's ``log_rhos`` say, must not leak), else by the flags
+    as 0/1 factors: the same numbers for finite coefficients.
     """
-    done = done_flags(p)
-    out = coefficient + p.xp.zeros_like(p.rewards)
+    xp, done = p.xp, done_flags(p)
+    out = coefficient + xp.zeros_like(p.rewards)
+    if pick.exact:
+        out = out if done is None else xp.where(done, xp.zeros_like(out), out)
+        return out if p.mask is None else xp.where(p.mask, out, xp.ones_like(out))
     if done is not None:
         out = out * pick.as_float(done, negated=True)
     if p.mask is not None:

@@ -14,10 +14,12 @@ NaN or inf. With T steps cut into n pieces of C steps:
    piece's summary is its solution at its far edge ``e_c`` (the step the
    recurrence leaves it by) and the product of its coefficients ``P_c``;
 2. **carry** between pieces: ``carry_c = e_c + P_c carry_{c+-1}``, the same
-   recurrence on n steps. The ``carry`` argument solves it; by default this
-   scan, one level up (so the number of array operations is O(log_C T) and
-   ``jax.jit`` traces a short program). A caller whose pieces live apart
-   (ranks, Dask blocks, CUDA blocks) brings its own;
+   recurrence on n steps, solved by this scan one level up (so the number of
+   array operations is O(log_C T) and ``jax.jit`` traces a short program).
+   ``chunk_scan`` takes the step as a parameter; pieces that live apart
+   (ranks, Dask blocks: ``gae_xp._pieces``) solve their carries with this
+   scan over the pieces, and the fused CUDA kernels do all three steps in
+   three launches;
 3. **fix-up**: the carry of the neighbouring piece enters every step,
    ``y_t += D_t carry_{c+-1}`` with ``D_t`` the product of the coefficients
    from t to the piece's edge (on the exact route a product of nonzero
@@ -83,7 +85,8 @@ def choose_chunk_size(length: int, constant: bool, requested: int | None = None)
     * constant coefficient: the work is T C multiply-adds in a skinny
       matmul that runs below BLAS peak, so C is small: 32 by default, and a
       larger request is reduced to ``MATMUL_WIDEST`` (32) for accuracy;
-    * time-varying: C - 1 row operations per level, levels shrinking by C: 16.
+    * time-varying: C - 1 row operations per level on a CPU (log2 C
+      whole-array steps on an accelerator), levels shrinking by C: 16.
 
     Measured with ``python -m gae_xp bench --chunk-size auto,8,16,32,64,128``
     on NumPy and PyTorch CPU (see the README).
@@ -93,7 +96,7 @@ def choose_chunk_size(length: int, constant: bool, requested: int | None = None)
     return max(1, min(requested or SEQUENTIAL_CHUNK, length))
 
 
-def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry | None = None):
+def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None):
     """Solve the recurrence along the last axis of x (see the module docstring).
 
     ``x`` is an array this package owns: the scan may overwrite it, and the
@@ -105,12 +108,14 @@ def scan(xp, x, a, *, reverse: bool, chunk_size: int | None = None, carry: Carry
         return x
     finite = known_finite(xp, x)
     if isinstance(a, float) and not finite:
-        kept = xp.isfinite(x)
-        y = _solve(xp, xp.where(kept, x, xp.zeros_like(x)), a, reverse, chunk_size, carry, finite=True)
-        return _non_finite_pattern(xp, x, kept, y, a, reverse)
+        if a > 0:
+            kept = xp.isfinite(x)
+            y = _solve(xp, xp.where(kept, x, xp.zeros_like(x)), a, reverse, chunk_size, finite=True)
+            return _non_finite_pattern(xp, x, kept, y, a, reverse)
+        a = xp.full(x.shape, a, dtype=x.dtype, device=device_of(x))  # a negative w flips an infinity's sign
     if not isinstance(a, float):
         a = xp.broadcast_to(a, x.shape)
-    return _solve(xp, x, a, reverse, chunk_size, carry, finite=finite)
+    return _solve(xp, x, a, reverse, chunk_size, finite=finite)
 
 
 def fold_boundary(xp, x, a, boundary_value, *, reverse: bool):
@@ -124,11 +129,10 @@ def fold_boundary(xp, x, a, boundary_value, *, reverse: bool):
     a_edge = a if isinstance(a, float) else a[..., edge]
     if isinstance(a, float):
         return x if a == 0.0 else add_at(x, (..., edge), a * boundary_value)
-    boundary_value = xp.where(a_edge == 0, xp.zeros_like(boundary_value), boundary_value)  # 0 * inf is NaN
-    return add_at(x, (..., edge), a_edge * boundary_value)
+    return add_at(x, (..., edge), cut_product(xp, a_edge, boundary_value))
 
 
-def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
+def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
     constant = isinstance(a, float)
     size = choose_chunk_size(x.shape[-1], constant, chunk_size)
     if constant:
@@ -136,9 +140,9 @@ def _solve(xp, x, a, reverse: bool, chunk_size, carry, *, finite: bool):
     else:
         rows = SequentialLocal if _compat.on_cpu(x) else DoublingLocal
         local = rows(xp, reverse, exact=not finite)
-    if carry is None:
-        def carry(edges, products):
-            return _solve(xp, edges, products, reverse, max(size, 2), None, finite=finite)
+    def carry(edges, products):  # step 2: the same recurrence on the pieces' summaries, one level up
+        return _solve(xp, edges, products, reverse, max(size, 2), finite=finite)
+
     return chunk_scan(xp, x, a, size, local, carry)
 
 
@@ -224,25 +228,11 @@ class _RowsLocal:
         raise NotImplementedError
 
     def _product(self, a, b):
-        """a * b; with ``exact``, a product that underflows to 0 becomes the smallest normal number of its sign.
-
-        A zero coefficient is a cut, so a product of nonzero coefficients must not
-        become one: the loop carries a NaN or inf through any chain of nonzero
-        coefficients, however small their product.
-        """
-        product = a * b
-        if not self.exact:
-            return product
-        xp = self.xp
-        underflow = (product == 0) & (a != 0) & (b != 0)
-        smallest = xp.asarray(xp.finfo(product.dtype).smallest_normal, dtype=product.dtype, device=device_of(product))
-        return xp.where(underflow, xp.copysign(smallest, product), product)
+        return nonzero_product(self.xp, a, b) if self.exact else a * b
 
     def _carried(self, y, coefficient, incoming):
-        """y + coefficient * incoming, with a zero coefficient cutting exactly when ``exact`` (0 * inf is NaN)."""
-        if self.exact:
-            incoming = self.xp.where(coefficient == 0, self.xp.zeros_like(incoming), incoming)
-        return y + coefficient * incoming
+        """y + coefficient * incoming, with a zero coefficient cutting exactly when ``exact``."""
+        return y + (cut_product(self.xp, coefficient, incoming) if self.exact else coefficient * incoming)
 
     def _join(self, solved, length):
         return from_pieces(self.xp, _rows_major(self.xp, solved), length)
@@ -311,6 +301,24 @@ def from_pieces(xp, chunks, length: int):
     """The (..., n, C) pieces back as (..., T), padding dropped."""
     flat = xp.reshape(chunks, (*chunks.shape[:-2], chunks.shape[-2] * chunks.shape[-1]))
     return flat[..., :length]
+
+
+def nonzero_product(xp, a, b):
+    """a * b, where a product of nonzero factors that underflows to 0 becomes the smallest normal number of its sign.
+
+    A zero coefficient is a cut, so a product of nonzero coefficients must not
+    become one: the loop carries a NaN or inf through any chain of nonzero
+    coefficients, however small their product.
+    """
+    product = a * b
+    underflow = (product == 0) & (a != 0) & (b != 0)
+    smallest = xp.asarray(xp.finfo(product.dtype).smallest_normal, dtype=product.dtype, device=device_of(product))
+    return xp.where(underflow, xp.copysign(smallest, product), product)
+
+
+def cut_product(xp, coefficient, x):
+    """coefficient * x, exactly 0 where the coefficient is 0 (``0 * inf`` would be NaN)."""
+    return coefficient * xp.where(coefficient == 0, xp.zeros_like(x), x)
 
 
 def neighbour(xp, carry, reverse: bool):

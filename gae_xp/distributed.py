@@ -27,7 +27,7 @@ rank; ``bootstrap_value`` one per sequence) work with both:
 
 The rank holding a sequence's last step reads its bootstrap value and
 closes that piece itself; other ranks' bootstrap values are not read.
-Communication per call: one ``all_gather_single`` of ``5 * rows * pieces``
+Communication per call: one ``all_gather_into_tensor`` of ``5 * rows * pieces``
 numbers per rank in the compute dtype (pieces: 1 contiguous, 2 zigzag, 2
 per sequence packed zigzag), whatever the length. No gradient flows across
 ranks (the summaries are detached).
@@ -80,9 +80,7 @@ def gae(rewards, values, *, group=None, layout="contiguous", gamma=0.99, lam=0.9
     if not packed:
         offsets, bootstrap = None, p.bootstrap[..., 0]  # (...)
     else:
-        if bootstrap_value is not None and next_values is not None:
-            raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every "
-                             "V(s_{t+1})")
+        prepare_.one_boundary(bootstrap_value, next_values)
         offsets = _global_offsets(xp, cu_seqlens, world * length)
         bootstrap = prepare_.boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                                       p.rewards.shape[:-1], p.rewards.dtype, p.rewards,
@@ -117,7 +115,7 @@ def _contiguous(call, p, bootstrap, offsets, world, rank, group):
     ends_b = [bootstrap[..., s] if shut else b[..., rank] for s, shut in zip(sequences, closed)]
     ends_c = [zero if shut else c[..., rank] for shut in closed]
     local = _with_segments(p, cuts, xp.stack(ends_b, axis=-1), xp.stack(ends_c, axis=-1))
-    return call.solver.gae(local, chunk_size=call.chunk_size)
+    return _pieces.finish(local, call.solver, call.chunk_size)
 
 
 def _zigzag(call, p, bootstrap, offsets, world, rank, group):
@@ -153,7 +151,7 @@ def _zigzag(call, p, bootstrap, offsets, world, rank, group):
     shape = (*own_b.shape[:-2], 2 * count)
     # 3. this rank's chunks again with what enters them
     local = _with_segments(p, cuts, xp.reshape(own_b, shape), xp.reshape(own_c, shape))
-    return call.solver.gae(local, chunk_size=call.chunk_size)
+    return _pieces.finish(local, call.solver, call.chunk_size)
 
 
 def _all_gather(xp, local, world, group):
@@ -162,8 +160,7 @@ def _all_gather(xp, local, world, group):
 
     flat = xp.reshape(local.detach(), (-1,)).contiguous()
     out = xp.empty((world * flat.shape[0],), dtype=local.dtype, device=device_of(local))
-    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    gather(out, flat, group=group)
+    dist.all_gather_into_tensor(out, flat, group=group)
     return xp.reshape(out, (world, *local.shape))
 
 
@@ -171,7 +168,6 @@ def _global_offsets(xp, cu_seqlens, total):
     """The global offsets as host int64 (checked like ``gae()``'s cu_seqlens, against the global length)."""
     if cu_seqlens is None:
         return None
-    prepare_.require_array("cu_seqlens", cu_seqlens)
     checked = prepare_.check_offsets(xp, cu_seqlens, total)
     return np.asarray(checked.cpu() if hasattr(checked, "cpu") else checked, dtype=np.int64)
 

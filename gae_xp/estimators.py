@@ -12,8 +12,16 @@ from __future__ import annotations
 
 from . import _prepare as prepare_
 from ._compat import device_of
-from ._recurrences import (Picker, Segments, done_flags, last_real_step, next_real_values, owned_rewards,
-                           step_coefficients)
+from ._recurrences import (
+    Picker,
+    Segments,
+    done_flags,
+    last_real_step,
+    next_real_values,
+    owned_rewards,
+    step_coefficients,
+)
+from ._scan import neighbour
 
 
 def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None,
@@ -101,8 +109,16 @@ def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk
     dtype (integer or bool x gives the namespace's default float) and never
     shares memory with x. ``gae()`` is built on this scan.
     """
-    call = prepare_.prepare_scan(x, discount, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
-                                 backend=backend)
+    return linear_scan(x, discount, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
+                       backend=backend)
+
+
+def linear_scan(x, coefficient, *, axis=-1, reverse=True, initial=None, chunk_size=None, backend="auto",
+                name="discount", bounds=(-1.0, 1.0)):
+    """``discounted_cumsum`` with the coefficient's name and bounds given: the adapters' importance-weighted
+    traces (torchrl's ``c_thresh`` above 1, rlax's lambda above 1) take any real coefficient."""
+    call = prepare_.prepare_scan(x, coefficient, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
+                                 backend=backend, name=name, bounds=bounds)
     y = call.solver.scan(call.xp, call.x, call.discount, reverse=call.reverse, chunk_size=call.chunk_size)
     return prepare_.restore(call.xp, y, call.out_dtype, call.axis)
 
@@ -206,7 +222,7 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
                                                                 - v))
     coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"], pick)
     corrections = _solve(call, delta, coefficient)  # vs - V; at a masked step, that of the next real step
-    following = xp.concat([corrections[..., 1:], xp.zeros_like(corrections[..., :1])], axis=-1)
+    following = neighbour(xp, corrections, reverse=True)
     vs_next = v_next + pick.unless(done_flags(p), following)
     pg = clipped["clip_pg_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * vs_next) - v)
     return call.restore(pick.only(p.mask, corrections + v)), call.restore(pick.only(p.mask, pg))
@@ -226,9 +242,6 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     Masked entries get ``masked_fill``, or are whitened like the rest with
     ``masked_fill=None`` (verl's convention).
     """
-    prepare_.require_array("x", x)
-    if mask is not None:
-        prepare_.require_array("mask", mask)
     arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
     xp = prepare_.namespace_of(arrays)
     prepare_.check_same_device(arrays, "x")

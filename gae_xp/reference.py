@@ -19,8 +19,8 @@ All take ``[..., T]`` arrays with time last unless ``axis`` says otherwise.
 from __future__ import annotations
 
 import numbers
-from gae_xp._compat import array_namespace, device_of
 
+from gae_xp._compat import array_namespace, device_of
 
 
 def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
@@ -55,7 +55,8 @@ def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, nex
 
 def discounted_returns_loop(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None,
                             bootstrap_value=None, axis=-1):
-    """``G_t = r_t + gamma_t (1 - done_t) G_{t+1}``, ``G_T = bootstrap_value``, one step at a time; masked steps skipped."""
+    """``G_t = r_t + gamma_t (1 - done_t) G_{t+1}``, ``G_T = bootstrap_value``, one step at a time; masked steps
+    skipped."""
     xp, r, at = _per_step(rewards, axis, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
     following = _boundary(xp, bootstrap_value, r, zero)
@@ -168,7 +169,8 @@ def _unless(xp, flag, value, zero):
 
 
 def _per_step(rewards, axis, **named):
-    """(xp, rewards with time last, at) where at(t) gives every named argument at step t, as arrays of the batch shape."""
+    """(xp, rewards with time last, at) where at(t) gives every named argument at step t, as arrays of the batch
+    shape."""
     xp = array_namespace(rewards)
     shape = tuple(rewards.shape)
     r = _time_last(xp, rewards, axis)

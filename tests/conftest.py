@@ -34,7 +34,8 @@ settings.register_profile(
     "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.register_profile(
-    "thorough", deadline=None, max_examples=400, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    "thorough", deadline=None, max_examples=400,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.load_profile(os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default"))
 

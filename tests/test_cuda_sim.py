@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from helpers import make_case, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
-from helpers import make_case, xp_assert_close
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
@@ -102,7 +102,8 @@ def test_float16_in_float16_out_on_the_kernels(masked):
     from gae_xp import backends
 
     case = make_case(np.random.default_rng(9), (2, 37), holes=0.3 if masked else 0.0, dones=0.1, bootstrap=True)
-    half = {k: v.astype(np.float16) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v for k, v in case.items()}
+    half = {k: v.astype(np.float16) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
     problem = SimpleNamespace(xp=xp, rewards=half["rewards"], values=half["values"], gamma=0.99, lam=0.95,
                               bootstrap=half["bootstrap_value"][:, None], next_values=None,
                               terminated=case["terminated"], truncated=case["truncated"], mask=case.get("mask"),
@@ -183,7 +184,8 @@ def test_nan_in_masked_slots_changes_nothing():
                      next_values=False)
     clean = gae_xp.gae(**case, backend=BACKEND)
     hole = ~case["mask"]
-    poisoned = dict(case, rewards=np.where(hole, np.nan, case["rewards"]), values=np.where(hole, np.inf, case["values"]))
+    poisoned = dict(case, rewards=np.where(hole, np.nan, case["rewards"]),
+                    values=np.where(hole, np.inf, case["values"]))
     for got, want in zip(gae_xp.gae(**poisoned, backend=BACKEND), clean):
         np.testing.assert_array_equal(got, want)
 

@@ -144,7 +144,7 @@ def _run_cases(rank, world):
                   for k, v in case.items()}
         loop, _ = gae_loop(**single)
         a, _ = cp.gae(**rank_inputs(single, layout, world, rank), layout=layout)
-        bound = 2 * float(np.abs(shard(loop, layout, world, rank) - shard(want, layout, world, rank)).max()) + 1e-6
+        bound = float(np.abs(loop - want).max())  # the loop's worst error on the whole sequence
         check(f"{layout} float32", a.numpy(), shard(want, layout, world, rank), bound)
         # packed sequences with CP
         case, offsets = packed_case(11, world, layout)

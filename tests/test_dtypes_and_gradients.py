@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import load_target
+from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 import gae_xp
-from conftest import load_target
 from gae_xp import reference
-from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 
 @pytest.mark.parametrize("time_varying", [False, True])

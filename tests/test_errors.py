@@ -6,9 +6,9 @@ import os
 
 import numpy as np
 import pytest
+from conftest import load_target
 
 import gae_xp
-from conftest import load_target
 
 R = np.zeros((2, 10))
 V = np.zeros((2, 10))

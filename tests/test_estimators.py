@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import xp_assert_close
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gae_xp
 from gae_xp import reference
-from helpers import xp_assert_close
 
 
 def _case(rng, shape, dones, holes, padding):
@@ -124,3 +124,41 @@ def test_estimator_errors():
         gae_xp.whiten(r, np.ones((2, 5), dtype=complex))
     with pytest.raises(ValueError, match="eps"):
         gae_xp.whiten(r, eps=-1)
+
+
+def _poisoned_case(rng, shape=(2, 120)):
+    case = {"rewards": rng.standard_normal(shape), "values": rng.standard_normal(shape),
+            "next_values": rng.standard_normal(shape), "log_rhos": rng.normal(0, 0.5, shape),
+            "terminated": rng.random(shape) < 0.05, "mask": rng.random(shape) > 0.3}
+    poisoned = {k: np.where(case["mask"], v, np.nan) if v.dtype.kind == "f" else v for k, v in case.items()}
+    return case, poisoned
+
+
+def _estimators(library, backend, c):
+    """Every estimator on the arrays of c (converted to the library), as NumPy arrays."""
+    to = {k: library.asarray(v) for k, v in c.items()}
+    flags = {"terminated": to["terminated"], "mask": to["mask"]}
+    outputs = [gae_xp.discounted_returns(to["rewards"], gamma=0.9, **flags, backend=backend),
+               gae_xp.lambda_returns(to["rewards"], to["next_values"], gamma=0.9, lam=0.8, **flags, backend=backend),
+               *gae_xp.vtrace(to["log_rhos"], to["rewards"], to["values"], gamma=0.9, **flags, backend=backend),
+               gae_xp.whiten(to["rewards"], to["mask"])]
+    return [library.to_numpy(out) for out in outputs]
+
+
+def test_nan_in_masked_slots_changes_no_estimator(library, backend):
+    clean, poisoned = _poisoned_case(np.random.default_rng(5))
+    for got, want in zip(_estimators(library, backend, poisoned), _estimators(library, backend, clean)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_estimators_modify_no_input(library, backend):
+    case, _ = _poisoned_case(np.random.default_rng(6))
+    arrays = {k: library.asarray(v) for k, v in case.items()}
+    before = {k: library.to_numpy(v).copy() for k, v in arrays.items()}
+    flags = {"terminated": arrays["terminated"], "mask": arrays["mask"]}
+    gae_xp.discounted_returns(arrays["rewards"], gamma=0.9, **flags, backend=backend)
+    gae_xp.lambda_returns(arrays["rewards"], arrays["next_values"], **flags, backend=backend)
+    gae_xp.vtrace(arrays["log_rhos"], arrays["rewards"], arrays["values"], **flags, backend=backend)
+    gae_xp.whiten(arrays["rewards"], arrays["mask"])
+    for key, value in before.items():
+        np.testing.assert_array_equal(library.to_numpy(arrays[key]), value, err_msg=f"{key} was modified")

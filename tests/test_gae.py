@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 import gae_xp
-from helpers import converted, expected, make_case, to_numpy, xp_assert_close
 
 CHUNKS = [1, 2, 7, 64, 128, 256, 1024]
 DISCOUNTS = [0.0, 0.5, 0.99, 1.0]

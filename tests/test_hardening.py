@@ -9,13 +9,13 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import load_target
+from helpers import converted, expected, like, make_case, to_numpy, xp_assert_close
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gae_xp
-from conftest import load_target
 from gae_xp import _scan, reference
-from helpers import converted, expected, like, make_case, to_numpy, xp_assert_close
 
 # --- 1. discounted_cumsum: |discount| > 1 is refused (test_errors), and |discount| <= 1 never overflows ----------
 

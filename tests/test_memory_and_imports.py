@@ -8,9 +8,9 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import load_target
 
 import gae_xp
-from conftest import load_target
 from gae_xp import backends
 
 

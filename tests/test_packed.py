@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import converted, to_numpy, xp_assert_close
 
 import gae_xp
 from gae_xp import backends
 from gae_xp.reference import discounted_returns_loop, gae_loop, lambda_returns_loop
-from helpers import converted, to_numpy, xp_assert_close
+
 
 def packed_backend(library, backend):
     """Skip a target whose backend does not take packed sequences, after checking that it says so clearly."""
@@ -169,6 +170,7 @@ def test_time_axis_other_than_last():
              for k, v in case.items()}
     a, r = gae_xp.gae(**moved, cu_seqlens=offsets, axis=0)
     np.testing.assert_allclose(np.moveaxis(a, 0, -1), want_a, atol=1e-12)
+    np.testing.assert_allclose(np.moveaxis(r, 0, -1), want_r, atol=1e-12)
 
 
 def test_one_sequence_is_the_unpacked_call():
@@ -177,6 +179,7 @@ def test_one_sequence_is_the_unpacked_call():
     packed = gae_xp.gae(r, v, cu_seqlens=np.array([0, 50]), bootstrap_value=np.array([[1.0], [2.0]]))
     plain = gae_xp.gae(r, v, bootstrap_value=np.array([1.0, 2.0]))
     np.testing.assert_allclose(packed[0], plain[0], atol=1e-12)
+    np.testing.assert_allclose(packed[1], plain[1], atol=1e-12)
 
 
 BAD_OFFSETS = [

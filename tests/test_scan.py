@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import converted, expected, make_case, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
 from gae_xp.bench import baselines
-from helpers import converted, expected, make_case, xp_assert_close
 
 
 @pytest.mark.parametrize("reverse", [True, False])

@@ -10,7 +10,9 @@
   ``leaky_vtrace_td_error_and_advantage``
 
 Each module restates its framework's semantics in its docstring, lists every
-deliberate difference from it, imports nothing from the framework itself and
-uses gae_xp's public API only. ``tests/conformance`` runs each framework's own
-tests of these functions against them.
+deliberate difference from it and imports nothing from the framework itself.
+They compute with gae_xp's estimators (``gae``, ``whiten``, and
+``estimators.linear_scan`` for the recurrences the public functions do not
+name) and ask ``gae_xp._compat`` about arrays. ``tests/conformance`` runs
+each framework's own tests of these functions against them.
 """

@@ -1,13 +1,13 @@
-"""Small helpers shared by the adapters, built on gae_xp's public API (and its one import point for array-api-compat)."""
+"""Small helpers shared by the adapters, built on gae_xp's estimators and its import point for array-api-compat."""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 
-import gae_xp
-from gae_xp._compat import array_namespace, device_of, is_jax_array, is_torch_array
-from gae_xp._compat import values_are_readable as readable
+from gae_xp._compat import device_of, is_jax_array, is_torch_array
+from gae_xp.estimators import linear_scan
 
 
 class ShapeError(ValueError, AssertionError):
@@ -46,6 +46,13 @@ def float_dtype(xp, *arrays):
     return xp.__array_namespace_info__().default_dtypes(device=device_of(arrays[0]))["real floating"]
 
 
+def like(xp, value, array):
+    """A threshold or coefficient (a real number or an array) as an array of ``array``'s dtype on its device."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return xp.asarray(float(value), dtype=array.dtype, device=device_of(array))
+    return xp.astype(value, array.dtype, copy=False)
+
+
 def following(xp, a, fill, axis=-1):
     """``a`` shifted one step back along ``axis``: out[t] = a[t + 1], and ``fill`` (an array of one step) last."""
     axis = axis % a.ndim
@@ -62,29 +69,13 @@ def take_last(a, axis=-1):
     return a[tuple(index)]
 
 
-def scan(x, a, *, axis=-1, initial=None):
+def scan(x, a, *, axis=-1, initial=None, name="the trace's coefficient"):
     r"""``y_t = x_t + a_t y_{t+1}``, ``y_T = initial``, for any real coefficients ``a``.
 
-    ``gae_xp.discounted_cumsum`` takes |a| <= 1. Importance-weighted traces
-    (torchrl's ``c_thresh`` above 1, rlax's lambda above 1) can exceed 1, so
-    such coefficients are rescaled: with ``m_t = max(1, |a_t|)``, ``b_t = a_t / m_t``
-    and ``s_t = prod m`` from t to the next zero coefficient (a cut),
-    ``z = discounted_cumsum(x / s, b)`` and ``y = s z``. Where every |a| <= 1,
-    s is exactly 1 and this is discounted_cumsum itself. Arrays whose values
-    cannot be read (traced) always take the rescaled form (the same numbers).
+    ``gae_xp.discounted_cumsum`` takes |a| <= 1; importance-weighted traces
+    (torchrl's ``c_thresh`` above 1, rlax's lambda above 1) can exceed it, and
+    the scan solves them as they are (its products are those of the true
+    coefficients, so they overflow only where the loop's values would). A NaN
+    coefficient raises ValueError naming ``name``.
     """
-    xp = array_namespace(x)
-    if isinstance(a, numbers.Real) and not isinstance(a, bool):
-        if abs(a) <= 1:
-            return gae_xp.discounted_cumsum(x, float(a), axis=axis, initial=initial)
-        a = xp.full(x.shape, float(a), dtype=x.dtype, device=device_of(x))
-    if readable(a) and bool(xp.all(xp.abs(a) <= 1)):
-        return gae_xp.discounted_cumsum(x, a, axis=axis, initial=initial)
-    a = xp.broadcast_to(a, tuple(x.shape))
-    if xp.isdtype(x.dtype, "real floating"):
-        a = xp.astype(a, x.dtype, copy=False)
-    one = xp.ones((), dtype=a.dtype, device=device_of(a))
-    magnitude = xp.maximum(xp.abs(a), one)
-    keep = xp.where(a != 0, one, xp.zeros_like(one))
-    scale = xp.exp(gae_xp.discounted_cumsum(xp.log(magnitude), keep, axis=axis))
-    return gae_xp.discounted_cumsum(x / scale, a / magnitude, axis=axis, initial=initial) * scale
+    return linear_scan(x, a, axis=axis, initial=initial, name=name, bounds=(-math.inf, math.inf))

@@ -15,9 +15,8 @@ sums, not a chain); gamma and lambd must lie in [0, 1] (ValueError).
 
 from __future__ import annotations
 
-
-from gae_xp._compat import array_namespace
 import gae_xp
+from gae_xp._compat import array_namespace
 from gae_xp.adapters._util import no_grad
 
 

@@ -46,9 +46,8 @@ from __future__ import annotations
 import collections
 import numbers
 
-
 from gae_xp._compat import array_namespace, device_of
-from gae_xp.adapters._util import DTypeError, ShapeError, scan, stop_gradient
+from gae_xp.adapters._util import DTypeError, ShapeError, like, scan, stop_gradient
 
 VTraceOutput = collections.namedtuple("vtrace_output", ["errors", "pg_advantage", "q_estimate"])
 
@@ -157,28 +156,22 @@ def _bootstrapped_values(values, r_t):
         raise ShapeError(f"values must hold v(s_0) .. v(s_T): shape ({r_t.shape[0] + 1},), got {tuple(values.shape)}")
 
 
-def _per_step(xp, lambda_, like):
+def _per_step(xp, lambda_, steps):
     """lambda_ as rlax takes it: a number, a 0-d array or one value per step."""
     if isinstance(lambda_, numbers.Real) and not isinstance(lambda_, bool):
         return float(lambda_)
-    if lambda_.ndim > 1 or (lambda_.ndim == 1 and tuple(lambda_.shape) != tuple(like.shape)):
-        raise ShapeError(f"lambda_ must be a scalar or one value per step {tuple(like.shape)}, got "
+    if lambda_.ndim > 1 or (lambda_.ndim == 1 and tuple(lambda_.shape) != tuple(steps.shape)):
+        raise ShapeError(f"lambda_ must be a scalar or one value per step {tuple(steps.shape)}, got "
                          f"{tuple(lambda_.shape)}")
     return lambda_
 
 
 def _leaky(xp, rho, alpha, threshold):
     """(1 - alpha) rho + alpha min(threshold, rho); min(threshold, rho) itself for alpha = 1."""
-    clipped = xp.minimum(rho, _like(xp, threshold, rho))
+    clipped = xp.minimum(rho, like(xp, threshold, rho))
     if isinstance(alpha, numbers.Real) and alpha == 1:
         return clipped
     return (1 - alpha) * rho + alpha * clipped
-
-
-def _like(xp, value, like):
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return xp.asarray(float(value), dtype=like.dtype, device=device_of(like))
-    return xp.astype(value, like.dtype, copy=False)
 
 
 def _stop_target(errors, v_tm1, stop_target_gradients):

@@ -1,4 +1,5 @@
-"""slime's ``vanilla_gae``, ``chunked_gae`` and ``chunked_discounted_returns`` (slime/utils/ppo_utils.py), on the chunk scan.
+"""slime's ``vanilla_gae``, ``chunked_gae`` and ``chunked_discounted_returns`` (slime/utils/ppo_utils.py), on
+the chunk scan.
 
 Right-padded [B, T] rewards and values, time on the last axis; the value
 after the last step is 0; ``returns = advantages + values``;

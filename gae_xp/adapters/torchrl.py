@@ -1,4 +1,5 @@
-"""torchrl's ``generalized_advantage_estimate`` and ``vtrace_advantage_estimate`` (torchrl.objectives.value.functional), on the chunk scan.
+"""torchrl's ``generalized_advantage_estimate`` and ``vtrace_advantage_estimate``
+(torchrl.objectives.value.functional), on the chunk scan.
 
 Inputs are [*B, T, *F] with time at ``time_dim`` (-2). Both return
 ``(advantage, value_target)``. As torchrl (0.14) defines them:
@@ -36,10 +37,9 @@ Deliberate differences from torchrl:
 
 from __future__ import annotations
 
-
-from gae_xp._compat import array_namespace, device_of
 import gae_xp
-from gae_xp.adapters._util import following, scan, take_last
+from gae_xp._compat import array_namespace
+from gae_xp.adapters._util import following, like, scan, take_last
 
 SHAPE_ERR = "All input tensors (value, reward and done states) must share a unique shape."
 
@@ -68,8 +68,8 @@ def vtrace_advantage_estimate(gamma, log_pi, log_mu, state_value, next_state_val
     zeros = xp.zeros_like(next_state_value)
     bootstrap = xp.where(terminated, zeros, next_state_value)
     rho = xp.exp(log_pi - log_mu)
-    clipped_rho = xp.minimum(rho, _threshold(xp, rho_thresh, rho))
-    clipped_c = xp.minimum(rho, _threshold(xp, c_thresh, rho))
+    clipped_rho = xp.minimum(rho, like(xp, rho_thresh, rho))
+    clipped_c = xp.minimum(rho, like(xp, c_thresh, rho))
     deltas = clipped_rho * (reward + gamma * bootstrap - state_value)
     trace = xp.where(done, zeros, gamma * clipped_c)
     vs = scan(deltas, trace, axis=axis) + state_value
@@ -88,10 +88,3 @@ def _flag(xp, name, value):
     if not xp.isdtype(value.dtype, "bool"):
         raise TypeError(f"{name} must be a bool tensor (torchrl inverts it with ~), got dtype {value.dtype}")
     return value
-
-
-def _threshold(xp, value, like):
-    """A clip threshold as an array of ``like``'s dtype on its device (floats and tensors, as torchrl takes them)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return xp.asarray(float(value), dtype=like.dtype, device=device_of(like))
-    return xp.astype(value, like.dtype, copy=False)

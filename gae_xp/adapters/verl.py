@@ -33,10 +33,9 @@ Deliberate differences from verl:
 
 from __future__ import annotations
 
-
-from gae_xp._compat import array_namespace, device_of
 import gae_xp
-from gae_xp.adapters._util import float_dtype, following, no_grad, readable, scan, take_last
+from gae_xp._compat import array_namespace, device_of, values_are_readable
+from gae_xp.adapters._util import float_dtype, following, no_grad, scan, take_last
 
 
 def compute_gae_advantage_return(token_level_rewards, values, response_mask, gamma, lam):
@@ -69,7 +68,7 @@ def _blended(xp, r, v, m, gamma, lam):
 
 def _check_mask_sum(xp, m):
     """verl's masked_var raises for a mask summing to 0 or to 1 (Bessel's n / (n - 1))."""
-    if not readable(m):
+    if not values_are_readable(m):
         return
     total = float(xp.sum(m))
     if total == 0:

@@ -5,8 +5,8 @@
   over the chunks for the carry;
 * ``gae_matrix``: the fully parallel O(T^2) form ``A = delta @ W`` with
   ``W[k, t] = (gamma lam)^(k - t)`` for k >= t (constant coefficient only);
-* ``verl_gae_loop``, ``openrlhf_gae_loop``, ``torchrl_gae_loop``: the
-  frameworks' GAE loops, for the adapter benchmark;
+* ``verl_gae_loop``, ``openrlhf_gae_loop``: the frameworks' GAE loops, for
+  the adapter benchmark (torchrl's own functions are timed when installed);
 * ``jax_scan_gae``, ``jax_associative_scan_gae``: what JAX users write
   instead (``lax.scan``, ``lax.associative_scan``), full contract, to run
   under ``jax.jit``.
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
-from gae_xp._compat import array_namespace, device_of
 
+from gae_xp._compat import array_namespace, device_of
 
 
 def gae_matrix(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=0.0):
@@ -96,20 +96,6 @@ def openrlhf_gae_loop(values, rewards, action_mask, gamma, lam):
     mask = xp.astype(action_mask, values.dtype)
     advantages, _ = slime_serial_gae(rewards * mask, values * mask, gamma, lam)
     return advantages, advantages + values * mask
-
-
-def torchrl_gae_loop(gamma, lmbda, state_value, next_state_value, reward, done, terminated):
-    """torchrl's GAE one step at a time, time at -2: delta = r + g (1 - term) V' - V; A = delta + g l (1 - done) A'."""
-    xp = array_namespace(reward)
-    following = xp.zeros_like(reward[..., 0, :])
-    not_done, not_terminated = 1 - xp.astype(done, reward.dtype), 1 - xp.astype(terminated, reward.dtype)
-    columns = []
-    for t in reversed(range(reward.shape[-2])):
-        delta = reward[..., t, :] + gamma * not_terminated[..., t, :] * next_state_value[..., t, :] - state_value[..., t, :]
-        following = delta + gamma * lmbda * not_done[..., t, :] * following
-        columns.append(following)
-    advantage = xp.stack(columns[::-1], axis=-2)
-    return advantage, advantage + state_value
 
 
 def _decay_matrix(xp, w: float, size: int, like, *, reverse: bool):

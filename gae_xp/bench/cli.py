@@ -89,7 +89,8 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
             stream=None) -> int:
     stream = stream or sys.stdout
     started = time.perf_counter()
-    names = options.backend or [n for n in libraries.NAMES if n != "array_api_strict" and libraries.unavailable(n) is None]
+    names = options.backend or [n for n in libraries.NAMES
+                                if n != "array_api_strict" and libraries.unavailable(n) is None]
     skipped = {n: libraries.unavailable(n) for n in names if libraries.unavailable(n)}
     for name, reason in skipped.items():
         print(f"skipping {name}: {reason}", file=sys.stderr)
@@ -114,7 +115,7 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
     sweep = runner.Sweep(loaded, workloads, chosen, options.chunk_size, options.repeat, options.serial_budget)
     machine = report.machine()
     settings = {
-        "what": f"{len(sweep.cases())} cases on {', '.join(l.name for l in loaded)}",
+        "what": f"{len(sweep.cases())} cases on {', '.join(library.name for library in loaded)}",
         "B": _listing(options.B), "T": _listing(options.T), "dtype": options.dtype, "gamma": options.gamma,
         "lam": options.lam,
         "cases": ", ".join(f"{c} (dones {d:g}, mask holes {h:g})" if c != "constant" else c

@@ -33,8 +33,8 @@ from typing import Callable
 import numpy as np
 
 import gae_xp
-from gae_xp._compat import array_namespace
 from gae_xp import backends, reference
+from gae_xp._compat import array_namespace
 from gae_xp.bench import baselines
 from gae_xp.bench.cases import make_case
 from gae_xp.bench.libraries import Library
@@ -133,10 +133,6 @@ class Path:
         return choose_chunk_size(workload.T, not workload.time_varying, requested)
 
 
-#: Backends whose kernels have no chunks: ``chunk_size`` is accepted and ignored, so it is not swept.
-UNCHUNKED_BACKENDS = frozenset({"numba", "jax"})
-
-
 def _gae_xp_path(backend: str) -> Path:
     def skip(library, workload):
 
@@ -156,8 +152,7 @@ def _gae_xp_path(backend: str) -> Path:
         return compiled(library, workload, chunk)(arrays["rewards"], arrays["values"], arrays.get("terminated"),
                                                   arrays.get("truncated"), arrays.get("mask"))
 
-    chunked = getattr(backends.load(backend), "uses_chunk_size", backend not in UNCHUNKED_BACKENDS)
-    return Path(f"gae_xp[{backend}]", chunked, False, skip, run)
+    return Path(f"gae_xp[{backend}]", backends.load(backend).uses_chunk_size, False, skip, run)
 
 
 def _jax_only(library, workload):

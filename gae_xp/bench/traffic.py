@@ -124,8 +124,9 @@ def generic_rows(case: str, *, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth
     arrays (``_compat.on_cpu`` answering False), so that CPU tensors follow
     that same operator sequence.
     """
-    import torch
     from unittest import mock
+
+    import torch
 
     from gae_xp import _compat
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 # --- slime (THUDM/slime, slime/utils/ppo_utils.py) -------------------------------------------------------------
 
 def slime_vanilla_gae(rewards, values, gamma, lambd):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import like, xp_assert_close
 
 from conformance.frameworks import openrlhf_gae
 from gae_xp.adapters import openrlhf
-from helpers import like, xp_assert_close
 
 
 def _batch(rng, batch=3, length=300):
@@ -31,7 +31,8 @@ def test_against_openrlhf_loop(library, kind, seed):
              "fractional": mask * rng.choice([0.5, 1.0], size=mask.shape)}[kind]
     want_adv, want_ret = openrlhf_gae(values, rewards, given, 0.99, 0.95)
     got_adv, got_ret = openrlhf.get_advantages_and_returns(
-        library.asarray(values), library.asarray(rewards), None if given is None else library.asarray(given), 0.99, 0.95)
+        library.asarray(values), library.asarray(rewards), None if given is None else library.asarray(given),
+        0.99, 0.95)
     xp_assert_close(got_adv, want_adv, like=like(library))
     xp_assert_close(got_ret, want_ret, like=like(library))
 

@@ -15,8 +15,12 @@ import functools
 import numpy as np
 import pytest
 
-from conformance.frameworks import (categorical_importance_ratios, rlax_lambda_returns, rlax_vtrace,
-                                    rlax_vtrace_td_error_and_advantage)
+from conformance.frameworks import (
+    categorical_importance_ratios,
+    rlax_lambda_returns,
+    rlax_vtrace,
+    rlax_vtrace_td_error_and_advantage,
+)
 from gae_xp.adapters import rlax as adapter
 
 R_T = np.array([[1.0, 0.0, -1.0, 0.0, 1.0], [0.5, 0.8, -0.7, 0.0, 2.1]])
@@ -60,8 +64,8 @@ DISCOUNTED_RETURNS = np.array([[1.315, 0.63000005, 0.70000005, 1.7, 3.4],
 def test_discounted_returns_batch(library):
     """DiscountedReturnsTest.test_discounted_returns_batch: a scalar bootstrap and a value sequence, rtol 1e-5."""
     bootstrap_v = V_T[:, -1]
-    scalar = np.stack([library.to_numpy(adapter.discounted_returns(library.asarray(R_T[i]), library.asarray(DISCOUNT_T[i]),
-                                                              float(bootstrap_v[i]))) for i in range(2)])
+    scalar = np.stack([library.to_numpy(adapter.discounted_returns(
+        library.asarray(R_T[i]), library.asarray(DISCOUNT_T[i]), float(bootstrap_v[i]))) for i in range(2)])
     vector = _rows(library, adapter.discounted_returns, R_T, DISCOUNT_T, V_T)
     np.testing.assert_allclose(DISCOUNTED_RETURNS, scalar, rtol=1e-5)
     np.testing.assert_allclose(DISCOUNTED_RETURNS, vector, rtol=1e-5)
@@ -73,8 +77,8 @@ def test_importance_corrected_td_errors_batch(library):
     """TDErrorTest: the recursion on deltas equals rho (lambda return with lambda_t = rho_{t+1}) - v; rho up to 2."""
     rho_tm1 = np.array([[0.5, 0.9, 1.3, 0.2, 0.8], [2., 0.1, 1., 0.4, 1.7]])
     values = np.array([[3.0, 1.0, 5.0, -5.0, 3.0, 1.], [-1.7, 1.2, 2.3, 2.2, 2.7, 2.]])
-    td_direct = _rows(library, adapter.importance_corrected_td_errors, R_T, DISCOUNT_T, rho_tm1, np.ones_like(DISCOUNT_T),
-                      values)
+    td_direct = _rows(library, adapter.importance_corrected_td_errors, R_T, DISCOUNT_T, rho_tm1,
+                      np.ones_like(DISCOUNT_T), values)
     ls_ = np.concatenate((rho_tm1[:, 1:], [[1.], [1.]]), axis=1)
     td_from_returns = rho_tm1 * (_rows(library, adapter.lambda_returns, R_T, DISCOUNT_T, values[:, 1:], ls_)
                                  - values[:, :-1])
@@ -100,7 +104,8 @@ def test_truncated_gae(library, lambda_):
 
 def _gae_rows(library, lambda_):
     return np.stack([library.to_numpy(adapter.truncated_generalized_advantage_estimation(
-        library.asarray(GAE_R_T[i]), library.asarray(GAE_DISCOUNT_T[i]), lambda_, library.asarray(GAE_V_T[i]))) for i in range(2)])
+        library.asarray(GAE_R_T[i]), library.asarray(GAE_DISCOUNT_T[i]), lambda_, library.asarray(GAE_V_T[i])))
+        for i in range(2)])
 
 
 def test_truncated_gae_array_lambda(library):
@@ -178,8 +183,8 @@ def test_vtrace_lambda_multiple_episodes_per_trace(library, discount_t, lambda_)
 
     def run(part):
         lam_part = lam if isinstance(lam, float) else library.asarray(lambda_[part])
-        return library.to_numpy(adapter.vtrace(*(library.asarray(a[part]) for a in (v_tm1, v_t, r_t, discount_t, rho_tm1)),
-                                          lam_part, clip_rho_threshold=1.0))
+        arrays = (library.asarray(a[part]) for a in (v_tm1, v_t, r_t, discount_t, rho_tm1))
+        return library.to_numpy(adapter.vtrace(*arrays, lam_part, clip_rho_threshold=1.0))
 
     whole = run(slice(None))
     np.testing.assert_allclose(whole[:4], run(slice(None, 4)), rtol=1e-3)

@@ -52,7 +52,8 @@ def test_gae_parallel_matches_serial(serial_case, batch, steps, chunk_size):
 def test_vanilla_gae_matches_serial(library, serial_case, batch, steps):
     """The serial entry point too, on every namespace, within slime's float32 tolerance of its loop."""
     rewards, values, want_advantages, want_returns = serial_case(batch, steps)
-    advantages, returns = slime.vanilla_gae(library.asarray(rewards.numpy()), library.asarray(values.numpy()), 0.99, 0.95)
+    advantages, returns = slime.vanilla_gae(library.asarray(rewards.numpy()), library.asarray(values.numpy()),
+                                            0.99, 0.95)
     assert float(np.abs(library.to_numpy(advantages) - want_advantages).max()) < 1e-5
     assert float(np.abs(library.to_numpy(returns) - want_returns).max()) < 1e-5
 

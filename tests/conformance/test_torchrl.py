@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import like, xp_assert_close
 
 from conformance.frameworks import torchrl_gae, torchrl_vtrace
 from gae_xp.adapters import torchrl as adapter
-from helpers import like, xp_assert_close
 
 torch = pytest.importorskip("torch")
 functional = pytest.importorskip("torchrl.objectives.value.functional")

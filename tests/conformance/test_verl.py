@@ -12,11 +12,11 @@ import random
 
 import numpy as np
 import pytest
+from helpers import like, xp_assert_close
 
 import gae_xp
 from conformance.frameworks import verl_gae, verl_masked_whiten
 from gae_xp.adapters import verl
-from helpers import like, xp_assert_close
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -57,8 +57,8 @@ def test_against_verl_loop(library, kind, seed):
     rewards, values, mask = _llm_batch(np.random.default_rng(seed), fractional=kind == "fractional")
     want_adv, want_ret = verl_gae(rewards, values, mask, 0.99, 0.95)
     given = mask != 0 if kind == "bool" else mask
-    got_adv, got_ret = verl.compute_gae_advantage_return(library.asarray(rewards), library.asarray(values), library.asarray(given),
-                                                         0.99, 0.95)
+    got_adv, got_ret = verl.compute_gae_advantage_return(library.asarray(rewards), library.asarray(values),
+                                                         library.asarray(given), 0.99, 0.95)
     xp_assert_close(got_adv, want_adv, like=like(library))
     xp_assert_close(got_ret, want_ret, like=like(library))
 

@@ -41,7 +41,8 @@ def cases(library, rng):
     """name -> (call, runs, scale of the time to the full T, modelled bytes per element or None)."""
     r = library.asarray(rng.standard_normal((B, T), dtype=np.float32))
     v = library.asarray(rng.standard_normal((B, T), dtype=np.float32))
-    flags = {"terminated": library.asarray(rng.random((B, T)) < 0.01), "mask": library.asarray(rng.random((B, T)) >= 0.2)}
+    flags = {"terminated": library.asarray(rng.random((B, T)) < 0.01),
+             "mask": library.asarray(rng.random((B, T)) >= 0.2)}
     model = {(row.path, row.case): row.bytes_per_element for row in traffic.report(generic=False)}
     prefix_r, prefix_v = r[:, :SERIAL_PREFIX], v[:, :SERIAL_PREFIX]
     return {

@@ -11,11 +11,11 @@ import functools
 
 import numpy as np
 import pytest
+from conftest import load_target
+from helpers import converted, expected, like, make_case, xp_assert_close
 
 import gae_xp
-from conftest import load_target
 from gae_xp import reference
-from helpers import converted, expected, like, make_case, xp_assert_close
 
 pytestmark = pytest.mark.gpu
 
