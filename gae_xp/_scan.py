@@ -243,6 +243,25 @@ class SequentialLocal(_RowsLocal):
     contiguous row of every piece at once. O(T) work: the fewest passes over memory."""
 
     def local(self, pieces):
+        rows, decay = self._rows(pieces)
+        # Stacked as they lie, (..., C, n): contiguous writes.
+        return self.xp.stack(rows, axis=-2), self.xp.stack(decay, axis=-2)
+
+    def summarize(self, pieces):
+        pieces.state = rows, decay = self._rows(pieces)
+        edge = 0 if self.reverse else pieces.size - 1
+        return rows[edge], decay[edge]
+
+    def fix_up(self, pieces, incoming, length):
+        # Row by row, stacked once at the end: under jax.jit, XLA fuses these row operations, where a fix-up of
+        # the stacked rows made the compiled scan 10x slower on a CPU (53 ms against 5 ms, B=8, T=131072).
+        rows, decay = pieces.state
+        solved = self.xp.stack([self._carried(y, d, incoming) for y, d in zip(rows, decay)], axis=-2)
+        return self._join(solved, length)
+
+    def _rows(self, pieces):
+        """(y_j, D_j) per row j, as lists: the local solution and the product of the coefficients from j to the
+        piece's edge."""
         x, a, size = pieces.x, pieces.a, pieces.size
         order = range(size - 1, -1, -1) if self.reverse else range(size)
         rows, decay = [None] * size, [None] * size
@@ -254,8 +273,7 @@ class SequentialLocal(_RowsLocal):
                 rows[j] = self._carried(x[..., j, :], a[..., j, :], rows[previous])
                 decay[j] = self._product(a[..., j, :], decay[previous])
             previous = j
-        # Stacked as they lie, (..., C, n): contiguous writes.
-        return self.xp.stack(rows, axis=-2), self.xp.stack(decay, axis=-2)
+        return rows, decay
 
 
 class DoublingLocal(_RowsLocal):

@@ -27,7 +27,7 @@ rank; ``bootstrap_value`` one per sequence) work with both:
 
 The rank holding a sequence's last step reads its bootstrap value and
 closes that piece itself; other ranks' bootstrap values are not read.
-Communication per call: one ``all_gather_into_tensor`` of ``5 * rows * pieces``
+Communication per call: one all-gather (``all_gather_flat``) of ``5 * rows * pieces``
 numbers per rank in the compute dtype (pieces: 1 contiguous, 2 zigzag, 2
 per sequence packed zigzag), whatever the length. No gradient flows across
 ranks (the summaries are detached).
@@ -156,12 +156,22 @@ def _zigzag(call, p, bootstrap, offsets, world, rank, group):
 
 def _all_gather(xp, local, world, group):
     """(W, *local.shape): every rank's ``local`` (the one collective of a call)."""
-    import torch.distributed as dist
-
     flat = xp.reshape(local.detach(), (-1,)).contiguous()
     out = xp.empty((world * flat.shape[0],), dtype=local.dtype, device=device_of(local))
-    dist.all_gather_into_tensor(out, flat, group=group)
+    all_gather_flat(out, flat, group=group)
     return xp.reshape(out, (world, *local.shape))
+
+
+def all_gather_flat(out, flat, group=None):
+    """Every rank's 1-d tensor ``flat``, concatenated in rank order into ``out`` (one collective).
+
+    ``torch.distributed.all_gather_single`` where this torch has it (2.13 on,
+    where ``all_gather_into_tensor`` is deprecated), else ``all_gather_into_tensor``.
+    """
+    import torch.distributed as dist
+
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, flat, group=group)
 
 
 def _global_offsets(xp, cu_seqlens, total):

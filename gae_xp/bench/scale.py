@@ -175,7 +175,7 @@ def _cp_rank(rank, world, store, options, results):
             full = []
             for x in (r, v):
                 out = torch.empty(world * x.numel())
-                dist.all_gather_into_tensor(out, x.reshape(-1))
+                context_parallel.all_gather_flat(out, x.reshape(-1))
                 full.append(out.reshape(world, batch, size).permute(1, 0, 2).reshape(batch, length))
             a, _ = gae_xp.gae(full[0], full[1])
             return a[:, rank * size:(rank + 1) * size]
@@ -229,7 +229,7 @@ def _cp_rank(rank, world, store, options, results):
         lo = {name: (loopback_bytes(call, calls) - barriers) / calls / world for name, call in methods.items()}
         slowest = torch.tensor([[t for t in times[name]] for name in methods])
         everyone = torch.empty(world * slowest.numel(), dtype=slowest.dtype)
-        dist.all_gather_into_tensor(everyone, slowest.reshape(-1))
+        context_parallel.all_gather_flat(everyone, slowest.reshape(-1))
         slowest = everyone.reshape(world, *slowest.shape).amax(dim=0)
         report = {"world": world, "batch": batch, "length": length, "max_difference": difference, "methods": {
             name: {"seconds": float(slowest[i].median()), "payload_bytes": payload[name],
