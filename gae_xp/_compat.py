@@ -103,6 +103,17 @@ def _torch_is_symbolic(x) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
+def writes_through_views(x) -> bool:
+    """Whether an in-place operation on a slice of x (an array of this package's own) writes into x.
+
+    True for NumPy arrays and for eager PyTorch tensors without autograd
+    history (not under ``torch.compile``, where an in-place update of a slice
+    gave wrong values, nor ``torch.func``); the array API leaves it to each
+    library, so others are not written.
+    """
+    return is_numpy_array(x) or (is_torch_array(x) and not x.requires_grad and not _torch_is_symbolic(x))
+
+
 def add_at(x, index, y):
     """x with y added to ``x[index]``, for an array this package created (never an input).
 

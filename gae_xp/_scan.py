@@ -38,7 +38,9 @@ Two local scans:
 * **time-varying coefficient** (an array), on pieces laid out as
   (..., C, n), so that step j of every piece is one contiguous row: in host
   memory, a sequential scan, C - 1 row operations ``y_j = x_j + a_j y_{j+-1}``
-  and ``D_j = a_j D_{j+-1}`` (O(T) work, the fewest passes over memory); on
+  and ``D_j = a_j D_{j+-1}`` (O(T) work, the fewest passes over memory;
+  written into the pieces' own arrays where a slice writes through, NumPy
+  and PyTorch without autograd history, so no full-size temporaries); on
   an accelerator, a doubling (Hillis-Steele) scan of ceil(log2 C) whole-array
   steps (O(T log C) work, but a handful of kernel launches per level where the
   sequential scan would launch C).
@@ -138,7 +140,10 @@ def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
     if constant:
         local = MatmulLocal(xp, a, reverse)
     else:
-        rows = SequentialLocal if _compat.on_cpu(x) else DoublingLocal
+        if not _compat.on_cpu(x):
+            rows = DoublingLocal
+        else:
+            rows = InPlaceSequentialLocal if _compat.writes_through_views(x) else SequentialLocal
         local = rows(xp, reverse, exact=not finite)
     def carry(edges, products):  # step 2: the same recurrence on the pieces' summaries, one level up
         return _solve(xp, edges, products, reverse, max(size, 2), finite=finite)
@@ -274,6 +279,43 @@ class SequentialLocal(_RowsLocal):
                 decay[j] = self._product(a[..., j, :], decay[previous])
             previous = j
         return rows, decay
+
+
+class InPlaceSequentialLocal(_RowsLocal):
+    """The sequential local scan written into the pieces' own arrays (this package's copies), for libraries whose
+    arrays can be written (NumPy, PyTorch without autograd history): no full-size temporaries, whose fresh pages
+    cost more than the arithmetic on a CPU."""
+
+    def local(self, pieces):
+        x, a, size = pieces.x, pieces.a, pieces.size
+        order = range(size - 1, -1, -1) if self.reverse else range(size)
+        previous = None
+        for j in order:
+            if previous is not None:
+                y, coefficient = x[..., j, :], a[..., j, :]  # views: written in place
+                if self.exact:
+                    y += cut_product(self.xp, coefficient, x[..., previous, :])
+                    a[..., j, :] = nonzero_product(self.xp, coefficient, a[..., previous, :])
+                else:
+                    y += coefficient * x[..., previous, :]
+                    coefficient *= a[..., previous, :]
+            previous = j
+        return x, a
+
+    def summarize(self, pieces):
+        pieces.state = solved, decay = self.local(pieces)
+        edge = 0 if self.reverse else pieces.size - 1
+        return self.xp.asarray(solved[..., edge, :], copy=True), self.xp.asarray(decay[..., edge, :], copy=True)
+
+    def fix_up(self, pieces, incoming, length):
+        solved, decay = pieces.state
+        incoming = incoming[..., None, :]
+        if self.exact:
+            solved += cut_product(self.xp, decay, incoming)
+        else:
+            decay *= incoming
+            solved += decay
+        return self._join(solved, length)
 
 
 class DoublingLocal(_RowsLocal):
