@@ -139,12 +139,12 @@ def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
     size = choose_chunk_size(x.shape[-1], constant, chunk_size)
     if constant:
         local = MatmulLocal(xp, a, reverse)
+    elif not _compat.on_cpu(x):
+        local = DoublingLocal(xp, reverse, exact=not finite)
+    elif _compat.writes_through_views(x):
+        local = InPlaceSequentialLocal(xp, reverse, exact=not finite)
     else:
-        if not _compat.on_cpu(x):
-            rows = DoublingLocal
-        else:
-            rows = InPlaceSequentialLocal if _compat.writes_through_views(x) else SequentialLocal
-        local = rows(xp, reverse, exact=not finite)
+        local = SequentialLocal(xp, reverse, exact=not finite)
     def carry(edges, products):  # step 2: the same recurrence on the pieces' summaries, one level up
         return _solve(xp, edges, products, reverse, max(size, 2), finite=finite)
 
@@ -204,7 +204,7 @@ class MatmulLocal:
 
 
 class _RowsLocal:
-    """What the two time-varying local scans share: the (..., C, n) layout, and the exact cut and products."""
+    """What the time-varying local scans share: the (..., C, n) layout, and the exact cut and products."""
 
     def __init__(self, xp, reverse: bool, *, exact: bool):
         self.xp, self.reverse, self.exact = xp, reverse, exact
@@ -301,11 +301,6 @@ class InPlaceSequentialLocal(_RowsLocal):
                     coefficient *= a[..., previous, :]
             previous = j
         return x, a
-
-    def summarize(self, pieces):
-        pieces.state = solved, decay = self.local(pieces)
-        edge = 0 if self.reverse else pieces.size - 1
-        return self.xp.asarray(solved[..., edge, :], copy=True), self.xp.asarray(decay[..., edge, :], copy=True)
 
     def fix_up(self, pieces, incoming, length):
         solved, decay = pieces.state
