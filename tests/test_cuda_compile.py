@@ -32,7 +32,10 @@ ARCHS = {"sm_80": (8, 0), "sm_90": (9, 0)}
 
 
 def _ptxas() -> str | None:
-    spec = importlib.util.find_spec("nvidia.cuda_nvcc")
+    try:  # find_spec raises when the parent package "nvidia" itself is absent
+        spec = importlib.util.find_spec("nvidia.cuda_nvcc")
+    except ModuleNotFoundError:
+        spec = None
     for root in (spec.submodule_search_locations or []) if spec else []:
         candidate = Path(root) / "bin" / "ptxas"
         if candidate.exists():
