@@ -233,7 +233,7 @@ def scenario_exchange(check, rank, world):
     _exchange.all_gather_flat = counting
     try:
         context = cp.Context(layout="zigzag")
-        case = make_case(21, world, "dones+holes", batch=40)  # 40 rows x 2 pieces x 5 > 240 numbers
+        case = make_case(21, world, "dones+holes", batch=8)  # 8 rows x 2 pieces x 5 > 48 numbers
         want_a, _ = gae_xp.gae(**case, backend="xp")
         for attempt in range(2):
             calls.clear()
@@ -473,10 +473,12 @@ def test_headers_name_what_differs():
         _exchange.check_headers(headers(base, small, small), 0)
     with pytest.raises(ValueError, match="float32 on rank 0; float64 on rank 1"):
         _exchange.check_headers(headers(base, {**base, "dtype": "torch.float64"}), 1)
-    failed = _exchange.header(status=_exchange.TYPE_ERROR, world=2, size=4)
-    with pytest.raises(TypeError, match="rank 1 of 2 failed before the exchange, so every rank stops: oops"):
-        messages = np.zeros((2, 8))
-        messages[1, :4] = np.frombuffer(b"oops", np.uint8)
+    message = _exchange.encode_message(TypeError("oops, ü" * 20), 48)
+    assert _exchange.decode_message(message) == "TypeError: " + "oops, ü" * 20
+    failed = _exchange.header(status=_exchange.TYPE_ERROR, world=2, size=message.shape[0])
+    with pytest.raises(TypeError, match="rank 1 of 2 failed before the exchange, so every rank stops: TypeError: oops"):
+        messages = np.zeros((2, 48))
+        messages[1, :message.shape[0]] = message
         _exchange.check_headers(np.stack([headers(base)[0], failed]), 0, messages)
 
 

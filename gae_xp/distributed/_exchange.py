@@ -18,15 +18,20 @@ different sizes gives. A rank whose own argument check failed still takes
 part in the collective, so nobody waits for it until the group's timeout.
 
 The capacity is agreed without a collective of its own: it starts at
-``INITIAL_CAPACITY`` on every rank and grows only after an exchange, from
-the headers every rank has read, so it stays the same everywhere. A
-payload that does not fit is sent by a second all-gather of its exact size
-(the headers have shown that every rank sends the same size), after which
-the capacity covers it: later calls of that size take one collective.
+``INITIAL_CAPACITY`` on every rank and changes only after an exchange, from
+the headers every rank has read, so it stays the same everywhere. It covers
+the largest payload of the group's last ``REMEMBERED`` exchanges with an
+eighth to spare (rounded up to 64 numbers), so repeated calls of one size
+send what they need and one large call does not inflate the small ones for
+long. A payload that does not fit is sent by a second all-gather of its
+exact size (the headers have shown that every rank sends the same size),
+after which the capacity covers it: later calls of that size take one
+collective.
 """
 
 from __future__ import annotations
 
+import collections
 import weakref
 import zlib
 
@@ -39,12 +44,17 @@ PROTOCOL = 1
 #: Statuses: the exception class a peer raised is raised again on every rank.
 OK, VALUE_ERROR, TYPE_ERROR, OTHER_ERROR = 0, 1, 2, 3
 _ERRORS = {VALUE_ERROR: ValueError, TYPE_ERROR: TypeError, OTHER_ERROR: RuntimeError}
-#: Numbers per rank in a group's first exchange (2 KiB): 240 numbers of payload (48 rows of 5 numbers).
-INITIAL_CAPACITY = 256
+#: Numbers per rank in a group's first exchange (512 bytes): 48 numbers of payload (9 rows of 5 numbers), or an
+#: error message of 288 bytes (6 to a number).
+INITIAL_CAPACITY = 64
+#: Bytes of an error message per float64 number (an integer below 2^48 is exact).
+_MESSAGE_BYTES = 6
+#: How many of a group's last exchanges the capacity covers.
+REMEMBERED = 8
 #: The dtypes a header names (others are sent by their name's digest).
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
-_CAPACITY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # process group -> numbers per rank
+_RECENT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # process group -> its last payloads' sizes
 
 
 def dtype_code(dtype) -> int:
@@ -82,13 +92,16 @@ def error_status(error: BaseException) -> int:
 
 
 def encode_message(error: BaseException, room: int) -> np.ndarray:
-    """The error's class and message as bytes, one per float64, at most ``room`` of them."""
-    text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")[:room]
-    return np.frombuffer(text, dtype=np.uint8).astype(np.float64)
+    """The error's class and message as bytes, 6 to a float64 number, in at most ``room`` numbers."""
+    text = f"{type(error).__name__}: {error}".encode("utf-8", "replace")[:room * _MESSAGE_BYTES]
+    text += b"\0" * (-len(text) % _MESSAGE_BYTES)
+    groups = np.frombuffer(text, dtype=np.uint8).reshape(-1, _MESSAGE_BYTES).astype(np.int64)
+    return (groups << (8 * np.arange(_MESSAGE_BYTES))).sum(axis=1).astype(np.float64)
 
 
 def decode_message(numbers: np.ndarray) -> str:
-    return bytes(numbers.astype(np.uint8).tolist()).decode("utf-8", "replace")
+    groups = numbers.astype(np.int64)[:, None] >> (8 * np.arange(_MESSAGE_BYTES))
+    return bytes((groups & 0xFF).astype(np.uint8).ravel().tolist()).rstrip(b"\0").decode("utf-8", "replace")
 
 
 # --- reading the headers -------------------------------------------------------------------------------------------
@@ -181,7 +194,12 @@ class TorchExchange:
 
     @property
     def capacity(self) -> int:
-        return _CAPACITY.get(self._key, INITIAL_CAPACITY)
+        """Numbers per rank in the next exchange's one all-gather (the same on every rank)."""
+        recent = _RECENT.get(self._key)
+        if not recent:
+            return INITIAL_CAPACITY
+        needed = len(HEADER) + max(recent)
+        return max(INITIAL_CAPACITY, -(-(needed + needed // 8) // 64) * 64)
 
     def gather(self, head: np.ndarray, payload):
         """(W, size) float64 on ``payload``'s collective device: every rank's flat payload, after every rank's
@@ -200,9 +218,8 @@ class TorchExchange:
         headers = gathered[:, :len(HEADER)].cpu().numpy()
         failed = bool((headers[:, HEADER.index("status")] != OK).any())
         check_headers(headers, self.rank, gathered[:, len(HEADER):].cpu().numpy() if failed else None)
-        needed = len(HEADER) + size  # the same on every rank now
-        if needed > capacity:
-            _CAPACITY[self._key] = 1 << (needed - 1).bit_length()
+        recent = _RECENT.setdefault(self._key, collections.deque(maxlen=REMEMBERED))
+        recent.append(size)  # the same on every rank now
         if fits:
             return gathered[:, len(HEADER):len(HEADER) + size]
         return self._all_gather(flat)
