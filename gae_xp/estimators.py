@@ -188,7 +188,8 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
         cut = cut | done
     kept = pick.as_float(cut, negated=True)
     # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
-    x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
+    x = pick.real(p.mask, p.rewards) + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept)
+                                                   * pick.real(p.mask, following))
     coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept, pick))
     return call.restore(pick.only(p.mask, _solve(call, solver, pick.only(p.mask, x), coefficient)))
 
@@ -234,14 +235,16 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     v_next = next_real_values(p, pick, solve=solver.scan, chunk_size=call.chunk_size)
     clipped = {name: xp.minimum(rho, xp.asarray(value, dtype=rho.dtype, device=device_of(rho)))
                for name, value in thresholds.items()}
-    delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * v_next)
-                                                                - v))
+    # A masked step is absent: its inputs are zeroed before any arithmetic (r - V there may overflow).
+    r, real_v = pick.real(p.mask, p.rewards), pick.real(p.mask, v)
+    delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (r + pick.unless(p.terminated, p.gamma * v_next)
+                                                                - real_v))
     coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"], pick)
     corrections = _solve(call, solver, delta, coefficient)  # vs - V; at a masked step, that of the next real step
     following = neighbour(xp, corrections, reverse=True)
     vs_next = v_next + pick.unless(done_flags(p), following)
-    pg = clipped["clip_pg_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * vs_next) - v)
-    return call.restore(pick.only(p.mask, corrections + v)), call.restore(pick.only(p.mask, pg))
+    pg = clipped["clip_pg_rho_threshold"] * (r + pick.unless(p.terminated, p.gamma * vs_next) - real_v)
+    return call.restore(pick.only(p.mask, corrections + real_v)), call.restore(pick.only(p.mask, pg))
 
 
 def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fill=0.0):
@@ -266,7 +269,7 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     values = xp.astype(x, dtype, copy=False)
     zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
     if mask is not None:
-        prepare_.same_shape("mask", mask, values.shape)
+        prepare_.same_shape("mask", mask, values.shape, anchor="x")
         if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
             raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
     # A bool mask is the weights 0/1; weight-0 entries are left out with where, so nothing there leaks.
