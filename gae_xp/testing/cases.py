@@ -11,13 +11,33 @@ def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float =
               per_step_critic_lam: bool = False, dtype=np.float64) -> dict:
     """``gae()`` keyword arguments as NumPy arrays, time on ``axis``.
 
-    rewards and values are standard normal; ``dones`` is the probability of
-    terminated and (independently) of truncated at each step; ``holes`` the
-    probability that a step is masked out, and ``padding`` masks the last
-    steps of every row; per-step gamma (0.5 to 1) and per-row lam (0 to 1),
-    a per-row bootstrap value and next values are drawn when asked for;
-    ``critic_lam`` (decoupled GAE: the returns' lambda) is passed on, or
-    drawn per step (0 to 1) with ``per_step_critic_lam``.
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Where the numbers come from.
+    shape : tuple of int
+        The shape of rewards and values (standard normal).
+    axis : int, default -1
+        The time axis.
+    dones : float, default 0
+        The probability of terminated and, independently, of truncated at each step.
+    holes, padding : float and int, default 0
+        The probability that a step is masked out, and a count of last steps masked in every row.
+    per_step_gamma, per_row_lam : bool, default False
+        Draw gamma per step (0.5 to 1) and lam per row (0 to 1) instead of the numbers ``gamma`` and ``lam``.
+    bootstrap, next_values : bool, default False
+        Draw a per-row bootstrap value, or next values per step.
+    gamma, lam : float, default 0.99 and 0.95
+        The discounts when not drawn.
+    critic_lam : float, optional
+        Decoupled GAE's lambda for the returns, passed on; ``per_step_critic_lam`` draws it per step (0 to 1).
+    dtype : numpy dtype, default float64
+        The dtype of rewards and values.
+
+    Returns
+    -------
+    dict
+        Keyword arguments for ``gae_xp.gae`` and ``gae_xp.reference.gae_loop``.
 
     Examples
     --------
