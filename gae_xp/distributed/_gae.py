@@ -10,6 +10,7 @@ import numpy as np
 from .. import _pieces, backends, estimators
 from .. import _prepare as prepare_
 from .._compat import device_of, is_jax_array, is_torch_array
+from .._problem import Array
 from . import _exchange
 from ._context import Context
 
@@ -17,7 +18,8 @@ from ._context import Context
 GAE_OPTIONS = frozenset(inspect.signature(estimators.gae).parameters) - {"rewards", "values", "cu_seqlens"}
 
 
-def gae(rewards, values, *, context: Context | None = None, group=None, layout=None, cu_seqlens=None, **options):
+def gae(rewards: Array, values: Array, *, context: Context | None = None, group=None, layout=None, cu_seqlens=None,
+        **options) -> tuple[Array, Array]:
     r"""GAE of this rank's shard of the time axis: ``(advantages, returns)`` of the shard, equal to ``gae_xp.gae``
     on the whole sequence.
 

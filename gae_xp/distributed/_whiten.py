@@ -8,14 +8,15 @@ import numpy as np
 
 from .. import _prepare as prepare_
 from .._compat import device_of, is_torch_array
+from .._problem import Array
 from . import _exchange
 
 #: The numbers each rank sends (float64, 64 bytes): a header and its entries' weighted count, mean and M2.
 ROW = ("protocol", "status", "world", "dtype", "count", "mean", "m2", "reserved")
 
 
-def whiten(x, mask=None, *, group=None, unbiased: bool = True, eps: float = 1e-8, shift_mean: bool = True,
-           masked_fill: float | None = 0.0):
+def whiten(x: Array, mask: Array | None = None, *, group=None, unbiased: bool = True, eps: float = 1e-8,
+           shift_mean: bool = True, masked_fill: float | None = 0.0) -> Array:
     r"""``gae_xp.whiten`` over the entries of every rank of ``group``: this rank's ``x`` normalised with the
     mean and variance of all ranks' real entries together.
 
@@ -113,8 +114,7 @@ class _Entries:
         self.out_dtype, dtype = prepare_.compute_dtypes(xp, {"x": x}, x)
         self.eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
         if mask is not None:
-            if tuple(mask.shape) != tuple(x.shape):
-                raise ValueError(f"mask must have the shape of x {tuple(x.shape)}, got {tuple(mask.shape)}")
+            prepare_.same_shape("mask", mask, x.shape, anchor="x")
             if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
                 raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
         self.values = xp.astype(x, dtype, copy=False)
