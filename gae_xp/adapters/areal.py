@@ -57,7 +57,50 @@ from gae_xp.adapters._util import ShapeError, float_dtype, no_grad, scan
 
 
 def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
-    """(advantages, returns) of AReaL's packed GAE: [total] rewards, [total + N] values, N + 1 offsets."""
+    r"""(advantages, returns) of AReaL's packed GAE: [total] rewards, [total + N] values, N + 1 offsets.
+
+    Within sequence i (tokens ``[o_i, o_{i+1})``, values ``[o_i + i, o_{i+1} + i + 1)``)::
+
+        delta_t = r_t + gamma V_{t+1} - V_t,   V after the last token = extra slot if bootstrap[i] else 0
+        A_t     = delta_t + gamma lam A_{t+1},   returns = A + V
+
+    Parameters
+    ----------
+    rewards : array, shape (total,)
+        Packed rewards of every sequence.
+    values : array, shape (total + N,)
+        Packed values, one extra slot (the value after the last token) per sequence.
+    cu_seqlens : integer array, shape (N + 1,)
+        Offsets into ``rewards``, ``0 = o_0 <= o_1 <= ... <= o_N = total``; a repeated offset is an empty sequence.
+    bootstrap : bool (or 0/1) array, shape (N,)
+        Whether sequence i's extra slot is bootstrapped (AReaL: the sequence has no EOS).
+    gamma, lam : float
+        In [0, 1].
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (total,)
+        Of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError) if the arrays are not 1-D or ``values`` or ``bootstrap`` does not hold
+        one entry per sequence beyond the tokens.
+    ValueError
+        for offsets that decrease, do not start at 0 or do not end at ``total``, and gamma or lam outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.areal import pygae1d_nolp_misalign
+    >>> rewards = np.array([1.0, 0.0, 1.0])                   # sequences [1, 0] and [1]
+    >>> values = np.array([0.5, 0.5, 2.0, 0.0, 3.0])          # [0.5, 0.5 | 2.0] and [0.0 | 3.0]
+    >>> advantages, returns = pygae1d_nolp_misalign(rewards, values, np.array([0, 2, 3]),
+    ...                                             np.array([True, False]), 1.0, 1.0)
+    >>> advantages.tolist(), returns.tolist()
+    ([2.5, 1.5, 1.0], [3.0, 2.0, 1.0])
+    """
     xp = array_namespace(rewards, values, cu_seqlens, bootstrap)
     if rewards.ndim != 1 or values.ndim != 1 or cu_seqlens.ndim != 1:
         raise ShapeError(f"rewards, values and cu_seqlens must be 1-D (packed), got shapes {tuple(rewards.shape)}, "
@@ -86,12 +129,68 @@ def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
 
 
 def cugae1d_nolp_misalign_func(rewards, values, cu_seqlens, truncate, gamma, lam):
-    """AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags."""
+    """AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags.
+
+    Parameters, returns and errors as ``pygae1d_nolp_misalign`` (``truncate``: bool, one flag per sequence).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.areal import cugae1d_nolp_misalign_func
+    >>> advantages, _ = cugae1d_nolp_misalign_func(np.array([1.0]), np.array([0.0, 4.0]), np.array([0, 1]),
+    ...                                            np.array([True]), 0.5, 1.0)
+    >>> advantages.tolist()
+    [3.0]
+    """
     return pygae1d_nolp_misalign(rewards, values, cu_seqlens, truncate, gamma, lam)
 
 
 def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discount, gae_lambda):
-    """(advantages, returns) of AReaL's padded GAE block, for [bs, max_seqlen] arrays."""
+    r"""(advantages, returns) of AReaL's padded GAE block, for [bs, max_seqlen] arrays.
+
+    For t = T-2 .. 0, with ``next = values[:, -1]`` for rows without EOS (else 0) before step T-2::
+
+        delta_t = r_t + discount next - V_t
+        A_t     = m_t (delta_t + discount lam A_{t+1}) + (1 - m_t) A_{t+1},   A_{T-1} = 0
+        next    = m_t V_t + (1 - m_t) next,                                     returns = A + V
+
+    Parameters
+    ----------
+    rewards, values : arrays, shape (bs, max_seqlen)
+        max_seqlen at least 1; the last column is no step.
+    loss_mask : bool or numeric array, shape (bs, max_seqlen)
+        AReaL's rolled loss mask (1 = a token that contributes to the loss); numeric values blend as AReaL does.
+    seq_no_eos_mask : bool array, shape (bs,)
+        True for a row without EOS: its last value is the bootstrap.
+    discount : float
+        In [0, 1].
+    gae_lambda : float or array of shape (bs,)
+        In [0, 1]; one value per row for AReaL's custom lambda functions.
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (bs, max_seqlen)
+        Of the inputs' library and device, in their floating dtype but at least float32.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError) for mismatched shapes, max_seqlen 0 or a lambda per row of the wrong
+        length.
+    ValueError
+        for discount or gae_lambda outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.areal import compute_token_level_gae
+    >>> rewards, values = np.array([[1.0, 1.0, 0.0]]), np.array([[0.0, 0.0, 5.0]])
+    >>> mask = np.array([[1.0, 1.0, 0.0]])
+    >>> compute_token_level_gae(rewards, values, mask, np.array([True]), 1.0, 1.0)[0].tolist()
+    [[7.0, 6.0, 0.0]]
+    >>> compute_token_level_gae(rewards, values, mask, np.array([False]), 1.0, 1.0)[0].tolist()
+    [[2.0, 1.0, 0.0]]
+    """
     xp = array_namespace(rewards, values, loss_mask, seq_no_eos_mask)
     if rewards.ndim != 2 or tuple(values.shape) != tuple(rewards.shape) or tuple(loss_mask.shape) != tuple(
             rewards.shape):

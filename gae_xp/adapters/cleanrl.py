@@ -43,7 +43,47 @@ from gae_xp.adapters._util import ShapeError, no_grad
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95):
-    """(advantages, returns) of CleanRL's loop, for time-major [num_steps, num_envs] arrays."""
+    r"""(advantages, returns) of CleanRL's loop, for time-major [num_steps, num_envs] arrays.
+
+    ::
+
+        done_t  = dones[t + 1] != 0   (next_done for the last step)
+        delta_t = r_t + gamma (1 - done_t) V_{t+1} - V_t,   V_{num_steps} = next_value
+        A_t     = delta_t + gamma gae_lambda (1 - done_t) A_{t+1},   returns = A + V
+
+    Parameters
+    ----------
+    rewards, values, dones : arrays, shape (num_steps, *envs)
+        CleanRL's storage: ``dones[t]`` is the done flag stored before step t (``obs[t]`` starts an episode).
+    next_value : array, shape (1, *envs) or envs
+        V(next_obs) after the rollout.
+    next_done : array, shape envs
+        The done flag of the last step.
+    gamma, gae_lambda : float
+        In [0, 1] (CleanRL's defaults 0.99 and 0.95).
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (num_steps, *envs)
+        Of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError) when the shapes do not match CleanRL's.
+    ValueError
+        for gamma or gae_lambda outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.cleanrl import compute_gae
+    >>> rewards, values = np.ones((3, 1)), np.zeros((3, 1))
+    >>> dones = np.array([[0.0], [0.0], [1.0]])             # obs[2] starts a new episode: step 1 ended one
+    >>> advantages, returns = compute_gae(rewards, values, dones, np.array([[10.0]]), np.array([0.0]), 0.5, 1.0)
+    >>> advantages[:, 0].tolist()
+    [1.5, 1.0, 6.0]
+    """
     xp = array_namespace(rewards, values, dones, next_value, next_done)
     shape = tuple(rewards.shape)
     if rewards.ndim < 1 or tuple(values.shape) != shape or tuple(dones.shape) != shape:
@@ -62,6 +102,24 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma=0.99, gae_l
 
 
 def normalize_advantages(mb_advantages):
-    """CleanRL's ``norm_adv``: ``(mb_advantages - mean) / (std + 1e-8)``, std with Bessel's correction."""
+    r"""CleanRL's ``norm_adv``: ``(mb_advantages - mean) / (std + 1e-8)``, std with Bessel's correction.
+
+    Parameters
+    ----------
+    mb_advantages : array
+        A minibatch of advantages (every entry counts, over all axes).
+
+    Returns
+    -------
+    array
+        Of the input's library, device and dtype; NaN for a single entry (its corrected std is NaN, as in torch).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.cleanrl import normalize_advantages
+    >>> normalize_advantages(np.array([1.0, 2.0, 3.0])).round(6).tolist()
+    [-1.0, 0.0, 1.0]
+    """
     xp = array_namespace(mb_advantages)
     return (mb_advantages - xp.mean(mb_advantages)) / (xp.std(mb_advantages, correction=1) + 1e-8)

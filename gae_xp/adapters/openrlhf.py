@@ -56,7 +56,43 @@ def get_advantages_and_returns(values, rewards, action_mask, gamma, lambd):
 
 
 def normalize_advantages(advantages, action_mask, no_std_norm=False):
-    """OpenRLHF's normalisation of the experiences' advantages, together over their real tokens."""
+    r"""OpenRLHF's normalisation of the experiences' advantages, together over their real tokens.
+
+    ::
+
+        mean = sum(m A) / sum(m),   var = sum(m (A - mean)^2) / sum(m)
+        A'   = (A - mean) * rsqrt(max(var, 1e-8))        (A - mean with no_std_norm)
+
+    Parameters
+    ----------
+    advantages : array or list of arrays
+        One [B_i, T_i] array per experience (shapes may differ), or one array.
+    action_mask : bool or numeric array, or a list of them
+        One per advantages array, of its shape.
+    no_std_norm : bool
+        OpenRLHF's ``--algo.advantage.no_std_norm``: shift by the mean only.
+
+    Returns
+    -------
+    array or list of arrays
+        As given, each in its advantages' dtype, every position shifted and scaled.
+
+    Raises
+    ------
+    ValueError
+        when the advantages and masks do not pair up in number and shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.openrlhf import normalize_advantages
+    >>> advantages = [np.array([[1.0, 3.0, 9.0]]), np.array([[5.0]])]
+    >>> masks = [np.array([[True, True, False]]), np.array([[True]])]
+    >>> [a.round(4).tolist() for a in normalize_advantages(advantages, masks)]
+    [[[-1.2247, 0.0, 3.6742]], [[1.2247]]]
+    >>> [a.tolist() for a in normalize_advantages(advantages, masks, no_std_norm=True)]
+    [[[-2.0, 0.0, 6.0]], [[2.0]]]
+    """
     listed = isinstance(advantages, list)
     arrays, masks = (advantages, action_mask) if listed else ([advantages], [action_mask])
     if len(arrays) != len(masks) or any(tuple(a.shape) != tuple(m.shape) for a, m in zip(arrays, masks)):

@@ -44,7 +44,41 @@ ZERO_SUM = ("The sum of the mask is zero, which can happen when `mini_batch_size
 
 
 def compute_advantages_and_returns(rewards, values, padding_mask, gamma=1.0, lam=0.95):
-    """(advantages, returns) of PPOTrainer's advantage block: the loop, then the advantages whitened and masked."""
+    r"""(advantages, returns) of PPOTrainer's advantage block: the loop, then the advantages whitened and masked.
+
+    ::
+
+        A_t = r_t + gamma V_{t+1} - V_t + gamma lam A_{t+1}   (V and A are 0 after the last position)
+        returns = A + V;   advantages = masked_whiten(A, ~padding_mask), 0 where padding_mask
+
+    Parameters
+    ----------
+    rewards, values : arrays, shape (batch, response_length)
+        TRL's per-token rewards (KL penalty plus the score) and values (0 past ``sequence_length + 1``).
+    padding_mask : bool array, shape (batch, response_length)
+        True past each response's last real token.
+    gamma, lam : float
+        In [0, 1] (TRL's defaults 1.0 and 0.95).
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (batch, response_length)
+        Of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ValueError
+        TRL's, when ``padding_mask`` leaves no real token; and for gamma or lam outside [0, 1].
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.trl import compute_advantages_and_returns
+    >>> rewards, values = np.array([[0.0, 1.0, 0.0]]), np.zeros((1, 3))
+    >>> advantages, returns = compute_advantages_and_returns(rewards, values, np.array([[False, False, True]]))
+    >>> returns.tolist(), advantages.round(4).tolist()
+    ([[0.95, 1.0, 0.0]], [[-0.7071, 0.7071, 0.0]])
+    """
     xp = array_namespace(rewards, values, padding_mask)
     with no_grad(values):
         advantages, returns = gae_xp.gae(rewards, values, gamma=gamma, lam=lam)
@@ -54,7 +88,28 @@ def compute_advantages_and_returns(rewards, values, padding_mask, gamma=1.0, lam
 
 
 def masked_mean(values, mask, axis=None):
-    """TRL's ``masked_mean``: ``sum(values * mask, axis) / sum(mask, axis)``, masked entries left out."""
+    """TRL's ``masked_mean``: ``sum(values * mask, axis) / sum(mask, axis)``, masked entries left out.
+
+    Parameters
+    ----------
+    values : array
+    mask : bool or numeric array of ``values``' shape
+        Weights (TRL multiplies by them); entries of weight 0 are left out with ``where``.
+    axis : int or None
+        None: over every entry.
+
+    Returns
+    -------
+    array
+        0-d, or reduced over ``axis``, in ``values``' floating dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.trl import masked_mean
+    >>> float(masked_mean(np.array([1.0, 2.0, 3.0, np.nan]), np.array([0.0, 1.0, 1.0, 0.0])))
+    2.5
+    """
     xp = array_namespace(values, mask)
     m = xp.astype(mask, float_dtype(xp, values))
     zero = xp.zeros((), dtype=m.dtype, device=device_of(m))
@@ -62,7 +117,22 @@ def masked_mean(values, mask, axis=None):
 
 
 def masked_var(values, mask, unbiased=True):
-    """TRL's ``masked_var``: masked mean of the squared deviations, times ``n / (n - 1)`` when unbiased."""
+    """TRL's ``masked_var``: masked mean of the squared deviations, times ``n / (n - 1)`` when unbiased.
+
+    ``n = sum(mask)``. Parameters as ``masked_mean``; a 0-d array back.
+
+    Raises
+    ------
+    ValueError
+        TRL's, when ``unbiased`` and the mask sums to 0 (where the mask's values can be read).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.trl import masked_var
+    >>> float(masked_var(np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 1.0, 1.0, 0.0])))
+    0.5
+    """
     xp = array_namespace(values, mask)
     centred = values - masked_mean(values, mask)
     variance = masked_mean(centred * centred, mask)
@@ -74,7 +144,23 @@ def masked_var(values, mask, unbiased=True):
 
 
 def masked_whiten(values, mask, shift_mean=True):
-    """TRL's ``masked_whiten``: ``(values - mean) * rsqrt(var + 1e-8)``, unbiased var, mean kept if not shift_mean."""
+    """TRL's ``masked_whiten``: ``(values - mean) * rsqrt(var + 1e-8)``, unbiased var, mean kept if not shift_mean.
+
+    Every entry is whitened, masked ones included, with the masked statistics (``gae_xp.whiten`` with the mask
+    as weights, ``masked_fill=None``).
+
+    Raises
+    ------
+    ValueError
+        TRL's, when the mask sums to 0 (where the mask's values can be read).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.trl import masked_whiten
+    >>> masked_whiten(np.array([1.0, 2.0, 3.0, 4.0]), np.array([0.0, 1.0, 1.0, 0.0])).round(4).tolist()
+    [-2.1213, -0.7071, 0.7071, 2.1213]
+    """
     xp = array_namespace(values, mask)
     _check_mask_sum(xp, mask)
     return gae_xp.whiten(values, mask, unbiased=True, eps=1e-8, shift_mean=shift_mean, masked_fill=None)
