@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 
 def test_every_adapter_case_computes_what_its_framework_does():
-    from gae_xp.bench import adapters, libraries
+    from gae_xp.bench import adapters
+    from gae_xp.testing import libraries
 
     cases = adapters.adapter_cases(libraries.load("torch:cpu"), 3, 96)
     assert len(cases) >= 8
