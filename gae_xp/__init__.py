@@ -7,6 +7,9 @@ only; a framework or a kernel compiler is imported when its arrays arrive.
 """
 
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten
+from .lambdas import length_adaptive_lambda, relative_position_lambda
+from .turns import turn_counts, turn_gae
 
 __version__ = "0.1.0"
-__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "__version__"]
+__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "turn_gae",
+           "turn_counts", "length_adaptive_lambda", "relative_position_lambda", "__version__"]
