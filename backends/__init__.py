@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, values_are_readable
+from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
 # The two traceable routes are imported with the registry: neither imports a framework.
 from . import jax as _lax_scan
@@ -33,6 +34,11 @@ class Backend(Protocol):
     segments: bool
     #: True when ``chunk_size`` changes how the scan runs (the chunked scan); kernels that walk the steps ignore it.
     uses_chunk_size: bool
+    #: True when ``gae`` honours a problem's ``critic_lam`` in the same pass; else ``gae()`` runs a second pass.
+    critic_lam: bool
+    #: ``summarize(problem) -> (..., n, 5)``: each segment's summary (``gae_xp._pieces.FIELDS``) in one pass of
+    #: its own, or None, and the summary is read off ``gae`` on stacked variants of the problem.
+    summarize: Callable[[GaeProblem], Any] | None
 
     def unavailable_reason(self, xp, arrays, *, forced: bool = False) -> str | None:
         """None when this backend can serve these arrays, else why not (one line).
@@ -47,8 +53,8 @@ class Backend(Protocol):
         own array, which the backend may overwrite or return.
         """
 
-    def gae(self, problem, *, chunk_size: int | None) -> tuple[Any, Any]:
-        """(advantages, returns) of a ``gae_xp._prepare.GaeProblem``, time on the last axis, compute dtype."""
+    def gae(self, problem: GaeProblem, *, chunk_size: int | None) -> tuple[Any, Any]:
+        """(advantages, returns) of a ``GaeProblem``, time on the last axis, compute dtype."""
 
 
 #: name -> module, in the order ``backend="auto"`` tries them (the last one serves every array).
@@ -76,7 +82,8 @@ def load(name: str) -> Backend:
 
 
 def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
-    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first that can.
+    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first
+    that can.
 
     ``segments``: the problem has segments or an incoming carry (packed
     sequences, a rank's shard, a Dask block), which not every backend takes.
@@ -101,6 +108,18 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
                                       if backend.unavailable_reason(xp, arrays) is None
                                       and (backend.segments or not segments))
     return chosen
+
+
+def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Backend:
+    """The backend for a checked call: ``select`` on the backend it asked for and the arrays it was given.
+
+    ``segments``: the caller will give the problem segments or a carry (a
+    rank's shard, a Dask block); a call with packed sequences always needs them.
+    """
+    problem = getattr(call, "problem", None)
+    segments = segments or (problem is not None and problem.offsets is not None)
+    xp = call.xp if problem is None else problem.xp
+    return select(call.backend, xp, list(call.arrays), segments=segments)
 
 
 def _with_segments() -> list[str]:

@@ -207,7 +207,8 @@ def gae_tile_kernel(io: str, *, final: bool, masked: bool, with_next: bool) -> K
         value = cuda.local.array(ITEMS, compute)
         real = cuda.local.array(ITEMS, types.boolean)
         # This thread's map, built step by step from its far edge. ``pending`` is the step whose Vnext is the
-        # value carried in (u); ``pending_r``, ``pending_v``, ``pending_g`` hold its r, V and gamma (0 if terminated) for when u is known
+        # value carried in (u); ``pending_r``, ``pending_v``, ``pending_g`` hold its r, V and gamma (0 if terminated)
+        # for when u is known
         # (registers: reading value[pending] would index the local array dynamically and put it in memory).
         b, p, q, h, v = zero_c, one_c, zero_c, False, zero_c
         pending, pending_r, pending_v, pending_g = -1, zero_c, zero_c, zero_c

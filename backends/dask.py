@@ -29,17 +29,17 @@ import string
 
 from gae_xp import _pieces
 from gae_xp._compat import array_namespace, is_dask_array
-from gae_xp._prepare import GaeProblem
+from gae_xp._problem import GaeProblem
 
 NAME = "dask"
-#: The per-step arrays of a GaeProblem a block may hold, in the order they are passed to a block's task.
-PER_STEP = ("rewards", "values", "next_values", "terminated", "truncated", "mask", "gamma", "lam")
 
 
 class DaskBackend:
     name = NAME
     segments = False  # packed sequences are refused; its blocks are joined by its own graph
     uses_chunk_size = False
+    critic_lam = False
+    summarize = None
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         if not any(is_dask_array(a) for a in arrays):
@@ -92,27 +92,20 @@ class _Spec:
     """What a block's task needs besides its arrays: which per-step arrays it gets, and the problem's constants."""
 
     names: tuple
-    gamma: float | None
-    lam: float | None
-    fill_masked: bool
+    #: the problem without its per-step arrays and boundary values (its floats and options), as a template
+    template: GaeProblem
     chunk_size: int | None
 
     @classmethod
     def of(cls, names, p: GaeProblem, chunk_size):
-        return cls(tuple(names), p.gamma if isinstance(p.gamma, float) else None,
-                   p.lam if isinstance(p.lam, float) else None, p.fill_masked, chunk_size)
+        absent = dict.fromkeys(names)
+        return cls(tuple(names), p.replace(xp=None, bootstrap=None, carry=None, **absent), chunk_size)
 
 
 def _per_step_arrays(p: GaeProblem):
     """(names, arrays): the problem's per-step Dask arrays, rechunked like the rewards."""
-    names, arrays = [], []
-    for name in PER_STEP:
-        value = getattr(p, name)
-        if value is None or isinstance(value, float):
-            continue
-        names.append(name)
-        arrays.append(_aligned(value, p.rewards))
-    return names, arrays
+    steps = p.steps()
+    return list(steps), [_aligned(value, p.rewards) for value in steps.values()]
 
 
 def _aligned(value, like):
@@ -183,13 +176,8 @@ def _whole(p: GaeProblem, chunk_size):
 def _block_problem(spec: _Spec, blocks, bootstrap, carry=None) -> GaeProblem:
     named = dict(zip(spec.names, blocks))
     xp = array_namespace(named["rewards"])
-    return GaeProblem(
-        xp=xp, rewards=named["rewards"], values=named["values"],
-        gamma=named.get("gamma", spec.gamma), lam=named.get("lam", spec.lam),
-        bootstrap=xp.expand_dims(bootstrap, axis=-1),
-        next_values=named.get("next_values"), terminated=named.get("terminated"), truncated=named.get("truncated"),
-        mask=named.get("mask"), fill_masked=spec.fill_masked,
-        carry=None if carry is None else xp.expand_dims(carry, axis=-1))
+    return spec.template.replace(xp=xp, bootstrap=xp.expand_dims(bootstrap, axis=-1),
+                                 carry=None if carry is None else xp.expand_dims(carry, axis=-1), **named)
 
 
 def _solver(blocks):
@@ -204,8 +192,8 @@ class _SingleThreaded:
 
     def __init__(self, backend):
         self.backend, self.name, self.segments = backend, backend.name, backend.segments
-        if hasattr(backend, "summarize"):
-            self.summarize = self._wrap(backend.summarize)
+        self.critic_lam = backend.critic_lam
+        self.summarize = None if backend.summarize is None else self._wrap(backend.summarize)
         self.gae, self.scan = self._wrap(backend.gae), self._wrap(backend.scan)
 
     @staticmethod

@@ -30,6 +30,8 @@ class JaxCPUBackend:
     name = NAME
     segments = True
     uses_chunk_size = False
+    critic_lam = True
+    summarize = None
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         if not all(is_jax_array(a) for a in arrays):
@@ -40,10 +42,7 @@ class JaxCPUBackend:
 
     def gae(self, problem, *, chunk_size):
         p = problem
-        steps = {"r": p.rewards, "v": p.values, "gamma": p.gamma, "lam": p.lam}
-        for name in ("next_values", "terminated", "truncated", "mask"):
-            if getattr(p, name) is not None:
-                steps[name] = getattr(p, name)
+        steps = p.steps()
         if p.offsets is not None or p.carry is not None:
             # Segments (packed sequences, pieces): at each one's last step the loop restarts from its own values.
             segments = Segments(p)
@@ -51,8 +50,10 @@ class JaxCPUBackend:
             steps["after_value"] = segments.at_ends(p.bootstrap)
             if p.carry is not None:
                 steps["after_advantage"] = segments.at_ends(p.carry)
-        scalars = tuple((name, steps.pop(name)) for name in ("gamma", "lam") if isinstance(steps[name], float))
-        return _compiled().gae(steps, p.bootstrap[..., -1], scalars=scalars, fill_masked=p.fill_masked)
+        coefficients = (("gamma", p.gamma), ("lam", p.lam), ("critic_lam", p.critic_lam))
+        scalars = tuple((name, value) for name, value in coefficients if isinstance(value, float))
+        return _compiled().gae(steps, p.bootstrap[..., -1], scalars=scalars, fill_masked=p.fill_masked,
+                               decoupled=p.critic_lam is not None)
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
         return _compiled().scan(x, a, reverse=reverse)
@@ -66,42 +67,48 @@ def _compiled():
     import jax
     from jax import numpy as jnp
 
-    def gae_step(fill_masked, scalars, carry, at):
+    def advance(at, coefficient, following):
+        """delta's share aside, the advantage carried into this step: ``coefficient * following``, cut exactly."""
+        cuts = [at[flag] for flag in ("terminated", "truncated") if flag in at]
+        if not isinstance(coefficient, float):
+            cuts.append(coefficient == 0)
+        if isinstance(coefficient, float) and coefficient == 0.0:
+            return 0.0
+        if cuts:
+            return coefficient * jnp.where(functools.reduce(jnp.logical_or, cuts), 0.0, following)
+        return coefficient * following
+
+    def gae_step(fill_masked, decoupled, scalars, carry, at):
         at = {**at, **dict(scalars)}  # a coefficient that is one number is a constant of the compiled loop
-        following, next_value = carry
+        followings, next_value = carry[:-1], carry[-1]  # the running advantage (and the critic's), V after t
         if "end" in at:  # what comes after a segment's last step: its own bootstrap value and incoming advantage
-            following = jnp.where(at["end"], at.get("after_advantage", 0.0), following)
+            followings = tuple(jnp.where(at["end"], at.get("after_advantage", 0.0), f) for f in followings)
             next_value = jnp.where(at["end"], at["after_value"], next_value)
         v_next = at.get("next_values", next_value)
         bootstrapped = at["gamma"] * v_next
         if "terminated" in at:
             bootstrapped = jnp.where(at["terminated"], 0.0, bootstrapped)
-        coefficient = at["gamma"] * at["lam"]
-        cuts = [at[flag] for flag in ("terminated", "truncated") if flag in at]
-        if not isinstance(coefficient, float):
-            cuts.append(coefficient == 0)
-        if isinstance(coefficient, float) and coefficient == 0.0:
-            carried = 0.0
-        elif cuts:
-            carried = coefficient * jnp.where(functools.reduce(jnp.logical_or, cuts), 0.0, following)
-        else:
-            carried = coefficient * following
-        advantage = at["r"] + bootstrapped - at["v"] + carried
+        delta = at["rewards"] + bootstrapped - at["values"]
+        lams = (at["lam"], at["critic_lam"]) if decoupled else (at["lam"],)
+        advantages = tuple(delta + advance(at, at["gamma"] * lam, f) for lam, f in zip(lams, followings))
         if "mask" not in at:
-            return (advantage, at["v"]), advantage
+            return (*advantages, at["values"]), advantages
         real = at["mask"]
-        following = jnp.where(real, advantage, following)
-        next_value = jnp.where(real, at["v"], next_value)
-        return (following, next_value), following if fill_masked else jnp.where(real, following, 0.0)
+        followings = tuple(jnp.where(real, a, f) for a, f in zip(advantages, followings))
+        next_value = jnp.where(real, at["values"], next_value)
+        out = followings if fill_masked else tuple(jnp.where(real, f, 0.0) for f in followings)
+        return (*followings, next_value), out
 
-    @functools.partial(jax.jit, static_argnames=("scalars", "fill_masked"))
-    def gae(steps, bootstrap, scalars, fill_masked):
-        like = steps["r"]
-        start = (jnp.zeros(like.shape[:-1], dtype=like.dtype), jnp.broadcast_to(bootstrap, like.shape[:-1]))
-        step = functools.partial(gae_step, fill_masked, scalars)
-        _, advantages = jax.lax.scan(step, start, _time_major(steps), reverse=True)
-        advantages = jnp.moveaxis(advantages, 0, -1)
-        returns = advantages + steps["v"]  # outside the loop, where XLA fuses it with the transpose
+    @functools.partial(jax.jit, static_argnames=("scalars", "fill_masked", "decoupled"))
+    def gae(steps, bootstrap, scalars, fill_masked, decoupled):
+        like = steps["rewards"]
+        zero = jnp.zeros(like.shape[:-1], dtype=like.dtype)
+        start = ((zero, zero) if decoupled else (zero,)) + (jnp.broadcast_to(bootstrap, like.shape[:-1]),)
+        step = functools.partial(gae_step, fill_masked, decoupled, scalars)
+        _, outputs = jax.lax.scan(step, start, _time_major(steps), reverse=True)
+        outputs = [jnp.moveaxis(out, 0, -1) for out in outputs]
+        advantages = outputs[0]
+        returns = outputs[-1] + steps["values"]  # outside the loop, where XLA fuses it with the transpose
         if "mask" in steps and not fill_masked:
             returns = jnp.where(steps["mask"], returns, 0.0)
         return advantages, returns

@@ -54,6 +54,7 @@ class NumbaCPUBackend:
     name = NAME
     segments = True
     uses_chunk_size = False
+    critic_lam = False
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         for a in arrays:
@@ -174,7 +175,7 @@ def _segments(p, shape):
     if p.offsets is None:
         offsets = np.array([0, length], dtype=np.int64)
     else:
-        offsets = np.ascontiguousarray(_host(p.offsets), dtype=np.int64)
+        offsets = np.ascontiguousarray(p.host_offsets, dtype=np.int64)
     count = offsets.shape[0] - 1
 
     def per_segment(value):

@@ -65,6 +65,8 @@ class NumbaCUDABackend:
     name = NAME
     segments = False
     uses_chunk_size = False
+    critic_lam = False
+    summarize = None
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         # The arrays are asked first, numba last: NumPy or array-api-strict arrays never make numba load.

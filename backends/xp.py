@@ -10,6 +10,8 @@ class ArrayAPIBackend:
     name = "xp"
     segments = True
     uses_chunk_size = True
+    critic_lam = True
+    summarize = None
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         return None

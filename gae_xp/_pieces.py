@@ -49,10 +49,8 @@ the edge the recurrence leaves it by and the product of its coefficients
 
 from __future__ import annotations
 
-import dataclasses
-
 from ._compat import device_of
-from ._prepare import GaeProblem
+from ._problem import GaeProblem
 from ._recurrences import Picker, gae_on_scan, latest_real_values
 from ._scan import cut_product, fold_boundary, neighbour, scan
 
@@ -63,13 +61,14 @@ FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
 def summarize(p: GaeProblem, solver, chunk_size: int | None = None):
     """Each segment's summary as if nothing came after it: an array (..., n, 5) in the compute dtype.
 
-    A backend with a ``summarize(problem)`` method (the numba kernel: one
+    A backend with a ``summarize`` of its own (the numba kernel: one
     read-only pass) computes it; otherwise the summary is read off the
     backend's scan on three variants of the problem stacked on a new axis:
     the problem itself with b = c = 0, and zero rewards and values with
     b = 1, then c = 1 (the responses to unit inputs are the coefficients).
+    An empty segment's summary is the identity: (0, 1, 0, 0, 1).
     """
-    if hasattr(solver, "summarize"):
+    if solver.summarize is not None:
         return solver.summarize(p)
     return _summarize_on_scan(p, solver.scan, chunk_size)
 
@@ -79,32 +78,32 @@ def _summarize_on_scan(p: GaeProblem, solve, chunk_size):
     shape = (3, *p.rewards.shape)
     zero, one = xp.zeros_like(p.bootstrap), xp.ones_like(p.bootstrap)
 
-    def variants(x):
-        return xp.stack([x, xp.zeros_like(x), xp.zeros_like(x)])
+    def variant(name, x):
+        if name in ("rewards", "values", "next_values"):  # the inputs: once as given, then zero twice
+            return xp.stack([x, xp.zeros_like(x), xp.zeros_like(x)])
+        return xp.broadcast_to(x, shape)  # flags and coefficients: the same in all three
 
-    def spread(x):
-        return x if x is None or isinstance(x, float) else xp.broadcast_to(x, shape)
-
-    stacked = dataclasses.replace(
-        p, rewards=variants(p.rewards), values=variants(p.values),
-        next_values=None if p.next_values is None else variants(p.next_values),
-        bootstrap=xp.stack([zero, one, zero]), carry=xp.stack([zero, zero, one]), fill_masked=True,
-        gamma=spread(p.gamma), lam=spread(p.lam), terminated=spread(p.terminated), truncated=spread(p.truncated),
-        mask=spread(p.mask), extra={})
+    stacked = p.replace(extra={}).map_steps(variant).replace(
+        bootstrap=xp.stack([zero, one, zero]), carry=xp.stack([zero, zero, one]), fill_masked=True)
+    identity = xp.asarray([0.0, 1.0, 0.0, 0.0, 1.0], dtype=p.rewards.dtype, device=device_of(p.rewards))
+    count = 1 if p.offsets is None else p.offsets.shape[0] - 1
+    if p.length == 0:
+        return xp.broadcast_to(identity, (*p.rewards.shape[:-1], count, 5))
     advantages, _ = gae_on_scan(stacked, solve=solve, chunk_size=chunk_size)
     pick = Picker(stacked, stacked.rewards, stacked.values)
     latest = latest_real_values(stacked, pick, solve=solve, chunk_size=chunk_size)
-    starts = _starts(p)
+    if p.offsets is None:
+        starts = xp.zeros((1,), dtype=xp.int64, device=device_of(p.rewards))
+    else:  # an empty segment's start may be T: it is read clamped, then replaced by the identity
+        starts = xp.minimum(p.offsets[:-1], xp.asarray(p.length - 1, dtype=p.offsets.dtype,
+                                                        device=device_of(p.offsets)))
     edges = xp.take(advantages, starts, axis=advantages.ndim - 1)
     values = xp.take(latest, starts, axis=latest.ndim - 1)
-    return xp.stack([values[0], values[1], edges[0], edges[1], edges[2]], axis=-1)
-
-
-def _starts(p: GaeProblem):
-    xp = p.xp
-    if p.offsets is not None:
-        return p.offsets[:-1]
-    return xp.zeros((1,), dtype=xp.int64, device=device_of(p.rewards))
+    summary = xp.stack([values[0], values[1], edges[0], edges[1], edges[2]], axis=-1)
+    if p.offsets is None:
+        return summary
+    empty = p.offsets[1:] == p.offsets[:-1]
+    return xp.where(empty[:, None], identity, summary)
 
 
 def incoming(xp, summaries, bootstrap):
@@ -144,7 +143,7 @@ def link(xp, summary, b, c):
 def finish(p: GaeProblem, solver, chunk_size):
     """(advantages, returns) of pieces whose b and c are known, as ``p.bootstrap`` and ``p.carry`` (..., n): the
     backend's own gae once more. The backend must take segments and a carry (``Backend.segments``)."""
-    if not getattr(solver, "segments", False):
+    if not solver.segments:
         raise ValueError(f"backend {getattr(solver, 'name', solver)!r} cannot take an incoming carry: pieces are "
                          "solved by a backend with segments (prepare(..., pieces=True) selects one)")
     return solver.gae(p, chunk_size=chunk_size)

@@ -25,92 +25,36 @@ from __future__ import annotations
 
 import numbers
 import operator
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gae_xp import backends
-
-from ._compat import array_namespace, device_of, is_array, owned_copy, values_are_readable
+from ._compat import (
+    array_namespace,
+    device_of,
+    is_array,
+    is_cupy_array,
+    is_torch_array,
+    owned_copy,
+    values_are_readable,
+)
+from ._problem import GaeProblem, PreparedCall, PreparedScan
 from ._scan import fold_boundary
 
 Array = Any
 
 
-@dataclass(frozen=True)
-class GaeProblem:
-    """A ``gae()`` call (or an estimator's), checked and laid out for a backend.
-
-    Every float array is in the compute dtype (float32 or float64), with time
-    on the last axis. ``gamma`` and ``lam`` are Python floats or arrays shaped
-    like ``rewards``.
-
-    Segments: the time axis is cut into ``n`` segments, ``[offsets[i],
-    offsets[i+1])`` (packed sequences, ``cu_seqlens``); without ``offsets``
-    the whole axis is one segment. Nothing crosses a segment's end in either
-    chain: after its last step the value is ``bootstrap[..., i]`` and the
-    advantage is ``carry[..., i]`` (0 when ``carry`` is None), so a segment
-    whose right neighbour lives elsewhere (a rank's shard, a Dask block) is
-    solved by passing the neighbour's numbers there. ``bootstrap`` (and
-    ``carry``) have the batch shape plus a trailing axis of n (1 without
-    offsets); ``offsets`` is an integer array ``0 = o_0 < o_1 < ... < o_n = T``
-    of the inputs' namespace and device. ``terminated``, ``truncated`` and ``mask`` are bool arrays or None.
-    ``values`` is None for estimators without a value function. With
-    ``fill_masked`` a masked step gets the advantage of the next real step (0
-    after the last one) and returns = that + its own value, as verl does,
-    instead of 0. ``extra`` holds an estimator's further per-step arrays.
-    """
-
-    xp: Any
-    rewards: Array
-    values: Array | None
-    gamma: float | Array
-    lam: float | Array
-    bootstrap: Array
-    next_values: Array | None
-    terminated: Array | None
-    truncated: Array | None
-    mask: Array | None
-    fill_masked: bool = False
-    extra: dict = field(default_factory=dict)
-    offsets: Array | None = None
-    carry: Array | None = None
-
-    @property
-    def is_constant(self) -> bool:
-        """True when the coefficient gamma*lam is one Python float for every step (no cut but the row's end)."""
-        return (isinstance(self.gamma, float) and isinstance(self.lam, float) and self.terminated is None
-                and self.truncated is None and self.mask is None and self.offsets is None)
-
-
-@dataclass(frozen=True)
-class PreparedCall:
-    """A checked call: the problem (time last, compute dtype), its backend, and how to lay results out again."""
-
-    problem: GaeProblem
-    solver: Any
-    chunk_size: int | None
-    out_dtype: Any
-    axis: int
-
-    def restore(self, result):
-        """A result in the output dtype, with time back on the caller's axis."""
-        return restore(self.problem.xp, result, self.out_dtype, self.axis)
-
-
 def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
             terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
-            extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, pieces=False) -> PreparedCall:
+            extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, critic_lam=None) -> PreparedCall:
     """Check the arguments shared by gae() and the estimators, and lay them out as a GaeProblem.
 
     ``needs_values=False`` is for estimators without a value function
     (``values`` must then be None). ``extra`` names further per-step float
     arrays (shape of rewards) to check, cast and lay out the same way: they
     land in ``problem.extra``. ``cu_seqlens`` (packed sequences) becomes the
-    problem's ``offsets``; ``bootstrap_value`` is then per sequence.
-    ``pieces=True`` says the caller will give the problem segments or a carry
-    (a rank's shard): the backend chosen must take them.
+    problem's ``offsets``; ``bootstrap_value`` is then per sequence. The
+    backend is not chosen here: ``gae_xp.backends.solver(call)`` does that.
     """
     extra = extra or {}
     require_array("rewards", rewards)
@@ -118,13 +62,16 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         require_array("values", values)
     per_step = {"values": values, "next_values": next_values, **extra}
     arrays = {"rewards": rewards, **per_step, "terminated": terminated, "truncated": truncated, "mask": mask,
-              "gamma": gamma, "lam": lam, "bootstrap_value": bootstrap_value, "cu_seqlens": cu_seqlens}
+              "gamma": gamma, "lam": lam, "critic_lam": critic_lam, "bootstrap_value": bootstrap_value}
+    if not is_host_offsets(cu_seqlens, rewards):
+        arrays["cu_seqlens"] = cu_seqlens  # an array of the inputs' library: checked with them
     present = {name: value for name, value in arrays.items() if is_array(value)}
     xp = namespace_of(present)
     check_same_device(present, "rewards")
     shape = tuple(rewards.shape)
     axis = check_axis(axis, len(shape))
-    offsets = None if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis])
+    offsets, host_offsets = (None, None) if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis],
+                                                                                   rewards)
     chunk_size = check_chunk_size(chunk_size)
     check_bool("fill_masked", fill_masked)
     for name, value in per_step.items():
@@ -142,33 +89,21 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         values=None if values is None else time_last(xp, values, dtype, axis),
         gamma=coefficient(xp, "gamma", gamma, shape, dtype, axis, bounds=(0.0, 1.0)),
         lam=coefficient(xp, "lam", lam, shape, dtype, axis, bounds=(0.0, 1.0)),
+        critic_lam=None if critic_lam is None else coefficient(xp, "critic_lam", critic_lam, shape, dtype, axis,
+                                                               bounds=(0.0, 1.0)),
         bootstrap=boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                            batch_shape, dtype, rewards,
                            segments=None if offsets is None else int(offsets.shape[0]) - 1),
         next_values=None if next_values is None else time_last(xp, next_values, dtype, axis),
         terminated=None if terminated is None else flag(xp, "terminated", terminated, shape, axis),
         truncated=None if truncated is None else flag(xp, "truncated", truncated, shape, axis),
-        mask=None if mask is None else bool_mask(xp, mask, shape, axis),
+        mask=None if mask is None else flag(xp, "mask", mask, shape, axis),
         fill_masked=fill_masked,
         extra={name: time_last(xp, value, dtype, axis) for name, value in extra.items()},
         offsets=offsets,
+        host_offsets=host_offsets,
     )
-    solver = backends.select(backend, xp, list(present.values()), segments=pieces or offsets is not None)
-    return PreparedCall(problem, solver, chunk_size, out_dtype, axis)
-
-
-@dataclass(frozen=True)
-class PreparedScan:
-    """A checked ``discounted_cumsum`` call: x (time last, compute dtype, this package's own copy) and the discount."""
-
-    xp: Any
-    x: Array
-    discount: float | Array
-    reverse: bool
-    solver: Any
-    chunk_size: int | None
-    out_dtype: Any
-    axis: int
+    return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis)
 
 
 def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend, name: str = "discount",
@@ -193,14 +128,7 @@ def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend, na
     if initial is not None and shape[axis] > 0:
         start = boundary(xp, "initial", initial, shape[:axis] + shape[axis + 1:], dtype, x)
         y = fold_boundary(xp, y, a, start, reverse=reverse)
-    solver = backends.select(backend, xp, list(present.values()))
-    return PreparedScan(xp, y, a, reverse, solver, chunk_size, out_dtype, axis)
-
-
-def restore(xp, result, dtype, axis: int):
-    """result in ``dtype`` with time moved from the last axis back to ``axis``."""
-    result = xp.astype(result, dtype, copy=False)
-    return result if axis == result.ndim - 1 else xp.moveaxis(result, -1, axis)
+    return PreparedScan(xp, y, a, reverse, tuple(present.values()), backend, chunk_size, out_dtype, axis)
 
 
 # --- the checks ------------------------------------------------------------------------------------------------
@@ -388,47 +316,93 @@ def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | 
     return xp.expand_dims(value, axis=-1)
 
 
-def check_offsets(xp, value, length: int):
-    """cu_seqlens: a 1-D integer array of the inputs' library and device with ``0 = o_0 < o_1 < ... < o_n = T``.
+def is_host_offsets(value, like) -> bool:
+    """True for offsets given in host memory for arrays of another library: a list or tuple, or a NumPy array
+    beside non-NumPy inputs (flash-attention's ``cu_seqlens_cpu``)."""
+    if isinstance(value, (list, tuple)):
+        return True
+    return type(value) is np.ndarray and type(like) is not np.ndarray
 
-    Namespace and device are checked with the other arrays; the values
-    wherever they can be read (a CUDA array is read once: a small
-    synchronisation). Returned as int64.
+
+def check_offsets(xp, value, length: int, like):
+    """cu_seqlens as ``(offsets, host_offsets)``: ``0 = o_0 <= o_1 <= ... <= o_n = T``, int64.
+
+    ``value`` is a 1-D integer array of the inputs' library and device, or
+    host offsets (a list, a tuple, or a NumPy array beside arrays of another
+    library). ``offsets`` is an array of the inputs' namespace on their
+    device (host offsets are copied there: no synchronisation); ``host_offsets``
+    a NumPy copy, or None when the values cannot be read now (traced, lazy).
+    Device offsets are read to the host once, for these checks (one small
+    device-to-host copy, which synchronises the device's stream); host
+    offsets need no read. A repeated offset is an empty sequence (AReaL's
+    packed batches hold them): it has no steps, so no output, and its
+    bootstrap value is not read.
     """
-    require_array("cu_seqlens", value)
-    if not xp.isdtype(value.dtype, "integral"):
+    host = is_host_offsets(value, like)
+    if host:
+        try:
+            value = np.asarray(value)
+        except (TypeError, ValueError):  # a ragged list
+            raise TypeError("cu_seqlens given as a list must hold integers (sequence offsets)") from None
+    else:
+        require_array("cu_seqlens", value)
+    if host and value.size == 0:
+        value = value.astype(np.int64)
+    integral = np.issubdtype(value.dtype, np.integer) if host else xp.isdtype(value.dtype, "integral")
+    if not integral:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
     if value.ndim != 1 or value.shape[0] < 2:
         raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
                          f"got shape {tuple(value.shape)}")
-    value = xp.astype(value, xp.int64, copy=False)
-    if values_are_readable(value):
-        first, last = int(value[0]), int(value[-1])
+    if host:
+        host_offsets = value.astype(np.int64)
+    elif values_are_readable(value):
+        host_offsets = host_copy(xp.astype(value, xp.int64, copy=False))
+    else:
+        host_offsets = None
+    if host_offsets is not None:
+        first, last = int(host_offsets[0]), int(host_offsets[-1])
         if first != 0:
             raise ValueError(f"cu_seqlens must start at 0, got {first}")
         if last != length:
             raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
-        if not bool(xp.all(value[1:] > value[:-1])):
-            raise ValueError("cu_seqlens must be strictly increasing (every sequence has at least one step)")
-    return value
+        if np.any(host_offsets[1:] < host_offsets[:-1]):
+            raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
+                             "sequence)")
+    if host:
+        offsets = xp.asarray(host_offsets, device=device_of(like))
+    else:
+        offsets = xp.astype(value, xp.int64, copy=False)
+    return offsets, host_offsets
+
+
+def host_copy(x) -> np.ndarray:
+    """A NumPy copy of a readable array of any library (one device-to-host copy for device arrays)."""
+    if is_torch_array(x):
+        return x.detach().cpu().numpy()
+    if is_cupy_array(x):
+        return x.get()
+    return np.asarray(x)
+
+
+#: What each bool flag's True means, for its TypeError.
+_FLAG_MEANINGS = {"terminated": "True = the episode ended at this step",
+                  "truncated": "True = the episode was cut at this step",
+                  "mask": "True = a real step"}
 
 
 def flag(xp, name: str, value, shape, axis: int):
-    """terminated / truncated: bool, or numbers read as value != 0; time moved last."""
+    """terminated / truncated / mask: a bool array shaped like rewards, time moved last.
+
+    Numbers are refused rather than read as ``value != 0``: a 0.5 would count
+    as done, and CleanRL-style float dones shifted by a step would pass
+    unnoticed. Convert with ``dones != 0`` (or the framework's own rule).
+    """
     require_array(name, value)
     same_shape(name, value, shape)
     if not xp.isdtype(value.dtype, "bool"):
-        if not xp.isdtype(value.dtype, ("real floating", "integral")):
-            raise TypeError(f"{name} must be bool or real, got dtype {value.dtype}")
-        value = value != 0
-    return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
-
-
-def bool_mask(xp, value, shape, axis: int):
-    require_array("mask", value)
-    same_shape("mask", value, shape)
-    if not xp.isdtype(value.dtype, "bool"):
-        raise TypeError(f"mask must have dtype bool (True = a real step), got {value.dtype}")
+        raise TypeError(f"{name} must have dtype bool ({_FLAG_MEANINGS[name]}), got {value.dtype}: convert it "
+                        f"with {name} != 0 if that is what it means")
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
 
 

@@ -34,7 +34,7 @@ from ._compat import device_of, known_finite, owned_copy
 from ._scan import fold_boundary, neighbour
 
 if TYPE_CHECKING:
-    from ._prepare import GaeProblem
+    from ._problem import GaeProblem
 
 
 class Picker:
@@ -134,23 +134,39 @@ class Segments:
 
 
 def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
-    """(advantages, returns) of a prepared problem, time last, in the compute dtype."""
+    """(advantages, returns) of a prepared problem, time last, in the compute dtype.
+
+    With ``critic_lam`` the returns come from a second scan of the same deltas
+    with ``gamma * critic_lam`` (decoupled GAE); a problem with a ``carry``
+    brings the advantage chain's carry only, so it must not have one.
+    """
     xp = p.xp
     r, v, m = p.rewards, p.values, p.mask
     if r.shape[-1] == 0:
         return xp.zeros_like(r), xp.zeros_like(r)
+    if p.carry is not None and p.critic_lam is not None:
+        raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their own")
     pick = Picker(p, r, v, p.next_values, p.bootstrap, p.carry)
     segments = Segments(p)
     v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
     delta = pick.unless(p.terminated, p.gamma * v_next) + r - v
-    coefficient = p.gamma * p.lam
     if not p.is_constant:
-        delta, coefficient = pick.only(m, delta), step_coefficients(p, coefficient, pick)
-    if p.carry is not None:
-        delta = segments.fold(delta, coefficient, p.carry)
-    coefficient = segments.cut(coefficient)
-    advantages = solve(xp, delta, coefficient, reverse=True, chunk_size=chunk_size)
-    returns = advantages + v
+        delta = pick.only(m, delta)
+
+    def advantages_at(lam, x):  # the scan takes x over
+        coefficient = p.gamma * lam
+        if not p.is_constant:
+            coefficient = step_coefficients(p, coefficient, pick)
+        if p.carry is not None:
+            x = segments.fold(x, coefficient, p.carry)
+        return solve(xp, x, segments.cut(coefficient), reverse=True, chunk_size=chunk_size)
+
+    if p.critic_lam is None:
+        advantages = advantages_at(p.lam, delta)
+        returns = advantages + v
+    else:
+        advantages = advantages_at(p.lam, owned_copy(xp, delta))
+        returns = advantages_at(p.critic_lam, delta) + v
     if not p.fill_masked:
         advantages, returns = pick.only(m, advantages), pick.only(m, returns)
     return advantages, returns

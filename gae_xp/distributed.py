@@ -35,11 +35,9 @@ ranks (the summaries are detached).
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from . import _pieces
+from . import _pieces, backends
 from . import _prepare as prepare_
 from ._compat import device_of, is_torch_array
 
@@ -71,9 +69,9 @@ def gae(rewards, values, *, group=None, layout="contiguous", gamma=0.99, lam=0.9
     packed = cu_seqlens is not None
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, next_values=next_values, terminated=terminated,
                             truncated=truncated, mask=mask, axis=axis, chunk_size=chunk_size, backend=backend,
-                            fill_masked=fill_masked, bootstrap_value=None if packed else bootstrap_value,
-                            pieces=True)
+                            fill_masked=fill_masked, bootstrap_value=None if packed else bootstrap_value)
     p = call.problem
+    solver = backends.solver(call, segments=True)
     xp = p.xp
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     length = p.rewards.shape[-1]
@@ -81,16 +79,16 @@ def gae(rewards, values, *, group=None, layout="contiguous", gamma=0.99, lam=0.9
         offsets, bootstrap = None, p.bootstrap[..., 0]  # (...)
     else:
         prepare_.one_boundary(bootstrap_value, next_values)
-        offsets = _global_offsets(xp, cu_seqlens, world * length)
+        offsets = _global_offsets(xp, cu_seqlens, world * length, p.rewards)
         bootstrap = prepare_.boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                                       p.rewards.shape[:-1], p.rewards.dtype, p.rewards,
                                       segments=len(offsets) - 1)  # (..., n)
     solve = _zigzag if layout == "zigzag" else _contiguous
-    advantages, returns = solve(call, p, bootstrap, offsets, world, rank, group)
+    advantages, returns = solve(call, solver, p, bootstrap, offsets, world, rank, group)
     return call.restore(advantages), call.restore(returns)
 
 
-def _contiguous(call, p, bootstrap, offsets, world, rank, group):
+def _contiguous(call, solver, p, bootstrap, offsets, world, rank, group):
     xp = p.xp
     length = p.rewards.shape[-1]
     low, high = rank * length, (rank + 1) * length
@@ -103,8 +101,8 @@ def _contiguous(call, p, bootstrap, offsets, world, rank, group):
         sequences = list(np.searchsorted(offsets, low + cuts[:-1], side="right") - 1)
         closed = [bool(np.isin(low + end, offsets)) for end in cuts[1:]]
     # 1. the summary of this rank's first piece (the steps up to its first sequence end), closed if it ends one
-    head = _head(p, int(cuts[1]))
-    summary = _pieces.summarize(head, call.solver, call.chunk_size)[..., 0, :]
+    head = p.head(int(cuts[1]))
+    summary = _pieces.summarize(head, solver, call.chunk_size)[..., 0, :]
     if closed[0]:
         summary = _pieces.close(xp, summary, bootstrap[..., sequences[0]])
     # 2. one all-gather; every rank solves the chains over the W pieces
@@ -115,10 +113,10 @@ def _contiguous(call, p, bootstrap, offsets, world, rank, group):
     ends_b = [bootstrap[..., s] if shut else b[..., rank] for s, shut in zip(sequences, closed)]
     ends_c = [zero if shut else c[..., rank] for shut in closed]
     local = _with_segments(p, cuts, xp.stack(ends_b, axis=-1), xp.stack(ends_c, axis=-1))
-    return _pieces.finish(local, call.solver, call.chunk_size)
+    return _pieces.finish(local, solver, call.chunk_size)
 
 
-def _zigzag(call, p, bootstrap, offsets, world, rank, group):
+def _zigzag(call, solver, p, bootstrap, offsets, world, rank, group):
     xp = p.xp
     length = p.rewards.shape[-1]
     chunks = 2 * world
@@ -137,7 +135,7 @@ def _zigzag(call, p, bootstrap, offsets, world, rank, group):
     count = len(lengths)
     # 1. summaries of this rank's 2 chunks of every sequence: (..., n, 2, 5); chunk 2W-1 (rank 0's second) is closed
     zeros = xp.zeros((*p.rewards.shape[:-1], 2 * count), dtype=p.rewards.dtype, device=device_of(p.rewards))
-    summaries = _pieces.summarize(_with_segments(p, cuts, zeros, None), call.solver, call.chunk_size)
+    summaries = _pieces.summarize(_with_segments(p, cuts, zeros, None), solver, call.chunk_size)
     summaries = xp.reshape(summaries, (*summaries.shape[:-2], count, 2, 5))
     if rank == 0:
         summaries = xp.stack([summaries[..., 0, :], _pieces.close(xp, summaries[..., 1, :], bootstrap)], axis=-2)
@@ -151,7 +149,7 @@ def _zigzag(call, p, bootstrap, offsets, world, rank, group):
     shape = (*own_b.shape[:-2], 2 * count)
     # 3. this rank's chunks again with what enters them
     local = _with_segments(p, cuts, xp.reshape(own_b, shape), xp.reshape(own_c, shape))
-    return _pieces.finish(local, call.solver, call.chunk_size)
+    return _pieces.finish(local, solver, call.chunk_size)
 
 
 def _all_gather(xp, local, world, group):
@@ -174,32 +172,14 @@ def all_gather_flat(out, flat, group=None):
     gather(out, flat, group=group)
 
 
-def _global_offsets(xp, cu_seqlens, total):
+def _global_offsets(xp, cu_seqlens, total, like):
     """The global offsets as host int64 (checked like ``gae()``'s cu_seqlens, against the global length)."""
     if cu_seqlens is None:
         return None
-    checked = prepare_.check_offsets(xp, cu_seqlens, total)
-    return np.asarray(checked.cpu() if hasattr(checked, "cpu") else checked, dtype=np.int64)
-
-
-def _head(p, steps: int):
-    """The problem restricted to its first ``steps`` steps, as one open segment (b = c = 0)."""
-    xp = p.xp
-
-    def cut(x):
-        return x if x is None or isinstance(x, (float, numbers.Number)) else x[..., :steps]
-
-    zero = xp.zeros((*p.rewards.shape[:-1], 1), dtype=p.rewards.dtype, device=device_of(p.rewards))
-    return prepare_.GaeProblem(
-        xp=xp, rewards=cut(p.rewards), values=cut(p.values), gamma=cut(p.gamma), lam=cut(p.lam), bootstrap=zero,
-        next_values=cut(p.next_values), terminated=cut(p.terminated), truncated=cut(p.truncated), mask=cut(p.mask),
-        fill_masked=p.fill_masked)
+    _, host_offsets = prepare_.check_offsets(xp, cu_seqlens, total, like)
+    return host_offsets
 
 
 def _with_segments(p, cuts, bootstrap, carry):
     """The problem with local segments at ``cuts`` (host ints) and a bootstrap (and carry) per segment."""
-    import dataclasses
-
-    xp = p.xp
-    offsets = xp.asarray(np.asarray(cuts, dtype=np.int64), device=device_of(p.rewards))
-    return dataclasses.replace(p, offsets=offsets, bootstrap=bootstrap, carry=carry)
+    return p.with_segments(cuts, bootstrap, carry)

@@ -11,6 +11,7 @@ output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 from __future__ import annotations
 
 from . import _prepare as prepare_
+from . import backends
 from ._compat import device_of
 from ._recurrences import (
     Picker,
@@ -25,7 +26,8 @@ from ._scan import neighbour
 
 
 def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None,
-        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None):
+        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None,
+        critic_lam=None):
     r"""Generalized Advantage Estimation; returns ``(advantages, returns)``.
 
     Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
@@ -88,9 +90,23 @@ def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_val
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
-                            cu_seqlens=cu_seqlens)
-    advantages, returns = call.solver.gae(call.problem, chunk_size=call.chunk_size)
+                            cu_seqlens=cu_seqlens, critic_lam=critic_lam)
+    advantages, returns = solve_gae(call.problem, backends.solver(call), call.chunk_size)
     return call.restore(advantages), call.restore(returns)
+
+
+def solve_gae(problem, solver, chunk_size):
+    """(advantages, returns) of a checked problem on a backend, time last, compute dtype.
+
+    A decoupled ``critic_lam`` that the backend does not take in the same
+    pass gets a second pass: the returns of the problem with ``lam =
+    critic_lam``.
+    """
+    if problem.critic_lam is None or solver.critic_lam:
+        return solver.gae(problem, chunk_size=chunk_size)
+    advantages, _ = solver.gae(problem.replace(critic_lam=None), chunk_size=chunk_size)
+    _, returns = solver.gae(problem.replace(lam=problem.critic_lam, critic_lam=None), chunk_size=chunk_size)
+    return advantages, returns
 
 
 def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk_size=None, backend="auto"):
@@ -119,8 +135,8 @@ def linear_scan(x, coefficient, *, axis=-1, reverse=True, initial=None, chunk_si
     traces (torchrl's ``c_thresh`` above 1, rlax's lambda above 1) take any real coefficient."""
     call = prepare_.prepare_scan(x, coefficient, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
                                  backend=backend, name=name, bounds=bounds)
-    y = call.solver.scan(call.xp, call.x, call.discount, reverse=call.reverse, chunk_size=call.chunk_size)
-    return prepare_.restore(call.xp, y, call.out_dtype, call.axis)
+    y = backends.solver(call).scan(call.xp, call.x, call.discount, reverse=call.reverse, chunk_size=call.chunk_size)
+    return call.restore(y)
 
 
 def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None, bootstrap_value=None,
@@ -135,14 +151,14 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
     call = prepare_.prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
                             lam=1.0, needs_values=False, cu_seqlens=cu_seqlens)
-    p = call.problem
+    p, solver = call.problem, backends.solver(call)
     if p.rewards.shape[-1] == 0:
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
     segments = Segments(p)
     coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma, pick)
     x = segments.fold(owned_rewards(p, pick), coefficient, p.bootstrap)
-    return call.restore(pick.only(p.mask, _solve(call, x, segments.cut(coefficient))))
+    return call.restore(pick.only(p.mask, _solve(call, solver, x, segments.cut(coefficient))))
 
 
 def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
@@ -159,14 +175,14 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     call = prepare_.prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
                             needs_values=False, cu_seqlens=cu_seqlens)
-    p = call.problem
+    p, solver = call.problem, backends.solver(call)
     xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
     following = p.extra["next_values"]
     pick = Picker(p, p.rewards, following)
     segments = Segments(p)
-    cut = last_real_step(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size, segments=segments)
+    cut = last_real_step(p, pick, solve=solver.scan, chunk_size=call.chunk_size, segments=segments)
     done = done_flags(p)
     if done is not None:
         cut = cut | done
@@ -174,7 +190,7 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
     x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
     coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept, pick))
-    return call.restore(pick.only(p.mask, _solve(call, pick.only(p.mask, x), coefficient)))
+    return call.restore(pick.only(p.mask, _solve(call, solver, pick.only(p.mask, x), coefficient)))
 
 
 def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold=1.0, clip_c_threshold=1.0,
@@ -209,19 +225,19 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
-    p = call.problem
+    p, solver = call.problem, backends.solver(call)
     xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
     pick = Picker(p, p.rewards, v, p.next_values, p.bootstrap, p.extra["log_rhos"])
     rho = xp.exp(p.extra["log_rhos"])
-    v_next = next_real_values(p, pick, solve=call.solver.scan, chunk_size=call.chunk_size)
+    v_next = next_real_values(p, pick, solve=solver.scan, chunk_size=call.chunk_size)
     clipped = {name: xp.minimum(rho, xp.asarray(value, dtype=rho.dtype, device=device_of(rho)))
                for name, value in thresholds.items()}
     delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * v_next)
                                                                 - v))
     coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"], pick)
-    corrections = _solve(call, delta, coefficient)  # vs - V; at a masked step, that of the next real step
+    corrections = _solve(call, solver, delta, coefficient)  # vs - V; at a masked step, that of the next real step
     following = neighbour(xp, corrections, reverse=True)
     vs_next = v_next + pick.unless(done_flags(p), following)
     pg = clipped["clip_pg_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * vs_next) - v)
@@ -268,5 +284,5 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     return xp.astype(out, out_dtype, copy=False)
 
 
-def _solve(call, x, coefficient):
-    return call.solver.scan(call.problem.xp, x, coefficient, reverse=True, chunk_size=call.chunk_size)
+def _solve(call, solver, x, coefficient):
+    return solver.scan(call.problem.xp, x, coefficient, reverse=True, chunk_size=call.chunk_size)

@@ -24,31 +24,39 @@ from gae_xp._compat import array_namespace, device_of
 
 
 def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
-             terminated=None, truncated=None, mask=None, axis=-1, fill_masked=False):
-    """``gae()``'s contract, one step at a time from T-1 down to 0. Returns (advantages, returns)."""
+             terminated=None, truncated=None, mask=None, axis=-1, fill_masked=False, critic_lam=None):
+    """``gae()``'s contract, one step at a time from T-1 down to 0. Returns (advantages, returns).
+
+    With ``critic_lam`` a second advantage runs beside the first with
+    ``gamma * critic_lam`` from the same deltas, and the returns are it + V.
+    """
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, next_values=next_values,
-                          terminated=terminated, truncated=truncated, mask=mask)
+                          terminated=terminated, truncated=truncated, mask=mask,
+                          critic_lam=lam if critic_lam is None else critic_lam)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
     next_value = _boundary(xp, bootstrap_value, r, zero)
-    following = zero
+    following = critic_following = zero
     advantage_columns, return_columns = [], []
     for t in reversed(range(r.shape[-1])):
         step = at(t)
         v = step["values"]
         v_next = next_value if step["next_values"] is None else step["next_values"]
         bootstrapped = _unless(xp, step["terminated"], step["gamma"] * v_next, zero)
-        advantage = r[..., t] + bootstrapped - v + _carried(xp, step, step["gamma"] * step["lam"], following, zero)
+        delta = r[..., t] + bootstrapped - v
+        advantage = delta + _carried(xp, step, step["gamma"] * step["lam"], following, zero)
+        critic = delta + _carried(xp, step, step["gamma"] * step["critic_lam"], critic_following, zero)
         real = step["mask"]
         if real is None:
-            following, next_value = advantage, v
+            following, critic_following, next_value = advantage, critic, v
             advantage_columns.append(advantage)
-            return_columns.append(advantage + v)
+            return_columns.append(critic + v)
         else:
             following = xp.where(real, advantage, following)
+            critic_following = xp.where(real, critic, critic_following)
             next_value = xp.where(real, v, next_value)
             kept = real | fill_masked  # verl's convention: a masked step shows the next real step's advantage
             advantage_columns.append(xp.where(kept, following, zero))
-            return_columns.append(xp.where(kept, following + v, zero))
+            return_columns.append(xp.where(kept, critic_following + v, zero))
     return (xp.moveaxis(_stack_reversed(xp, advantage_columns, r), -1, axis),
             xp.moveaxis(_stack_reversed(xp, return_columns, r), -1, axis))
 

@@ -1,13 +1,13 @@
 """Fixtures: one test body, every installed array library and every gae_xp backend that can serve it.
 
 The targets come from the registry the bench and asv use
-(``gae_xp.bench.libraries.TARGETS``: "numpy/xp", "numpy/numba",
+(``gae_xp.testing.libraries.TARGETS``: "numpy/xp", "numpy/numba",
 "torch:cpu/numba", "cupy/numba-cuda", ...). A test that asks for ``backend``
 runs once per target; a test that asks only for ``library`` or ``xp`` runs
 once per library, with ``backend="auto"``. Fixtures:
 
 * ``target``: the (library, backend) pair, with how large an array it takes;
-* ``library``: the ``gae_xp.bench.libraries.Library`` (asarray, to_numpy, device);
+* ``library``: the ``gae_xp.testing.libraries.Library`` (asarray, to_numpy, device);
 * ``xp``: the library's array namespace itself;
 * ``backend``: the backend name to force.
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, settings
 
-from gae_xp.bench import libraries
-from gae_xp.bench.libraries import Library
+from gae_xp.testing import libraries
+from gae_xp.testing.libraries import Library
 
 settings.register_profile(
     "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]

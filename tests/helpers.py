@@ -1,6 +1,6 @@
 """Test data and the one comparison shared by the test modules.
 
-Cases are built in NumPy float64 by ``gae_xp.bench.cases.make_case`` (the
+Cases are built in NumPy float64 by ``gae_xp.testing.cases.make_case`` (the
 bench draws from the same builder); the oracle is ``gae_xp.reference`` run on
 those float64 arrays, and each library under test gets converted copies.
 """
@@ -8,21 +8,11 @@ those float64 arrays, and each library under test gets converted copies.
 from __future__ import annotations
 
 import numpy as np
-from array_api_compat import array_namespace
-from array_api_compat import device as device_of
 
 from gae_xp import reference
-from gae_xp.bench.cases import make_case
-from gae_xp.bench.libraries import to_numpy
+from gae_xp.testing import make_case, to_numpy, tolerance, xp_assert_close
 
 __all__ = ["make_case", "converted", "expected", "xp_assert_close", "like", "to_numpy", "tolerance"]
-
-#: Tolerance of a result against the float64 loop, relative to the largest |value|, by the dtype's machine epsilon.
-_TOLERANCES = {2.0**-52: 1e-10, 2.0**-23: 2e-5, 2.0**-10: 3e-3, 2.0**-7: 2e-2}
-
-
-def tolerance(xp, dtype) -> float:
-    return _TOLERANCES[float(xp.finfo(dtype).eps)]
 
 
 def converted(library, case: dict, dtype=None) -> dict:
@@ -45,25 +35,3 @@ def like(library):
 def expected(case: dict, axis: int = -1):
     """(advantages, returns) of the float64 per-step loop."""
     return reference.gae_loop(**case, axis=axis)
-
-
-def xp_assert_close(actual, desired, *, like, dtype=None, scale: float | None = None):
-    """``actual`` is an array of ``like``'s namespace, on its device, with ``dtype`` (default ``like.dtype``),
-    shaped like ``desired`` (NumPy) and close to it: the same non-finite entries, and the finite ones within the
-    dtype's tolerance of the largest |desired| (or ``scale``)."""
-    xp = array_namespace(like)
-    assert array_namespace(actual) is xp, f"result is a {type(actual).__module__}.{type(actual).__name__}"
-    want_dtype = like.dtype if dtype is None else dtype
-    assert actual.dtype == want_dtype, f"dtype {actual.dtype}, expected {want_dtype}"
-    desired = np.asarray(desired, dtype=np.float64)
-    assert tuple(actual.shape) == desired.shape, f"shape {tuple(actual.shape)}, expected {desired.shape}"
-    assert device_of(actual) == device_of(like), f"device {device_of(actual)}, expected {device_of(like)}"
-    got = to_numpy(actual).astype(np.float64)
-    finite = np.isfinite(desired)
-    np.testing.assert_array_equal(np.isfinite(got), finite, err_msg="non-finite entries differ from the loop's")
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(desired), err_msg="NaN entries differ from the loop's")
-    infinite = np.isinf(desired)
-    np.testing.assert_array_equal(got[infinite], desired[infinite], err_msg="infinities differ from the loop's")
-    if scale is None:
-        scale = max(1.0, float(np.abs(desired[finite]).max(initial=0.0)))
-    np.testing.assert_allclose(got[finite], desired[finite], rtol=0, atol=tolerance(xp, want_dtype) * scale)

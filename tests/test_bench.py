@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from gae_xp.__main__ import main
-from gae_xp.bench import cli, libraries, paths, report, runner
+from gae_xp.bench import cli, paths, report, runner
+from gae_xp.testing import libraries
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

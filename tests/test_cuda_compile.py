@@ -17,6 +17,7 @@ table of docs/gpu.md.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -50,6 +51,19 @@ def _unavailable() -> str | None:
         return "numba-cuda is not installed (pip install 'numba-cuda[cu12]')"
     if _ptxas() is None:
         return "ptxas not found (pip install 'numba-cuda[cu12]' brings the nvidia-cuda-nvcc-cu12 wheel)"
+    return _nvvm_missing()
+
+
+@functools.cache
+def _nvvm_missing() -> str | None:
+    """Why NVVM cannot compile here (numba-cuda finds libNVVM and NVRTC in the toolkit wheels), or None."""
+    from numba import cuda
+
+    try:
+        cuda.compile_ptx(lambda out: None, "void(float32[:])", cc=ARCHS["sm_80"])
+    except Exception as error:  # the library loader's own error types differ between numba-cuda releases
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return f"NVVM/NVRTC not found ({first_line}): pip install 'numba-cuda[cu12]' brings the toolkit wheels"
     return None
 
 

@@ -3,13 +3,11 @@ equals gae() on the whole row, on every route that can serve a piece."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
 import gae_xp
-from gae_xp import _pieces, _prepare
+from gae_xp import _pieces, _prepare, backends
 
 ROUTES = ["xp", "numba"]  # the NumPy routes with segments and a carry (numba-cuda has neither: see the last test)
 CUTS = [0, 17, 18, 100, 160, 240]  # 100 and 160 fall inside the masked run [100, 170); 17 is a done
@@ -36,11 +34,13 @@ def make_case(name, rng, batch=3):
 
 
 def pieces_of(case, fill_masked, backend):
+    """(problem, backend) of every piece: each a call of its own, solved by a backend that takes a carry."""
     calls = []
     for start, stop in zip(CUTS[:-1], CUTS[1:]):
         piece = {k: v[:, start:stop] if isinstance(v, np.ndarray) and v.shape[-1] == T else v
                  for k, v in case.items()}
-        calls.append(_prepare.prepare(**piece, fill_masked=fill_masked, backend=backend, pieces=True))
+        call = _prepare.prepare(**piece, fill_masked=fill_masked, backend=backend)
+        calls.append((call.problem, backends.solver(call, segments=True)))
     return calls
 
 
@@ -50,8 +50,8 @@ def pieces_of(case, fill_masked, backend):
 def test_pieces_joined_equal_the_whole_row(backend, name, fill_masked):
     case = make_case(name, np.random.default_rng(["plain", "mask", "everything", "next_values"].index(name)))
     calls = pieces_of(case, fill_masked, backend)
-    summaries = np.concatenate([_pieces.summarize(c.problem, c.solver) for c in calls], axis=-2)
-    bootstrap = calls[-1].problem.bootstrap[..., 0]
+    summaries = np.concatenate([_pieces.summarize(problem, solver) for problem, solver in calls], axis=-2)
+    bootstrap = calls[-1][0].bootstrap[..., 0]
     b, c = _pieces.incoming(np, summaries, bootstrap)
     # the same chains one link at a time, from the last piece back (how the Dask backend joins blocks)
     entering_b, entering_c = bootstrap, np.zeros_like(bootstrap)
@@ -59,8 +59,8 @@ def test_pieces_joined_equal_the_whole_row(backend, name, fill_masked):
         entering_b, entering_c = _pieces.link(np, summaries[:, k + 1], entering_b, entering_c)
         np.testing.assert_allclose(entering_b, b[:, k], rtol=0, atol=1e-12)
         np.testing.assert_allclose(entering_c, c[:, k], rtol=0, atol=1e-12)
-    parts = [_pieces.finish(dataclasses.replace(call.problem, bootstrap=b[:, k:k + 1], carry=c[:, k:k + 1]),
-                            call.solver, None) for k, call in enumerate(calls)]
+    parts = [_pieces.finish(problem.replace(bootstrap=b[:, k:k + 1], carry=c[:, k:k + 1]), solver, None)
+             for k, (problem, solver) in enumerate(calls)]
     want_a, want_r = gae_xp.gae(**case, fill_masked=fill_masked, backend="xp")
     np.testing.assert_allclose(np.concatenate([p[0] for p in parts], -1), want_a, rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.concatenate([p[1] for p in parts], -1), want_r, rtol=0, atol=1e-12)
@@ -69,7 +69,7 @@ def test_pieces_joined_equal_the_whole_row(backend, name, fill_masked):
 def test_a_closed_piece_takes_nothing_from_its_right():
     case = make_case("plain", np.random.default_rng(4))
     calls = pieces_of(case, False, "xp")
-    summaries = np.concatenate([_pieces.summarize(c.problem, c.solver) for c in calls], axis=-2)
+    summaries = np.concatenate([_pieces.summarize(problem, solver) for problem, solver in calls], axis=-2)
     closed = _pieces.close(np, summaries[:, 2], np.full(3, 5.0))
     summaries[:, 3:] = np.nan  # whatever lies after a closed piece
     summaries[:, 2] = closed
@@ -98,7 +98,7 @@ def test_scan_pieces_equal_the_whole_scan(reverse):
 
 
 def test_a_backend_without_a_carry_cannot_finish_a_piece():
-    call = _prepare.prepare(np.ones((2, 8)), np.ones((2, 8)), backend="xp", pieces=True)
-    no_carry = type("NoCarry", (), {"name": "no-carry", "segments": False, "gae": call.solver.gae})()
+    call = _prepare.prepare(np.ones((2, 8)), np.ones((2, 8)), backend="xp")
+    no_carry = type("NoCarry", (), {"name": "no-carry", "segments": False, "gae": backends.load("xp").gae})()
     with pytest.raises(ValueError, match="'no-carry' cannot take an incoming carry"):
         _pieces.finish(call.problem, no_carry, None)

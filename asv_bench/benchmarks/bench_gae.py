@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from .common import (CHUNKS, CPU_LIBRARIES, GENERIC_TARGETS, GPU_LIBRARIES, LENGTHS, TARGETS, XPBenchmark,
-                     chunk_size, workload)
+from .common import (
+    CHUNKS,
+    CPU_LIBRARIES,
+    GENERIC_TARGETS,
+    GPU_LIBRARIES,
+    LENGTHS,
+    TARGETS,
+    XPBenchmark,
+    chunk_size,
+    workload,
+)
 
 
 class TimeGAE(XPBenchmark):

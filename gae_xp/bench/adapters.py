@@ -18,8 +18,9 @@ from typing import Callable
 
 import numpy as np
 
-from gae_xp.bench import baselines, libraries, runner
-from gae_xp.bench.cases import make_case
+from gae_xp.bench import baselines, runner
+from gae_xp.testing import libraries
+from gae_xp.testing.cases import make_case
 
 DESCRIPTION = __doc__.splitlines()[0].split(": ", 1)[1]
 

@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 
-from gae_xp.bench import libraries, paths, report, runner
+from gae_xp.bench import paths, report, runner
+from gae_xp.testing import libraries
 
 DEFAULT_T = (4096, 32768, 131072)
 DEFAULT_B = (8,)

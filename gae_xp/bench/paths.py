@@ -36,8 +36,8 @@ import gae_xp
 from gae_xp import backends, reference
 from gae_xp._compat import array_namespace
 from gae_xp.bench import baselines
-from gae_xp.bench.cases import make_case
-from gae_xp.bench.libraries import Library
+from gae_xp.testing.cases import make_case
+from gae_xp.testing.libraries import Library
 
 MATRIX_MAX_T = 8192
 

@@ -16,7 +16,7 @@ Two layers:
   loop and the peak memory.
 
 asv times with its own machinery; the asv benchmarks share the registry
-(``gae_xp.bench.libraries``) and the cases (``gae_xp.bench.cases``) with the
+(``gae_xp.testing.libraries``) and the cases (``gae_xp.testing.cases``) with the
 bench instead, and time the same calls.
 """
 
@@ -29,8 +29,8 @@ from typing import Any, Callable, Hashable, Iterable
 
 import numpy as np
 
-from gae_xp.bench.libraries import Library
 from gae_xp.bench.paths import Path, Workload, exact_advantages, loop_baseline, prefix
+from gae_xp.testing.libraries import Library
 
 #: Seconds the first case of each library runs untimed before any timing.
 WARM_UP_S = 0.3

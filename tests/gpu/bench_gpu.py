@@ -22,7 +22,8 @@ import sys
 import numpy as np
 
 import gae_xp
-from gae_xp.bench import baselines, libraries, runner, traffic
+from gae_xp.bench import baselines, runner, traffic
+from gae_xp.testing import libraries
 
 B, T, RUNS = 256, 131072, 50
 SERIAL_PREFIX = 2048
