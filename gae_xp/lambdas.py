@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
+
 from . import _prepare as prepare_
 from ._compat import device_of, values_are_readable
 
@@ -164,23 +166,27 @@ def _relative(xp, lengths, q: float):
 
 def _per_sample(rule, lengths, mask, cu_seqlens, per_token, axis, dtype):
     prepare_.check_bool("per_token", per_token)
-    present = {name: value for name, value in {"lengths": lengths, "mask": mask, "cu_seqlens": cu_seqlens}.items()
-               if value is not None}
-    if not present or {"lengths", "mask"} <= set(present):
+    present = {name: value for name, value in {"lengths": lengths, "mask": mask}.items() if value is not None}
+    if not (present or cu_seqlens is not None) or len(present) == 2:
         raise ValueError("give the trajectories' lengths as lengths=, or count them from mask= or cu_seqlens= (or "
                          "both: the True steps of each sequence); not lengths= and mask= together")
     if per_token and cu_seqlens is None:
         raise ValueError("per_token needs cu_seqlens: one lambda per row already broadcasts to every step of it")
+    if not present:  # the offsets alone: host offsets are NumPy's
+        present["cu_seqlens"] = np.asarray(cu_seqlens) if isinstance(cu_seqlens, (list, tuple)) else cu_seqlens
+        cu_seqlens = present["cu_seqlens"]
+    elif cu_seqlens is not None and not prepare_.is_host_offsets(cu_seqlens, next(iter(present.values()))):
+        present["cu_seqlens"] = cu_seqlens  # an array of the others' library: checked with them
     xp = prepare_.namespace_of(present)
-    prepare_.check_same_device(present, next(iter(present)))
-    dtype = _float_dtype(xp, next(iter(present.values())), dtype)
+    anchor = next(iter(present))
+    prepare_.check_same_device(present, anchor)
+    like = present[anchor]
+    dtype = _float_dtype(xp, like, dtype)
     if mask is not None:
         axis = prepare_.check_axis(axis, mask.ndim, "mask")
-        mask = prepare_.bool_mask(xp, mask, tuple(mask.shape), axis)  # time last now
-    offsets = None
-    if cu_seqlens is not None:
-        length = mask.shape[-1] if mask is not None else None
-        offsets = _offsets(xp, cu_seqlens, length)
+        mask = prepare_.flag(xp, "mask", mask, tuple(mask.shape), axis)  # time last now
+    offsets = None if cu_seqlens is None else _offsets(xp, cu_seqlens, None if mask is None else mask.shape[-1],
+                                                       like)
     if lengths is not None:
         lengths = _checked_lengths(xp, lengths, dtype, offsets)
     elif offsets is None:
@@ -210,14 +216,15 @@ def _float_dtype(xp, like, dtype):
     return dtype
 
 
-def _offsets(xp, cu_seqlens, length):
-    """cu_seqlens checked as in gae() (against the mask's time length when there is one)."""
-    prepare_.require_array("cu_seqlens", cu_seqlens)
+def _offsets(xp, cu_seqlens, length, like):
+    """cu_seqlens checked as in gae(): against the mask's time length, or, without a mask, its own last offset."""
     if length is None:
-        if not xp.isdtype(cu_seqlens.dtype, "integral") or cu_seqlens.ndim != 1 or cu_seqlens.shape[0] < 2:
-            return prepare_.check_offsets(xp, cu_seqlens, 0)  # raises the check's own error
-        length = int(cu_seqlens[-1]) if values_are_readable(cu_seqlens) else 0
-    return prepare_.check_offsets(xp, cu_seqlens, length)
+        try:
+            length = int(np.asarray(cu_seqlens)[-1] if prepare_.is_host_offsets(cu_seqlens, like) else cu_seqlens[-1])
+        except (IndexError, TypeError, ValueError):  # not 1-D integers: the check below says what is wrong
+            length = 0
+    offsets, _ = prepare_.check_offsets(xp, cu_seqlens, length, like)
+    return offsets
 
 
 def _checked_lengths(xp, lengths, dtype, offsets):

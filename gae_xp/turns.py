@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _prepare as prepare_
 from ._compat import device_of, is_array, is_numpy_array, is_torch_array, known_finite, values_are_readable
+from ._problem import restore
 from .estimators import gae
 
 Array = Any
@@ -25,8 +26,8 @@ Array = Any
 __all__ = ["turn_gae", "turn_counts"]
 
 
-def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, bootstrap_value=None, cu_seqlens=None,
-             axis=-1, chunk_size=None, backend="auto"):
+def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, critic_lam=None, mask=None, bootstrap_value=None,
+             cu_seqlens=None, axis=-1, chunk_size=None, backend="auto"):
     r"""Turn-level GAE: every turn of a trajectory is one step; returns ``(advantages, returns)`` per token.
 
     A *turn* is a maximal run of real tokens (``mask`` True; default:
@@ -43,7 +44,9 @@ def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, boot
         A_k      = delta_k + gamma_k lam_k A_{k+1},      A_K = 0
 
     and every real token of turn k gets ``advantages = A_k`` and
-    ``returns = A_k + V_k``; tokens outside every turn get 0 in both.
+    ``returns = A_k + V_k`` (with ``critic_lam``, A_k of the same recurrence
+    with ``critic_lam`` in place of ``lam``: VAPO's decoupled GAE, as in
+    ``gae()``); tokens outside every turn get 0 in both.
 
     This is AReaL's ``_compute_turn_level_gae`` with three deliberate
     differences: a masked token's return is 0 here (AReaL writes the token's
@@ -66,6 +69,9 @@ def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, boot
         In [0, 1]: numbers, or arrays broadcastable to ``rewards`` (one per
         row, e.g. from ``gae_xp.length_adaptive_lambda``, or per token: a
         turn takes the value at its first real token).
+    critic_lam : float or array, optional
+        The lambda of the returns (the critic's targets), like ``lam``;
+        default ``lam``.
     mask : bool array, optional
         True for a token that belongs to a turn (AReaL's ``loss_mask``).
         Default ``turn_ids >= 0`` (AReaL marks prompt and tool tokens -1).
@@ -112,7 +118,7 @@ def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, boot
     >>> returns
     array([[0.625, 0.625, 1.   , 1.   ]])
     """
-    call = _prepare(rewards, values, turn_ids, gamma, lam, mask, bootstrap_value, cu_seqlens, axis)
+    call = _prepare(rewards, values, turn_ids, gamma, lam, critic_lam, mask, bootstrap_value, cu_seqlens, axis)
     xp = call.xp
     if call.tokens.real_positions.shape[0] == 0:
         zero = xp.zeros(call.shape, dtype=call.out_dtype, device=device_of(call.rewards))
@@ -121,10 +127,9 @@ def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, boot
     reward_sums = _sum_per_turn(xp, call, turns, chunk_size=chunk_size, backend=backend)
     first = turns.first_positions
     advantages, returns = gae(
-        reward_sums, xp.take(call.values, first),
-        gamma=_per_turn(xp, call.gamma, call, first), lam=_per_turn(xp, call.lam, call, first),
-        bootstrap_value=xp.take(call.bootstrap, turns.segments_kept), cu_seqlens=turns.segment_offsets,
-        chunk_size=chunk_size, backend=backend)
+        reward_sums, xp.take(call.values, first), gamma=_per_turn(xp, call.gamma, call, first),
+        lam=_per_turn(xp, call.lam, call, first), critic_lam=_per_turn(xp, call.critic_lam, call, first),
+        bootstrap_value=call.bootstrap, cu_seqlens=turns.segment_bounds, chunk_size=chunk_size, backend=backend)
     advantages, returns = _on_tokens(xp, call, turns, [advantages, returns])
     return call.restore(advantages), call.restore(returns)
 
@@ -147,8 +152,10 @@ def turn_counts(turn_ids, *, mask=None, cu_seqlens=None, axis=-1):
            [0]])
     """
     prepare_.require_array("turn_ids", turn_ids)
-    present = {name: value for name, value in {"turn_ids": turn_ids, "mask": mask, "cu_seqlens": cu_seqlens}.items()
-               if is_array(value)}
+    arrays = {"turn_ids": turn_ids, "mask": mask}
+    if not prepare_.is_host_offsets(cu_seqlens, turn_ids):
+        arrays["cu_seqlens"] = cu_seqlens
+    present = {name: value for name, value in arrays.items() if is_array(value)}
     xp = prepare_.namespace_of(present)
     prepare_.check_same_device(present, "turn_ids")
     shape = tuple(turn_ids.shape)
@@ -177,11 +184,9 @@ class _Turns:
     first_positions: Array
     #: index of each turn's first real token among the real tokens (K, increasing, from 0).
     first_real: Array
-    #: for every segment (row, or row and sequence) and the end: its first turn (segments + 1, non-decreasing).
+    #: for every segment (row, or row and sequence) and the end: its first turn (segments + 1, non-decreasing): the
+    #: turns' ``cu_seqlens``, a repeated offset for a segment without turns.
     segment_bounds: Array
-    #: the segments that hold at least one turn, and the offsets of their turns (``cu_seqlens`` over turns).
-    segments_kept: Array
-    segment_offsets: Array
 
 
 @dataclass(frozen=True)
@@ -193,10 +198,12 @@ class _Tokens:
     real_positions: Array
     #: the turn id of every real token (N).
     real_ids: Array
-    #: every segment's first flattened position, then the number of tokens (segments + 1, increasing).
+    #: every segment's first flattened position, then the number of tokens (segments + 1, non-decreasing).
     segment_starts: Array
     #: True for a real token (flattened).
     real: Array
+    #: packed sequences per row (1 without cu_seqlens).
+    sequences: int
 
     @classmethod
     def lay_out(cls, xp, turn_ids, mask, cu_seqlens, shape, axis: int) -> "_Tokens":
@@ -207,18 +214,19 @@ class _Tokens:
         length = shape[axis]
         device = device_of(turn_ids)
         ids = _flat(xp, turn_ids, axis)
-        real = ids >= 0 if mask is None else _flat(xp, prepare_.bool_mask(xp, mask, shape, axis), -1)
+        real = ids >= 0 if mask is None else _flat(xp, prepare_.flag(xp, "mask", mask, shape, axis), -1)
         positions = xp.nonzero(real)[0]
         real_ids = xp.take(ids, positions)
         rows = ids.shape[0] // length if length else 0
         if cu_seqlens is None:
             inner = xp.zeros(1, dtype=positions.dtype, device=device)
-        else:
-            inner = xp.astype(prepare_.check_offsets(xp, cu_seqlens, length)[:-1], positions.dtype)
+        else:  # every row's sequences start at the same offsets
+            offsets, _ = prepare_.check_offsets(xp, cu_seqlens, length, turn_ids)
+            inner = xp.astype(offsets[:-1], positions.dtype)
         row_starts = xp.arange(rows, dtype=positions.dtype, device=device) * length
         starts = xp.reshape(xp.expand_dims(row_starts, axis=1) + xp.expand_dims(inner, axis=0), (-1,))
         end = xp.full(1, ids.shape[0], dtype=positions.dtype, device=device)
-        return cls(xp, positions, real_ids, xp.concat([starts, end]), real)
+        return cls(xp, positions, real_ids, xp.concat([starts, end]), real, int(inner.shape[0]))
 
     def turns(self) -> _Turns:
         """The turns (there is at least one real token): a turn starts at a segment's first real token and at
@@ -238,9 +246,7 @@ class _Tokens:
         merged = xp.sort(xp.concat([changes, segment_firsts]))
         first_real = merged[xp.concat([merged[:1] < count, (merged[1:] != merged[:-1]) & (merged[1:] < count)])]
         bounds = xp.searchsorted(first_real, segment_firsts)
-        kept = xp.nonzero(bounds[1:] > bounds[:-1])[0]
-        offsets = xp.concat([bounds[:1], xp.take(bounds, kept + 1)])
-        return _Turns(xp.take(self.real_positions, first_real), first_real, bounds, kept, offsets)
+        return _Turns(xp.take(self.real_positions, first_real), first_real, bounds)
 
 
 def _check_order(xp, ids, changes, segment_firsts) -> None:
@@ -275,6 +281,7 @@ class _Call:
     values: Array
     gamma: float | Array  # a float, or (rows,) per row, or flattened per token
     lam: float | Array
+    critic_lam: float | Array | None
     bootstrap: Array  # flattened, one per segment
     tokens: _Tokens
 
@@ -282,16 +289,18 @@ class _Call:
         """A flattened per-token result in the caller's shape, time axis and dtype."""
         xp = self.xp
         moved = (*self.shape[:self.axis], *self.shape[self.axis + 1:], self.shape[self.axis])
-        return prepare_.restore(xp, xp.reshape(flat, moved), self.out_dtype, self.axis)
+        return restore(xp, xp.reshape(flat, moved), self.out_dtype, self.axis)
 
 
-def _prepare(rewards, values, turn_ids, gamma, lam, mask, bootstrap_value, cu_seqlens, axis) -> _Call:
+def _prepare(rewards, values, turn_ids, gamma, lam, critic_lam, mask, bootstrap_value, cu_seqlens, axis) -> _Call:
     prepare_.require_array("rewards", rewards)
     prepare_.require_array("values", values)
     prepare_.require_array("turn_ids", turn_ids)
-    present = {name: value for name, value in {
-        "rewards": rewards, "values": values, "turn_ids": turn_ids, "mask": mask, "gamma": gamma, "lam": lam,
-        "bootstrap_value": bootstrap_value, "cu_seqlens": cu_seqlens}.items() if is_array(value)}
+    arrays = {"rewards": rewards, "values": values, "turn_ids": turn_ids, "mask": mask, "gamma": gamma, "lam": lam,
+              "critic_lam": critic_lam, "bootstrap_value": bootstrap_value}
+    if not prepare_.is_host_offsets(cu_seqlens, rewards):
+        arrays["cu_seqlens"] = cu_seqlens  # an array of the inputs' library: checked with them
+    present = {name: value for name, value in arrays.items() if is_array(value)}
     xp = prepare_.namespace_of(present)
     prepare_.check_same_device(present, "rewards")
     shape = tuple(rewards.shape)
@@ -301,11 +310,12 @@ def _prepare(rewards, values, turn_ids, gamma, lam, mask, bootstrap_value, cu_se
     out_dtype, dtype = prepare_.compute_dtypes(
         xp, {"rewards": rewards, "values": values, "bootstrap_value": bootstrap_value}, rewards)
     tokens = _Tokens.lay_out(xp, turn_ids, mask, cu_seqlens, shape, axis)
-    segments = None if cu_seqlens is None else int(cu_seqlens.shape[0]) - 1
+    segments = None if cu_seqlens is None else tokens.sequences
     bootstrap = prepare_.boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                                   shape[:axis] + shape[axis + 1:], dtype, rewards, segments=segments)
     return _Call(xp, shape, axis, out_dtype, _flat(xp, rewards, axis, dtype), _flat(xp, values, axis, dtype),
-                 _coefficient(xp, "gamma", gamma, shape, dtype, axis), _coefficient(xp, "lam", lam, shape, dtype, axis),
+                 *(None if value is None else _coefficient(xp, name, value, shape, dtype, axis)
+                   for name, value in (("gamma", gamma), ("lam", lam), ("critic_lam", critic_lam))),
                  xp.reshape(bootstrap, (-1,)), tokens)
 
 
@@ -348,8 +358,8 @@ def _coefficient(xp, name: str, value, shape, dtype, axis: int):
 
 
 def _per_turn(xp, coefficient, call: _Call, first_positions):
-    """The coefficient at each turn's first real token (a float stays a float)."""
-    if isinstance(coefficient, float):
+    """The coefficient at each turn's first real token (a float or None stays as it is)."""
+    if coefficient is None or isinstance(coefficient, float):
         return coefficient
     if coefficient.shape[0] == call.rewards.shape[0]:
         return xp.take(coefficient, first_positions)

@@ -22,9 +22,15 @@ import gae_xp.turns
 from gae_xp import backends
 
 
-def turn_gae_loop(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, mask=None, bootstrap_value=None,
-                  cu_seqlens=None):
+def turn_gae_loop(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, critic_lam=None, mask=None,
+                  bootstrap_value=None, cu_seqlens=None):
     """The contract one token and one turn at a time, NumPy float64, time last. Returns (advantages, returns)."""
+    if critic_lam is not None:  # the returns: the same recurrence with critic_lam
+        advantages, _ = turn_gae_loop(rewards, values, turn_ids, gamma=gamma, lam=lam, mask=mask,
+                                      bootstrap_value=bootstrap_value, cu_seqlens=cu_seqlens)
+        _, returns = turn_gae_loop(rewards, values, turn_ids, gamma=gamma, lam=critic_lam, mask=mask,
+                                   bootstrap_value=bootstrap_value, cu_seqlens=cu_seqlens)
+        return advantages, returns
     r = np.asarray(rewards, dtype=np.float64)
     shape = r.shape
     length = shape[-1]
@@ -173,6 +179,33 @@ def test_time_axis_first(library):
         xp_assert_close(actual, np.moveaxis(desired, -1, 0), like=like(library))
 
 
+def test_decoupled_critic_lam(library):
+    """VAPO's decoupled GAE on turns: advantages at lam, returns at critic_lam (per row here)."""
+    case = make_turns(np.random.default_rng(12), (3, 40), per_row_lam=True)
+    case["critic_lam"] = np.array([[1.0], [0.5], [0.0]])
+    for actual, desired in zip(gae_xp.turn_gae(**converted(library, case)), turn_gae_loop(**case)):
+        xp_assert_close(actual, desired, like=like(library))
+    without = turn_gae_loop(**{key: value for key, value in case.items() if key != "critic_lam"})
+    np.testing.assert_array_equal(turn_gae_loop(**case)[0], without[0])
+
+
+def test_empty_sequences_and_host_offsets(library):
+    """Repeated offsets (empty sequences, as AReaL packs them) and offsets in host memory (a list)."""
+    rng = np.random.default_rng(13)
+    case = make_turns(rng, (2, 30), sequences=3)
+    offsets = [0, 0, int(case["cu_seqlens"][1]), int(case["cu_seqlens"][1]), int(case["cu_seqlens"][2]), 30, 30]
+    case["cu_seqlens"] = np.array(offsets)
+    case["bootstrap_value"] = rng.standard_normal((2, len(offsets) - 1))
+    want = turn_gae_loop(**case)
+    arrays = converted(library, case)
+    for cu_seqlens in (arrays["cu_seqlens"], offsets):
+        got = gae_xp.turn_gae(**{**arrays, "cu_seqlens": cu_seqlens})
+        for actual, desired in zip(got, want):
+            xp_assert_close(actual, desired, like=like(library))
+    counts = to_numpy(gae_xp.turn_counts(arrays["turn_ids"], mask=arrays["mask"], cu_seqlens=offsets))
+    assert counts.shape == (2, 6) and (counts[:, [0, 2, 5]] == 0).all()
+
+
 def test_masked_nan_does_not_leak_and_a_real_one_stays_in_its_row(library):
     rewards = np.array([[np.nan, 1.0, 2.0, np.inf, 3.0, 4.0], [0.0, 1.0, np.nan, 2.0, 3.0, 1.0]])
     values = np.array([[np.nan, 0.5, 0.5, np.nan, 0.5, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]])
@@ -299,6 +332,7 @@ def _simple():
     ({"turn_ids": np.array([[-1, 0, 0, 2], [0, 0, 1, 1]]), "mask": np.ones((2, 4), bool)}, ValueError,
      "at least 0 on every real token"),
     ({"mask": np.ones((2, 4))}, TypeError, "mask must have dtype bool"),
+    ({"critic_lam": -0.5}, ValueError, r"critic_lam must be in \[0, 1\]"),
     ({"lam": 1.5}, ValueError, r"lam must be in \[0, 1\]"),
     ({"gamma": np.array([[0.5], [np.nan]])}, ValueError, r"gamma must hold values in \[0, 1\]"),
     ({"lam": np.ones((3, 1))}, ValueError, "lam of shape"),
