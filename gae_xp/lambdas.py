@@ -25,17 +25,21 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 import numpy as np
 
 from . import _prepare as prepare_
 from ._compat import device_of, values_are_readable
 
+Array = Any
+
 __all__ = ["length_adaptive_lambda", "relative_position_lambda"]
 
 
-def length_adaptive_lambda(alpha, *, lengths=None, mask=None, cu_seqlens=None, per_token=False, axis=-1,
-                           dtype=None):
+def length_adaptive_lambda(alpha: float, *, lengths: Array | None = None, mask: Array | None = None,
+                           cu_seqlens: Array | None = None, per_token: bool = False, axis: int = -1,
+                           dtype=None) -> Array:
     r"""VAPO's length-adaptive GAE lambda for every trajectory: ``lambda = max(0, 1 - 1 / (alpha l))``.
 
     A trajectory of ``l`` steps gets ``1 - 1 / (alpha l)``; where that is
@@ -102,8 +106,9 @@ def length_adaptive_lambda(alpha, *, lengths=None, mask=None, cu_seqlens=None, p
     return _per_sample(lambda xp, lengths: _vapo(xp, lengths, alpha), lengths, mask, cu_seqlens, per_token, axis, dtype)
 
 
-def relative_position_lambda(q, *, lengths=None, mask=None, cu_seqlens=None, per_token=False, axis=-1,
-                             dtype=None):
+def relative_position_lambda(q: float, *, lengths: Array | None = None, mask: Array | None = None,
+                             cu_seqlens: Array | None = None, per_token: bool = False, axis: int = -1,
+                             dtype=None) -> Array:
     r"""AReaL's relative-position GAE lambda for every trajectory: ``lambda = q ** (1 / (l - 1))`` for ``l >= 2``.
 
     With gamma = 1, a reward at the last of ``l`` steps reaches step ``k``

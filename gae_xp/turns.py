@@ -26,8 +26,10 @@ Array = Any
 __all__ = ["turn_gae", "turn_counts"]
 
 
-def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, critic_lam=None, mask=None, bootstrap_value=None,
-             cu_seqlens=None, axis=-1, chunk_size=None, backend="auto"):
+def turn_gae(rewards: Array, values: Array, turn_ids: Array, *, gamma: float | Array = 0.99,
+             lam: float | Array = 0.95, critic_lam: float | Array | None = None, mask: Array | None = None,
+             bootstrap_value: float | Array | None = None, cu_seqlens: Array | None = None, axis: int = -1,
+             chunk_size: int | None = None, backend: str = "auto") -> tuple[Array, Array]:
     r"""Turn-level GAE: every turn of a trajectory is one step; returns ``(advantages, returns)`` per token.
 
     A *turn* is a maximal run of real tokens (``mask`` True; default:
@@ -134,13 +136,36 @@ def turn_gae(rewards, values, turn_ids, *, gamma=0.99, lam=0.95, critic_lam=None
     return call.restore(advantages), call.restore(returns)
 
 
-def turn_counts(turn_ids, *, mask=None, cu_seqlens=None, axis=-1):
-    """The number of turns of every row (shape: the batch shape with ``axis`` kept as 1), or, with ``cu_seqlens``,
-    of every packed sequence (the batch shape plus a trailing axis of ``len(cu_seqlens) - 1``).
+def turn_counts(turn_ids: Array, *, mask: Array | None = None, cu_seqlens: Array | None = None,
+                axis: int = -1) -> Array:
+    """The number of turns of every row, or of every packed sequence: a trajectory's length in turns.
 
-    Turns as in ``turn_gae`` (AReaL's ``turn_counts``: the distinct ids on
-    the real tokens of a row); an integer array of the namespace's default
-    integer dtype.
+    Turns as in ``turn_gae``; AReaL's ``turn_counts`` (the distinct ids on the
+    real tokens of a row), the lengths its turn mode gives a lambda function
+    (``length_adaptive_lambda(alpha, lengths=turn_counts(...))``).
+
+    Parameters
+    ----------
+    turn_ids : array of an integer dtype
+        The turn of each token, as in ``turn_gae``.
+    mask : bool array, optional
+        True for a token that belongs to a turn; default ``turn_ids >= 0``.
+    cu_seqlens : integer array, optional
+        Packed sequences along the time axis: count the turns of each.
+    axis : int
+        The time axis.
+
+    Returns
+    -------
+    array
+        Integer counts: the shape of ``turn_ids`` with ``axis`` of size 1, or,
+        with ``cu_seqlens``, the batch shape plus a trailing axis of one per
+        sequence.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``turn_gae`` for its ``turn_ids``, ``mask`` and ``cu_seqlens``.
 
     Examples
     --------

@@ -366,3 +366,27 @@ def test_mixed_libraries_and_traced_arrays_are_refused():
 
 def test_examples_run():
     assert doctest.testmod(gae_xp.turns, raise_on_error=False).failed == 0
+
+
+def test_torch_gradients_flow_through_the_turns():
+    torch = pytest.importorskip("torch")
+    ids = torch.tensor([[0, 0, 0, 1, 1, -1, 2, 2, 2, 3]] * 2)
+
+    def total(rewards, values):
+        advantages, returns = gae_xp.turn_gae(rewards, values, ids, gamma=0.9, lam=0.8)
+        return advantages.sum() + returns.sum()
+
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(2, 10, dtype=torch.float64, generator=generator, requires_grad=True) for _ in range(2)]
+    assert torch.autograd.gradcheck(total, inputs)
+
+
+def test_the_benchmark_runs(capsys):
+    from gae_xp.bench import turns as bench
+
+    assert bench.main(["--tokens", "4096", "--sequences", "8", "--turns", "4", "--samples", "1", "--threads", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "4096 tokens, 8 sequences" in out and "turn / token" in out
+    case = bench.packed_turns(np.random.default_rng(0), 4096, 8, 4)
+    for actual, desired in zip(gae_xp.turn_gae(**case), turn_gae_loop(**case)):
+        xp_assert_close(actual, desired, like=np.array(0.0, dtype=np.float32))
