@@ -6,17 +6,15 @@ own tests of its ``lambda_fn`` are restated in ``tests/conformance/test_areal_tu
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
 import pytest
-from helpers import converted, like, to_numpy, xp_assert_close
+from helpers import converted, like, xp_assert_close
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gae_xp
-import gae_xp.lambdas
 
 
 def vapo(length, alpha):
@@ -166,6 +164,6 @@ def test_inputs_are_kept():
     assert not np.shares_memory(gae_xp.relative_position_lambda(1.0, lengths=np.array([2.0])), lengths)
 
 
-def test_examples_run():
-    assert doctest.testmod(gae_xp.lambdas, raise_on_error=False).failed == 0
-    assert to_numpy(gae_xp.length_adaptive_lambda(1.0, lengths=np.array(4))).shape == ()
+def test_one_length_gives_one_lambda():
+    lam = gae_xp.length_adaptive_lambda(1.0, lengths=np.array(4))
+    assert lam.shape == () and float(lam) == 0.75
