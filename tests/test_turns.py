@@ -215,6 +215,25 @@ def test_masked_nan_does_not_leak_and_a_real_one_stays_in_its_row(library):
         xp_assert_close(actual, desired, like=like(library))
 
 
+@pytest.mark.parametrize("dtype, big", [("float32", 3e38), ("float16", 65504.0)])
+def test_masked_extremes_are_absent(library, dtype, big):
+    """Masked tokens holding the dtype's extremes (r = big beside V = -big) change nothing (issue 20, item 1)."""
+    if not hasattr(library.xp, dtype):
+        pytest.skip(f"{library.name} has no {dtype}")
+    rng = np.random.default_rng(14)
+    case = make_turns(rng, (2, 40), holes=0.5)
+    signs = rng.choice([-1.0, 1.0], size=(2, 40))
+    extreme = dict(case, rewards=np.where(case["mask"], case["rewards"], big * signs),
+                   values=np.where(case["mask"], case["values"], -big * signs))
+    arrays = converted(library, extreme, getattr(library.xp, dtype))
+    rounded = {key: to_numpy(arrays[key]).astype(np.float64) if key in ("rewards", "values", "bootstrap_value")
+               else value for key, value in case.items()}
+    rounded = dict(rounded, rewards=np.where(case["mask"], rounded["rewards"], 0.0),
+                   values=np.where(case["mask"], rounded["values"], 0.0))
+    for actual, desired in zip(gae_xp.turn_gae(**arrays), turn_gae_loop(**rounded)):
+        xp_assert_close(actual, desired, like=arrays["rewards"])
+
+
 def test_edge_shapes(library):
     xp = library.xp
     for shape in [(0,), (3, 0), (0, 5), (1,), (2, 1)]:
