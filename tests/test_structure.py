@@ -106,3 +106,24 @@ def test_per_step_fields_are_written_once():
                  if name != "gae_xp._problem" and listing.search(path.read_text())]
     assert not offenders, f"the per-step fields are listed by hand in {offenders}: use GaeProblem.steps()"
     assert listing.search((ROOT / "gae_xp" / "_problem.py").read_text())
+
+
+def test_a_checkout_without_symlinks_imports(tmp_path):
+    """git with core.symlinks=false writes gae_xp/backends as a text file holding "../backends": the package
+    still finds its backends (in the clone's root) and computes."""
+    import shutil
+    import subprocess
+    import sys
+
+    clone = tmp_path / "clone"
+    shutil.copytree(ROOT / "gae_xp", clone / "gae_xp", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "backends", clone / "backends", ignore=shutil.ignore_patterns("__pycache__"))
+    link = clone / "gae_xp" / "backends"
+    link.unlink()
+    link.write_text("../backends")
+    code = ("import numpy as np, gae_xp, gae_xp.backends as b; "
+            "assert b.__file__.startswith(%r); print(gae_xp.gae(np.ones(3), np.zeros(3), gamma=1.0, lam=1.0)[0])"
+            % str(clone / "backends"))
+    done = subprocess.run([sys.executable, "-c", code], cwd=clone, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[3. 2. 1.]"
