@@ -283,25 +283,27 @@ def _ptx_cache(name: str, signature: str, spec) -> str:
     return _PTX_CACHE[name, signature]
 
 
-def ptx_row(case: str, *, shape=SHAPE, bandwidth=H200_BANDWIDTH, samples: str = "edges") -> Row:
+def ptx_row(case: str, *, shape=SHAPE, bandwidth=H200_BANDWIDTH, samples: str = "edges",
+            launches: list[LaunchTraffic] | None = None) -> Row:
     """The fused path's row, its bytes read from the PTX (one row of T = ``shape[1]``: per element, rows do not
-    change it)."""
-    launches = ptx_launches(case, length=shape[1], samples=samples)
+    change it); ``launches`` from ``ptx_launches`` if already read."""
+    launches = launches or ptx_launches(case, length=shape[1], samples=samples)
     total = sum(launch.bytes_per_element for launch in launches)
     return Row("numba-cuda (fused), read from the PTX", case, len(launches), total, _ms(total, shape, bandwidth))
 
 
 def report(*, shape=SHAPE, record_shape=RECORD_SHAPE, cases=CASES, bandwidth=H200_BANDWIDTH,
-           generic: bool = True, from_ptx: bool = False) -> list[Row]:
+           generic: bool = True, from_ptx: bool | dict = False) -> list[Row]:
     """Rows for every path and case (float32): the floor, the fused path (by hand and, with ``from_ptx``, read
-    from its PTX) and, with torch installed and ``generic``, the generic path. Times are predictions at
-    ``bandwidth``, not measurements."""
+    from its PTX: a dict of ``ptx_launches`` per case if already read) and, with torch installed and ``generic``,
+    the generic path. Times are predictions at ``bandwidth``, not measurements."""
     rows = []
     for case in cases:
         rows.append(Row("floor: read r, V; write A, R", case, 1, FLOOR_BYTES, _ms(FLOOR_BYTES, shape, bandwidth)))
         rows.append(fused_row(case, shape=shape, bandwidth=bandwidth))
         if from_ptx:
-            rows.append(ptx_row(case, shape=shape, bandwidth=bandwidth))
+            launches = from_ptx.get(case) if isinstance(from_ptx, dict) else None
+            rows.append(ptx_row(case, shape=shape, bandwidth=bandwidth, launches=launches))
         if generic:
             rows.extend(generic_rows(case, shape=shape, record_shape=record_shape, bandwidth=bandwidth))
     return rows
@@ -323,5 +325,66 @@ def markdown(rows: list[Row], *, shape=SHAPE, bandwidth=H200_BANDWIDTH) -> str:
     return "\n".join(lines)
 
 
+def ptx_markdown(launches_by_case: dict[str, list[LaunchTraffic]]) -> str:
+    """Per launch and argument: bytes per element read and written (distinct), requested by the instructions,
+    access widths, and sectors per warp request against the fewest."""
+    lines = ["| case | launch | blocks x threads | argument | bytes/element | requested | widths (B) "
+             "| sectors per warp request (fewest) |", "|---|---|---|---|---|---|---|---|"]
+    for case, launches in launches_by_case.items():
+        for launch in launches:
+            for name in sorted(set(launch.read) | set(launch.written)):
+                moved = (launch.read.get(name, 0) + launch.written.get(name, 0)) / launch.elements
+                sectors, fewest = launch.sectors.get(name, (0.0, 0.0))
+                lines.append(f"| {case} | {launch.kernel} | {launch.blocks} x {launch.threads} | {name} | "
+                             f"{moved:.4f} | {launch.requested[name] / launch.elements:.4f} | "
+                             f"{', '.join(map(str, launch.widths[name]))} | {sectors:.1f} ({fewest:.1f}) |")
+    return "\n".join(lines)
+
+
+def pages(*, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth=H200_BANDWIDTH) -> dict[str, str]:
+    """The generated tables of the README and docs/gpu.md: ``{"summary": ..., "ptx": ...}``."""
+    launches = {case: ptx_launches(case, length=shape[1]) for case in CASES}
+    rows = report(shape=shape, record_shape=record_shape, bandwidth=bandwidth, from_ptx=launches)
+    return {"summary": markdown(rows, shape=shape, bandwidth=bandwidth), "ptx": ptx_markdown(launches)}
+
+
+#: The markers around each generated table in the README and docs/gpu.md.
+MARKERS = {name: (f"<!-- traffic:{name} (python -m gae_xp.bench.traffic --write) -->", f"<!-- traffic:{name} end -->")
+           for name in ("summary", "ptx")}
+DOCUMENTS = {"README.md": ("summary",), "docs/gpu.md": ("summary", "ptx")}
+
+
+def fill(text: str, tables: dict[str, str], names) -> str:
+    """``text`` with each named table between its markers replaced by ``tables[name]``."""
+    for name in names:
+        begin, end = MARKERS[name]
+        if begin not in text or end not in text:
+            raise ValueError(f"the markers of the {name!r} table are missing")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{tables[name]}\n{end}{tail}"
+    return text
+
+
+def main(argv=None) -> int:
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="The traffic model's tables (predicted, not measured).")
+    parser.add_argument("--write", action="store_true", help="write them into README.md and docs/gpu.md")
+    parser.add_argument("--root", default=".", help="the checkout holding README.md and docs/ (default: .)")
+    options = parser.parse_args(argv)
+    tables = pages()
+    if not options.write:
+        print(tables["summary"])
+        print()
+        print(tables["ptx"])
+        return 0
+    for document, names in DOCUMENTS.items():
+        path = Path(options.root) / document
+        path.write_text(fill(path.read_text(), tables, names))
+    return 0
+
+
 if __name__ == "__main__":
-    print(markdown(report()))
+    raise SystemExit(main())
