@@ -101,8 +101,8 @@ def _strided_double():
 
 @needs_ptx
 def test_the_ptx_runner_executes_a_kernel():
-    """y[i] = 2 x[2 i] on 64 threads, 60 of them inside: every y written with the right value, x read at every other element,
-    and the warp's requests: y coalesced (4 sectors for 32 floats), x spread over twice as many."""
+    """y[i] = 2 x[2 i] on 64 threads, 60 of them inside: every y written with the right value, x read at every
+    other element, and the warps' requests: y coalesced (4 sectors for 32 floats), x over twice as many."""
     from gae_xp.backends import _cuda_import
     from gae_xp.bench import ptx
 
