@@ -85,7 +85,9 @@ def _ptx_unavailable() -> str | None:
 
 
 _REASON = _ptx_unavailable()
-needs_ptx = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
+#: GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in) turns the skip into the failure it hides.
+needs_ptx = pytest.mark.skipif(_REASON is not None and os.environ.get("GAE_XP_REQUIRE_PTX") != "1",
+                               reason=str(_REASON))
 
 
 def _strided_double():
