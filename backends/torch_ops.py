@@ -1,0 +1,283 @@
+r"""PyTorch: ``gae()`` as the custom operators ``torch.ops.gae_xp.gae`` and ``gae_xp.gae_backward``.
+
+Imported only when torch tensors arrive that record autograd history or are
+traced (``torch.compile``, meta tensors): ``gae_xp.backends.select`` sends
+them here. The operators make the kernels one node that autograd and
+``torch.compile`` keep:
+
+* ``gae_xp::gae(rewards, values, bootstrap, ...) -> (advantages, returns)``:
+  the forward, on the numba kernels for CPU tensors and on the numba-CUDA
+  kernels for CUDA tensors, with a fake implementation (shapes and dtypes)
+  for ``torch.compile``, dynamic shapes and meta tensors;
+* ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
+  (rewards, values, bootstrap, next_values, carry)``: the gradients, which
+  ``register_autograd`` wires to the forward. ``gae()`` is linear in its
+  float inputs once flags and coefficients are fixed, so the backward is
+  the adjoint scan: the same coefficients run forward in time, cut at the
+  same places (``gae_xp.backends._numba_backward``), and its own backward
+  is the forward operator again (second derivatives are exact).
+
+Inputs are a ``GaeProblem``'s fields: time last, compute dtype (float32 or
+float64), ``bootstrap`` (and ``carry``) of the batch shape plus a trailing
+axis of the segments' count. A coefficient is a float plus an optional
+per-step tensor that replaces it; ``critic_lam`` None (and no tensor) means
+the returns use ``lam``. No gradient flows to per-step ``gamma``, ``lam`` or
+``critic_lam`` through the operators: ``BACKEND.gae`` sends calls whose
+coefficients require grad to the generic path, whose autograd has them.
+
+Served here (``BACKEND.unavailable_reason``): torch tensors on the CPU with
+numba installed, meta tensors, and CUDA tensors once the numba-CUDA backend
+has ``gae_backward``; not ``torch.func`` transforms (vmap, grad, jvp), which
+take the generic path. Everything but ``gae`` (``discounted_cumsum``, the
+estimators' scans, the pieces' summaries) is the generic path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gae_xp._compat import array_namespace, is_torch_array
+from gae_xp._problem import GaeProblem
+
+from . import numba_cpu
+from . import xp as _generic
+
+NAME = "torch-op"
+#: Read once here, not per call: under ``torch.compile`` a cached lookup would be traced on every compilation.
+_NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+
+
+class TorchOpBackend:
+    name = NAME
+    segments = True
+    uses_chunk_size = False
+    critic_lam = True
+    summarize = None
+
+    def unavailable_reason(self, xp, arrays, *, forced=False):
+        if not all(is_torch_array(a) for a in arrays):
+            return "the custom operators take torch tensors"
+        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_functorch_wrapped_tensor(a)
+                                                       for a in arrays):
+            return "torch.func transforms (vmap, grad) take the generic path"
+        device = arrays[0].device.type
+        if device == "meta":
+            return None
+        if device == "cpu":
+            return None if _NUMBA_INSTALLED else "numba is not installed (pip install 'gae_xp[numba]')"
+        if device == "cuda":
+            return _cuda_reason()
+        return f"the custom operators have no kernel for {device} tensors"
+
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        return _generic.BACKEND.scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+
+    def gae(self, problem, *, chunk_size):
+        """The operator's (advantages, returns), or the generic path's where the operator gives no gradient."""
+        if _generic_reason(problem) is not None:
+            return _generic.BACKEND.gae(problem, chunk_size=chunk_size)
+        return gae(*operator_arguments(problem))
+
+
+BACKEND = TorchOpBackend()
+
+
+def _generic_reason(p: GaeProblem) -> str | None:
+    """Why the generic path, not the operator, solves ``p`` (None when the operator does)."""
+    if any(is_torch_array(c) and c.requires_grad for c in (p.gamma, p.lam, p.critic_lam)):
+        return "per-step gamma, lam or critic_lam that require grad: the generic path's autograd differentiates them"
+    if p.values is None or p.extra:
+        return "an estimator without values, or with further per-step inputs"
+    if p.carry is not None and p.critic_lam is not None:
+        return "a carry with critic_lam: the generic path refuses it (a carry enters one advantage chain)"
+    if p.rewards.device.type == "cuda" and (p.offsets is not None or p.carry is not None) \
+            and not _cuda_backend().segments:
+        return "the numba-CUDA kernels take no packed sequences or carry yet"
+    return None
+
+
+def operator_arguments(p: GaeProblem) -> tuple:
+    """The arguments of ``gae`` (the operator) for a problem, in its schema's order."""
+    gamma, gamma_steps = _split(p.gamma)
+    lam, lam_steps = _split(p.lam)
+    critic_lam, critic_lam_steps = (None, None) if p.critic_lam is None else _split(p.critic_lam)
+    host_offsets = None
+    if p.host_offsets is not None and p.rewards.device.type == "cuda":  # the CUDA kernels need not read them back
+        host_offsets = torch.from_numpy(np.asarray(p.host_offsets, dtype=np.int64))
+    return (p.rewards, p.values, p.bootstrap, p.next_values, p.terminated, p.truncated, p.mask, gamma, gamma_steps,
+            lam, lam_steps, critic_lam, critic_lam_steps, p.fill_masked, p.offsets, host_offsets, p.carry)
+
+
+def _split(coefficient) -> tuple[float, Tensor | None]:
+    """(float, None) for a Python float, (0.0, tensor) for per-step values."""
+    return (0.0, coefficient) if is_torch_array(coefficient) else (coefficient, None)
+
+
+# --- the operators ---------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("gae_xp::gae", mutates_args=(), device_types="cpu")
+def gae(rewards: Tensor, values: Tensor, bootstrap: Tensor, next_values: Optional[Tensor],
+        terminated: Optional[Tensor], truncated: Optional[Tensor], mask: Optional[Tensor], gamma: float,
+        gamma_steps: Optional[Tensor], lam: float, lam_steps: Optional[Tensor], critic_lam: Optional[float],
+        critic_lam_steps: Optional[Tensor], fill_masked: bool, offsets: Optional[Tensor],
+        host_offsets: Optional[Tensor], carry: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """(advantages, returns) of the problem these fields make up (see the module docstring), on the numba kernels."""
+    return _solve(_problem(**locals()), numba_cpu.BACKEND)
+
+
+@torch.library.custom_op("gae_xp::gae_backward", mutates_args=(), device_types="cpu")
+def gae_backward(grad_advantages: Tensor, grad_returns: Tensor, rewards: Tensor, values: Tensor, bootstrap: Tensor,
+                 next_values: Optional[Tensor], terminated: Optional[Tensor], truncated: Optional[Tensor],
+                 mask: Optional[Tensor], gamma: float, gamma_steps: Optional[Tensor], lam: float,
+                 lam_steps: Optional[Tensor], critic_lam: Optional[float], critic_lam_steps: Optional[Tensor],
+                 fill_masked: bool, offsets: Optional[Tensor], host_offsets: Optional[Tensor],
+                 carry: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients to (rewards, values, bootstrap, next_values, carry); an empty tensor for an absent input."""
+    from ._numba_backward import gae_backward as kernel
+
+    arguments = locals()
+    gradients = kernel(_problem(**_forward_arguments(arguments)), grad_advantages, grad_returns)
+    return _gradients(gradients, arguments["rewards"])
+
+
+@gae.register_kernel("cuda")
+def _gae_cuda(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
+              lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry):
+    return _solve(_problem(**locals()), _cuda_backend())
+
+
+@gae_backward.register_kernel("cuda")
+def _gae_backward_cuda(grad_advantages, grad_returns, rewards, values, bootstrap, next_values, terminated, truncated,
+                       mask, gamma, gamma_steps, lam, lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets,
+                       host_offsets, carry):
+    arguments = locals()
+    gradients = _cuda_backend().gae_backward(_problem(**_forward_arguments(arguments)), grad_advantages, grad_returns)
+    return _gradients(gradients, rewards)
+
+
+@gae.register_fake
+def _gae_fake(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
+              lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry):
+    return _empty(rewards.shape, rewards), _empty(rewards.shape, rewards)
+
+
+@gae_backward.register_fake
+def _gae_backward_fake(grad_advantages, grad_returns, rewards, values, bootstrap, next_values, terminated, truncated,
+                       mask, gamma, gamma_steps, lam, lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets,
+                       host_offsets, carry):
+    return (_empty(rewards.shape, rewards), _empty(rewards.shape, rewards), _empty(bootstrap.shape, rewards),
+            _empty((0,) if next_values is None else next_values.shape, rewards),
+            _empty((0,) if carry is None else carry.shape, rewards))
+
+
+#: The operator's inputs, in its schema's order; the differentiable ones and the per-step coefficients.
+INPUTS = ("rewards", "values", "bootstrap", "next_values", "terminated", "truncated", "mask", "gamma", "gamma_steps",
+          "lam", "lam_steps", "critic_lam", "critic_lam_steps", "fill_masked", "offsets", "host_offsets", "carry")
+_DIFFERENTIABLE = ("rewards", "values", "bootstrap", "next_values", "carry")
+_COEFFICIENT_STEPS = ("gamma_steps", "lam_steps", "critic_lam_steps")
+_SCALARS = ("gamma", "lam", "critic_lam", "fill_masked")
+
+
+def _setup_context(ctx, inputs, output):
+    _save(ctx, inputs, ctx.needs_input_grad)
+
+
+def _save(ctx, inputs, needs_input_grad):
+    """Keep the forward's inputs for the backward (the tensors saved, the scalars as they are)."""
+    arguments = dict(zip(INPUTS, inputs))
+    tensors = [name for name in INPUTS if name not in _SCALARS]
+    ctx.save_for_backward(*(arguments[name] for name in tensors))
+    ctx.tensor_names = tensors
+    ctx.scalars = {name: arguments[name] for name in _SCALARS}
+    ctx.coefficients_need_grad = any(needs_input_grad[INPUTS.index(name)] for name in _COEFFICIENT_STEPS)
+
+
+def _saved_arguments(ctx) -> dict:
+    return {**dict(zip(ctx.tensor_names, ctx.saved_tensors)), **ctx.scalars}
+
+
+def _backward(ctx, grad_advantages, grad_returns):
+    if ctx.coefficients_need_grad:
+        raise RuntimeError("gae_xp::gae computes no gradient to per-step gamma, lam or critic_lam: gae_xp.gae() "
+                           "sends such calls to the generic path (or pass backend='xp')")
+    arguments = _saved_arguments(ctx)
+    gradients = dict(zip(_DIFFERENTIABLE, gae_backward(grad_advantages, grad_returns,
+                                                       *(arguments[name] for name in INPUTS))))
+    return tuple(gradients[name] if name in gradients and arguments[name] is not None else None for name in INPUTS)
+
+
+def _setup_backward_context(ctx, inputs, output):
+    _save(ctx, inputs[2:], ctx.needs_input_grad[2:])
+
+
+def _backward_of_backward(ctx, *upstream):
+    # The backward is the transpose of a linear map; its own backward is the map, the forward operator.
+    arguments = _saved_arguments(ctx)
+    for name, gradient in zip(_DIFFERENTIABLE, upstream):
+        if arguments[name] is not None:
+            arguments[name] = gradient
+    grad_advantages, grad_returns = gae(*(arguments[name] for name in INPUTS))
+    return (grad_advantages, grad_returns, *(None for _ in INPUTS))
+
+
+gae.register_autograd(_backward, setup_context=_setup_context)
+gae_backward.register_autograd(_backward_of_backward, setup_context=_setup_backward_context)
+
+
+# --- shared by the implementations ------------------------------------------------------------------------------
+
+
+def _solve(problem: GaeProblem, kernels) -> tuple[Tensor, Tensor]:
+    from gae_xp.estimators import solve_gae
+
+    return solve_gae(problem, kernels, None)
+
+
+def _problem(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
+             lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry) -> GaeProblem:
+    """The GaeProblem of an operator's inputs (host offsets read from CPU offsets when none are given)."""
+    if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
+        host_offsets = offsets
+    return GaeProblem(
+        xp=array_namespace(rewards), rewards=rewards, values=values, bootstrap=bootstrap, next_values=next_values,
+        terminated=terminated, truncated=truncated, mask=mask,
+        gamma=gamma if gamma_steps is None else gamma_steps, lam=lam if lam_steps is None else lam_steps,
+        critic_lam=critic_lam if critic_lam_steps is None else critic_lam_steps, fill_masked=fill_masked,
+        offsets=offsets, host_offsets=None if host_offsets is None else host_offsets.numpy(), carry=carry)
+
+
+def _forward_arguments(arguments: dict) -> dict:
+    return {name: arguments[name] for name in INPUTS}
+
+
+def _gradients(gradients: dict, like: Tensor) -> tuple:
+    """The backward operator's outputs from a kernel's dict: an empty tensor where an input is absent."""
+    return tuple(_empty((0,), like) if gradients.get(name) is None else gradients[name] for name in _DIFFERENTIABLE)
+
+
+def _empty(shape, like: Tensor) -> Tensor:
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def _cuda_backend():
+    from . import numba_cuda
+
+    return numba_cuda.BACKEND
+
+
+def _cuda_reason() -> str | None:
+    """None when the numba-CUDA backend can run both operators on this machine."""
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed (pip install 'gae_xp[cuda12]' or 'gae_xp[cuda13]')"
+    backend = _cuda_backend()
+    if not hasattr(backend, "gae_backward"):
+        return "the numba-CUDA backend has no backward kernel yet"
+    from numba import cuda
+
+    return None if cuda.is_available() else "numba-cuda finds no usable CUDA driver or GPU"
