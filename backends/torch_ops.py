@@ -91,13 +91,13 @@ def _generic_reason(p: GaeProblem) -> str | None:
     """Why the generic path, not the operator, solves ``p`` (None when the operator does)."""
     if any(is_torch_array(c) and c.requires_grad for c in (p.gamma, p.lam, p.critic_lam)):
         return "per-step gamma, lam or critic_lam that require grad: the generic path's autograd differentiates them"
-    if p.values is None or p.extra:
-        return "an estimator without values, or with further per-step inputs"
     if p.carry is not None and p.critic_lam is not None:
         return "a carry with critic_lam: the generic path refuses it (a carry enters one advantage chain)"
-    if p.rewards.device.type == "cuda" and (p.offsets is not None or p.carry is not None) \
-            and not _cuda_backend().segments:
-        return "the numba-CUDA kernels take no packed sequences or carry yet"
+    if p.rewards.device.type == "cuda":
+        if (p.offsets is not None or p.carry is not None) and not _cuda_backend().segments:
+            return "the numba-CUDA kernels take no packed sequences or carry yet"
+        if p.carry is not None and p.carry.requires_grad:
+            return "the numba-CUDA backward gives no gradient to a carry"
     return None
 
 
@@ -106,8 +106,8 @@ def operator_arguments(p: GaeProblem) -> tuple:
     gamma, gamma_steps = _split(p.gamma)
     lam, lam_steps = _split(p.lam)
     critic_lam, critic_lam_steps = (None, None) if p.critic_lam is None else _split(p.critic_lam)
-    host_offsets = None
-    if p.host_offsets is not None and p.rewards.device.type == "cuda":  # the CUDA kernels need not read them back
+    host_offsets = None  # given to the CUDA kernels, which then need not read the offsets back (CPU ones are read)
+    if p.host_offsets is not None and p.rewards.device.type == "cuda" and not torch.compiler.is_compiling():
         host_offsets = torch.from_numpy(np.asarray(p.host_offsets, dtype=np.int64))
     return (p.rewards, p.values, p.bootstrap, p.next_values, p.terminated, p.truncated, p.mask, gamma, gamma_steps,
             lam, lam_steps, critic_lam, critic_lam_steps, p.fill_masked, p.offsets, host_offsets, p.carry)
@@ -195,7 +195,8 @@ def _save(ctx, inputs, needs_input_grad):
     ctx.save_for_backward(*(arguments[name] for name in tensors))
     ctx.tensor_names = tensors
     ctx.scalars = {name: arguments[name] for name in _SCALARS}
-    ctx.coefficients_need_grad = any(needs_input_grad[INPUTS.index(name)] for name in _COEFFICIENT_STEPS)
+    ctx.needs = dict(zip(INPUTS, needs_input_grad))
+    ctx.coefficients_need_grad = any(ctx.needs[name] for name in _COEFFICIENT_STEPS)
 
 
 def _saved_arguments(ctx) -> dict:
@@ -209,7 +210,7 @@ def _backward(ctx, grad_advantages, grad_returns):
     arguments = _saved_arguments(ctx)
     gradients = dict(zip(_DIFFERENTIABLE, gae_backward(grad_advantages, grad_returns,
                                                        *(arguments[name] for name in INPUTS))))
-    return tuple(gradients[name] if name in gradients and arguments[name] is not None else None for name in INPUTS)
+    return tuple(gradients[name] if name in gradients and ctx.needs[name] else None for name in INPUTS)
 
 
 def _setup_backward_context(ctx, inputs, output):
