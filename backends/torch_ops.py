@@ -5,12 +5,15 @@ traced (``torch.compile``, meta tensors): ``gae_xp.backends.select`` sends
 them here. The operators make the kernels one node that autograd and
 ``torch.compile`` keep:
 
-* ``gae_xp::gae(rewards, values, bootstrap, ...) -> (advantages, returns)``:
+* ``gae_xp::gae(rewards, values, next_values, ..., carry) -> (advantages, returns)``
+  (the inputs ``INPUTS``: a ``GaeProblem``'s fields by name, its per-step ones
+  in the order of ``gae_xp._problem.PER_STEP``):
   the forward, on the numba kernels for CPU tensors and on the numba-CUDA
   kernels for CUDA tensors, with a fake implementation (shapes and dtypes)
   for ``torch.compile``, dynamic shapes and meta tensors;
 * ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
-  (rewards, values, bootstrap, next_values, carry)``: the gradients, which
+  (rewards, values, next_values, bootstrap, carry)`` (``DIFFERENTIABLE``;
+  an empty tensor for an absent input): the gradients, which
   ``register_autograd`` wires to the forward. ``gae()`` is linear in its
   float inputs once flags and coefficients are fixed, so the backward is
   the adjoint scan: the same coefficients run forward in time, cut at the
@@ -35,14 +38,13 @@ estimators' scans, the pieces' summaries) is the generic path.
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from gae_xp._compat import array_namespace, is_torch_array
-from gae_xp._problem import GaeProblem
+from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
 from . import numba_cpu
 from . import xp as _generic
@@ -101,87 +103,108 @@ def _generic_reason(p: GaeProblem) -> str | None:
     return None
 
 
+# --- the operators' inputs: a problem's fields, in the order of gae_xp._problem.PER_STEP ---------------------------
+
+def _schema() -> tuple[tuple[str, str], ...]:
+    """(schema type, name) of every input of ``gae_xp::gae``: each per-step field (a coefficient as a float and
+    an optional per-step tensor that replaces it), then the per-segment boundary, the option and the segments."""
+    inputs = []
+    for field in PER_STEP:
+        if field in COEFFICIENTS:
+            inputs += [("float?", field), ("Tensor?", f"{field}_steps")]
+        else:
+            inputs.append(("Tensor" if field in ("rewards", "values") else "Tensor?", field))
+    return (*inputs, ("Tensor", "bootstrap"), ("bool", "fill_masked"), ("Tensor?", "offsets"),
+            ("Tensor?", "host_offsets"), ("Tensor?", "carry"))
+
+
+_SCHEMA = _schema()
+INPUTS = tuple(name for _, name in _SCHEMA)
+#: The inputs that get a gradient, in the order of the backward operator's outputs.
+DIFFERENTIABLE = (*(field for field in PER_STEP if field not in FLAGS and field not in COEFFICIENTS),
+                  "bootstrap", "carry")
+_COEFFICIENT_STEPS = tuple(f"{field}_steps" for field in COEFFICIENTS)
+_NOT_TENSORS = (*COEFFICIENTS, "fill_masked")
+
+
 def operator_arguments(p: GaeProblem) -> tuple:
     """The arguments of ``gae`` (the operator) for a problem, in its schema's order."""
-    gamma, gamma_steps = _split(p.gamma)
-    lam, lam_steps = _split(p.lam)
-    critic_lam, critic_lam_steps = (None, None) if p.critic_lam is None else _split(p.critic_lam)
-    host_offsets = None  # given to the CUDA kernels, which then need not read the offsets back (CPU ones are read)
+    arguments = {"bootstrap": p.bootstrap, "fill_masked": p.fill_masked, "offsets": p.offsets, "carry": p.carry,
+                 "host_offsets": None}  # given to the CUDA kernels, which then need not read the offsets back
     if p.host_offsets is not None and p.rewards.device.type == "cuda" and not torch.compiler.is_compiling():
-        host_offsets = torch.from_numpy(np.asarray(p.host_offsets, dtype=np.int64))
-    return (p.rewards, p.values, p.bootstrap, p.next_values, p.terminated, p.truncated, p.mask, gamma, gamma_steps,
-            lam, lam_steps, critic_lam, critic_lam_steps, p.fill_masked, p.offsets, host_offsets, p.carry)
+        arguments["host_offsets"] = torch.from_numpy(np.asarray(p.host_offsets, dtype=np.int64))
+    for field in PER_STEP:
+        value = getattr(p, field)
+        if field in COEFFICIENTS:  # a float, or per-step values in its tensor
+            steps = is_torch_array(value)
+            arguments[field], arguments[f"{field}_steps"] = (None, value) if steps else (value, None)
+        else:
+            arguments[field] = value
+    return tuple(arguments[name] for name in INPUTS)
 
 
-def _split(coefficient) -> tuple[float, Tensor | None]:
-    """(float, None) for a Python float, (0.0, tensor) for per-step values."""
-    return (0.0, coefficient) if is_torch_array(coefficient) else (coefficient, None)
+def _problem(arguments: dict) -> GaeProblem:
+    """The GaeProblem of an operator's inputs by name (host offsets read from CPU offsets when none are given)."""
+    fields = {field: arguments[field] for field in PER_STEP if field not in COEFFICIENTS}
+    for field in COEFFICIENTS:
+        steps = arguments[f"{field}_steps"]
+        fields[field] = arguments[field] if steps is None else steps
+    offsets, host_offsets = arguments["offsets"], arguments["host_offsets"]
+    if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
+        host_offsets = offsets
+    return GaeProblem(xp=array_namespace(arguments["rewards"]), **fields, bootstrap=arguments["bootstrap"],
+                      fill_masked=arguments["fill_masked"], offsets=offsets, carry=arguments["carry"],
+                      host_offsets=None if host_offsets is None else host_offsets.numpy())
 
 
-# --- the operators ---------------------------------------------------------------------------------------------
+# --- the operators -----------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("gae_xp::gae", mutates_args=(), device_types="cpu")
-def gae(rewards: Tensor, values: Tensor, bootstrap: Tensor, next_values: Optional[Tensor],
-        terminated: Optional[Tensor], truncated: Optional[Tensor], mask: Optional[Tensor], gamma: float,
-        gamma_steps: Optional[Tensor], lam: float, lam_steps: Optional[Tensor], critic_lam: Optional[float],
-        critic_lam_steps: Optional[Tensor], fill_masked: bool, offsets: Optional[Tensor],
-        host_offsets: Optional[Tensor], carry: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    """(advantages, returns) of the problem these fields make up (see the module docstring), on the numba kernels."""
-    return _solve(_problem(**locals()), numba_cpu.BACKEND)
+def _gae_cpu(*inputs):
+    return _solve(_problem(dict(zip(INPUTS, inputs))), numba_cpu.BACKEND)
 
 
-@torch.library.custom_op("gae_xp::gae_backward", mutates_args=(), device_types="cpu")
-def gae_backward(grad_advantages: Tensor, grad_returns: Tensor, rewards: Tensor, values: Tensor, bootstrap: Tensor,
-                 next_values: Optional[Tensor], terminated: Optional[Tensor], truncated: Optional[Tensor],
-                 mask: Optional[Tensor], gamma: float, gamma_steps: Optional[Tensor], lam: float,
-                 lam_steps: Optional[Tensor], critic_lam: Optional[float], critic_lam_steps: Optional[Tensor],
-                 fill_masked: bool, offsets: Optional[Tensor], host_offsets: Optional[Tensor],
-                 carry: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The gradients to (rewards, values, bootstrap, next_values, carry); an empty tensor for an absent input."""
-    from ._numba_backward import gae_backward as kernel
-
-    arguments = locals()
-    gradients = kernel(_problem(**_forward_arguments(arguments)), grad_advantages, grad_returns)
-    return _gradients(gradients, arguments["rewards"])
+def _gae_cuda(*inputs):
+    return _solve(_problem(dict(zip(INPUTS, inputs))), _cuda_backend())
 
 
-@gae.register_kernel("cuda")
-def _gae_cuda(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
-              lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry):
-    return _solve(_problem(**locals()), _cuda_backend())
-
-
-@gae_backward.register_kernel("cuda")
-def _gae_backward_cuda(grad_advantages, grad_returns, rewards, values, bootstrap, next_values, terminated, truncated,
-                       mask, gamma, gamma_steps, lam, lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets,
-                       host_offsets, carry):
-    arguments = locals()
-    gradients = _cuda_backend().gae_backward(_problem(**_forward_arguments(arguments)), grad_advantages, grad_returns)
-    return _gradients(gradients, rewards)
-
-
-@gae.register_fake
-def _gae_fake(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
-              lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry):
+def _gae_fake(*inputs):
+    rewards = inputs[0]
     return _empty(rewards.shape, rewards), _empty(rewards.shape, rewards)
 
 
-@gae_backward.register_fake
-def _gae_backward_fake(grad_advantages, grad_returns, rewards, values, bootstrap, next_values, terminated, truncated,
-                       mask, gamma, gamma_steps, lam, lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets,
-                       host_offsets, carry):
-    return (_empty(rewards.shape, rewards), _empty(rewards.shape, rewards), _empty(bootstrap.shape, rewards),
-            _empty((0,) if next_values is None else next_values.shape, rewards),
-            _empty((0,) if carry is None else carry.shape, rewards))
+def _gae_backward_cpu(grad_advantages, grad_returns, *inputs):
+    from ._numba_backward import gae_backward as kernel
+
+    problem = _problem(dict(zip(INPUTS, inputs)))
+    return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
 
 
-#: The operator's inputs, in its schema's order; the differentiable ones and the per-step coefficients.
-INPUTS = ("rewards", "values", "bootstrap", "next_values", "terminated", "truncated", "mask", "gamma", "gamma_steps",
-          "lam", "lam_steps", "critic_lam", "critic_lam_steps", "fill_masked", "offsets", "host_offsets", "carry")
-_DIFFERENTIABLE = ("rewards", "values", "bootstrap", "next_values", "carry")
-_COEFFICIENT_STEPS = ("gamma_steps", "lam_steps", "critic_lam_steps")
-_SCALARS = ("gamma", "lam", "critic_lam", "fill_masked")
+def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
+    problem = _problem(dict(zip(INPUTS, inputs)))
+    return _gradients(_cuda_backend().gae_backward(problem, grad_advantages, grad_returns), problem)
+
+
+def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
+    arguments = dict(zip(INPUTS, inputs))
+    rewards = arguments["rewards"]
+    return tuple(_empty((0,) if arguments[name] is None else arguments[name].shape, rewards) for name in DIFFERENTIABLE)
+
+
+_INPUTS_SCHEMA = ", ".join(f"{kind} {name}" for kind, name in _SCHEMA)
+gae = torch.library.custom_op("gae_xp::gae", _gae_cpu, mutates_args=(), device_types="cpu",
+                              schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+gae.__doc__ = "(advantages, returns) of the problem made of ``INPUTS`` (see the module docstring)."
+gae_backward = torch.library.custom_op(
+    "gae_xp::gae_backward", _gae_backward_cpu, mutates_args=(), device_types="cpu",
+    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> "
+           f"({', '.join('Tensor' for _ in DIFFERENTIABLE)})")
+gae_backward.__doc__ = ("The gradients to ``DIFFERENTIABLE`` given those to (advantages, returns); an empty tensor "
+                        "for an absent input.")
+gae.register_kernel("cuda", _gae_cuda)
+gae_backward.register_kernel("cuda", _gae_backward_cuda)
+gae.register_fake(_gae_fake)
+gae_backward.register_fake(_gae_backward_fake)
 
 
 def _setup_context(ctx, inputs, output):
@@ -189,18 +212,18 @@ def _setup_context(ctx, inputs, output):
 
 
 def _save(ctx, inputs, needs_input_grad):
-    """Keep the forward's inputs for the backward (the tensors saved, the scalars as they are)."""
+    """Keep the forward's inputs for the backward (the tensors saved, the numbers as they are)."""
     arguments = dict(zip(INPUTS, inputs))
-    tensors = [name for name in INPUTS if name not in _SCALARS]
+    tensors = [name for name in INPUTS if name not in _NOT_TENSORS]
     ctx.save_for_backward(*(arguments[name] for name in tensors))
     ctx.tensor_names = tensors
-    ctx.scalars = {name: arguments[name] for name in _SCALARS}
+    ctx.numbers = {name: arguments[name] for name in _NOT_TENSORS}
     ctx.needs = dict(zip(INPUTS, needs_input_grad))
     ctx.coefficients_need_grad = any(ctx.needs[name] for name in _COEFFICIENT_STEPS)
 
 
 def _saved_arguments(ctx) -> dict:
-    return {**dict(zip(ctx.tensor_names, ctx.saved_tensors)), **ctx.scalars}
+    return {**dict(zip(ctx.tensor_names, ctx.saved_tensors)), **ctx.numbers}
 
 
 def _backward(ctx, grad_advantages, grad_returns):
@@ -208,8 +231,8 @@ def _backward(ctx, grad_advantages, grad_returns):
         raise RuntimeError("gae_xp::gae computes no gradient to per-step gamma, lam or critic_lam: gae_xp.gae() "
                            "sends such calls to the generic path (or pass backend='xp')")
     arguments = _saved_arguments(ctx)
-    gradients = dict(zip(_DIFFERENTIABLE, gae_backward(grad_advantages, grad_returns,
-                                                       *(arguments[name] for name in INPUTS))))
+    gradients = dict(zip(DIFFERENTIABLE, gae_backward(grad_advantages, grad_returns,
+                                                      *(arguments[name] for name in INPUTS))))
     return tuple(gradients[name] if name in gradients and ctx.needs[name] else None for name in INPUTS)
 
 
@@ -220,7 +243,7 @@ def _setup_backward_context(ctx, inputs, output):
 def _backward_of_backward(ctx, *upstream):
     # The backward is the transpose of a linear map; its own backward is the map, the forward operator.
     arguments = _saved_arguments(ctx)
-    for name, gradient in zip(_DIFFERENTIABLE, upstream):
+    for name, gradient in zip(DIFFERENTIABLE, upstream):
         if arguments[name] is not None:
             arguments[name] = gradient
     grad_advantages, grad_returns = gae(*(arguments[name] for name in INPUTS))
@@ -240,26 +263,10 @@ def _solve(problem: GaeProblem, kernels) -> tuple[Tensor, Tensor]:
     return solve_gae(problem, kernels, None)
 
 
-def _problem(rewards, values, bootstrap, next_values, terminated, truncated, mask, gamma, gamma_steps, lam,
-             lam_steps, critic_lam, critic_lam_steps, fill_masked, offsets, host_offsets, carry) -> GaeProblem:
-    """The GaeProblem of an operator's inputs (host offsets read from CPU offsets when none are given)."""
-    if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
-        host_offsets = offsets
-    return GaeProblem(
-        xp=array_namespace(rewards), rewards=rewards, values=values, bootstrap=bootstrap, next_values=next_values,
-        terminated=terminated, truncated=truncated, mask=mask,
-        gamma=gamma if gamma_steps is None else gamma_steps, lam=lam if lam_steps is None else lam_steps,
-        critic_lam=critic_lam if critic_lam_steps is None else critic_lam_steps, fill_masked=fill_masked,
-        offsets=offsets, host_offsets=None if host_offsets is None else host_offsets.numpy(), carry=carry)
-
-
-def _forward_arguments(arguments: dict) -> dict:
-    return {name: arguments[name] for name in INPUTS}
-
-
-def _gradients(gradients: dict, like: Tensor) -> tuple:
+def _gradients(gradients: dict, problem: GaeProblem) -> tuple:
     """The backward operator's outputs from a kernel's dict: an empty tensor where an input is absent."""
-    return tuple(_empty((0,), like) if gradients.get(name) is None else gradients[name] for name in _DIFFERENTIABLE)
+    return tuple(_empty((0,), problem.rewards) if gradients.get(name) is None else gradients[name]
+                 for name in DIFFERENTIABLE)
 
 
 def _empty(shape, like: Tensor) -> Tensor:

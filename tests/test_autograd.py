@@ -112,9 +112,10 @@ def test_gradcheck_packed(empty, host_offsets):
 
 
 def operator_arguments(rng, *, rows=2, length=17, next_values=False, flags=True, per_step=False, critic=None,
-                       fill_masked=False, offsets=None, carry=False, grad=True):
-    """Arguments of ``torch.ops.gae_xp.gae`` in its schema's order (see ``gae_xp.backends.torch_ops``)."""
+                       fill_masked=False, offsets=None, carry=False, grad=True) -> dict:
+    """Arguments of ``torch.ops.gae_xp.gae`` by name (``gae_xp.backends.torch_ops.INPUTS`` gives their order)."""
     shape = (rows, length)
+    count = 1 if offsets is None else len(offsets) - 1
 
     def floats(*size):
         return torch.from_numpy(rng.standard_normal(size)).requires_grad_(grad)
@@ -122,21 +123,20 @@ def operator_arguments(rng, *, rows=2, length=17, next_values=False, flags=True,
     def flag(p):
         return torch.from_numpy(rng.random(shape) < p) if flags else None
 
-    count = 1 if offsets is None else len(offsets) - 1
-    return (floats(*shape), floats(*shape), None if next_values else floats(rows, count),
-            floats(*shape) if next_values else None, flag(0.1), flag(0.1), flag(0.8) if flags else None,
-            0.97, torch.from_numpy(rng.uniform(0.5, 1.0, shape)) if per_step else None, 0.9, None,
-            critic, None, fill_masked, None if offsets is None else torch.tensor(offsets, dtype=torch.int64), None,
-            floats(rows, count) if carry else None)
+    return {"rewards": floats(*shape), "values": floats(*shape), "next_values": floats(*shape) if next_values else None,
+            "terminated": flag(0.1), "truncated": flag(0.1), "mask": flag(0.8),
+            "gamma": None if per_step else 0.97, "gamma_steps": torch.from_numpy(rng.uniform(0.5, 1.0, shape))
+            if per_step else None, "lam": 0.9, "lam_steps": None, "critic_lam": critic, "critic_lam_steps": None,
+            "bootstrap": torch.zeros((rows, count), dtype=torch.float64) if next_values else floats(rows, count),
+            "fill_masked": fill_masked, "offsets": None if offsets is None else torch.tensor(offsets),
+            "host_offsets": None, "carry": floats(rows, count) if carry else None}
 
 
-def bootstrap_or_zero(arguments):
-    """The bootstrap argument is required by the schema: give zeros where next_values replace it."""
-    arguments = list(arguments)
-    if arguments[2] is None:
-        arguments[2] = torch.zeros((arguments[0].shape[0], 1 if arguments[14] is None else arguments[14].shape[0] - 1),
-                                   dtype=torch.float64)
-    return tuple(arguments)
+def in_order(arguments: dict) -> tuple:
+    from gae_xp.backends import torch_ops
+
+    assert set(arguments) == set(torch_ops.INPUTS)
+    return tuple(arguments[name] for name in torch_ops.INPUTS)
 
 
 OPERATOR_SAMPLES = {
@@ -151,7 +151,7 @@ OPERATOR_SAMPLES = {
 def test_opcheck(name):
     from gae_xp.backends import torch_ops
 
-    arguments = bootstrap_or_zero(operator_arguments(np.random.default_rng(5), **OPERATOR_SAMPLES[name]))
+    arguments = in_order(operator_arguments(np.random.default_rng(5), **OPERATOR_SAMPLES[name]))
     torch.library.opcheck(torch.ops.gae_xp.gae.default, arguments)
     advantages, returns = torch_ops.gae(*arguments)
     upstream = (torch.randn_like(advantages), torch.randn_like(returns))
@@ -162,9 +162,9 @@ def test_opcheck(name):
 def test_gradcheck_carry_through_the_operator():
     from gae_xp.backends import torch_ops
 
-    arguments = operator_arguments(np.random.default_rng(6), offsets=[0, 4, 4, 11, 17], carry=True)
+    arguments = in_order(operator_arguments(np.random.default_rng(6), offsets=[0, 4, 4, 11, 17], carry=True))
     positions = [i for i, a in enumerate(arguments) if isinstance(a, torch.Tensor) and a.requires_grad]
-    assert positions == [0, 1, 2, 16]  # rewards, values, bootstrap, carry
+    assert [torch_ops.INPUTS[i] for i in positions] == ["rewards", "values", "bootstrap", "carry"]
 
     def function(*inputs):
         merged = list(arguments)
@@ -180,9 +180,9 @@ def test_gradcheck_carry_through_the_operator():
 def test_operator_refuses_gradients_to_per_step_coefficients():
     from gae_xp.backends import torch_ops
 
-    arguments = list(operator_arguments(np.random.default_rng(7), per_step=True))
-    arguments[8].requires_grad_()
-    advantages, _ = torch_ops.gae(*arguments)
+    arguments = operator_arguments(np.random.default_rng(7), per_step=True)
+    arguments["gamma_steps"].requires_grad_()
+    advantages, _ = torch_ops.gae(*in_order(arguments))
     with pytest.raises(RuntimeError, match="per-step gamma"):
         advantages.sum().backward()
 
