@@ -8,10 +8,11 @@ Three calls on the same arrays, their samples taken in turns (a busy machine slo
 * ``generic``: the same with ``backend="xp"`` (the chunk scan, differentiated by autograd), what such tensors
   ran before the operator.
 
-``python -m gae_xp.bench.autograd [--B 8] [--T 131072] [--repeat 15] [--threads 1]`` prints, per case
+``python -m gae_xp.bench.autograd [--B 8] [--T 131072] [--repeat 21] [--threads 1]`` prints, per case
 (``constant``: a constant discount; ``dones+mask``: terminated and truncated at 1% each, 20% holes in a mask),
-the median of each call, its spread (half the interquartile range over the median) and the fastest sample, each
-with its ratio to ``forward``'s: on a busy machine the fastest samples are the steadier comparison.
+for each call and for the two halves of the others (``.forward``, ``.backward``): the median, its spread (half
+the interquartile range over the median) and the fastest sample, each with its ratio to ``forward``'s. On a busy
+machine the fastest samples are the steadier comparison, and the sum of the fastest halves the steadier total.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 CASES = {"constant": {}, "dones+mask": {"dones": 0.01, "holes": 0.2}}
 
 
-def measure(B: int, T: int, repeat: int, case: str):
-    """{call: seconds per sample, one sample per turn} for the three calls on one case."""
+def measure(B: int, T: int, repeat: int, case: str) -> dict[str, list[float]]:
+    """{call or half: seconds, one sample per turn} on one case."""
     import torch
 
     import gae_xp
@@ -35,29 +36,28 @@ def measure(B: int, T: int, repeat: int, case: str):
     arrays = make_case(np.random.default_rng(0), (B, T), dtype=np.float32, **CASES[case])
     plain = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in arrays.items()}
     upstream = [torch.randn(B, T) for _ in range(2)]
+    leaves = {**plain, "rewards": plain["rewards"].clone().requires_grad_(),
+              "values": plain["values"].clone().requires_grad_()}
+    samples: dict[str, list[float]] = {}
 
-    def forward():
-        gae_xp.gae(**plain)
+    def timed(name, call):
+        start = time.perf_counter()
+        result = call()
+        samples.setdefault(name, []).append(time.perf_counter() - start)
+        return result
 
-    def with_backward(backend):
-        leaves = {**plain, "rewards": plain["rewards"].clone().requires_grad_(),
-                  "values": plain["values"].clone().requires_grad_()}
-
-        def call():
-            outputs = gae_xp.gae(**leaves, backend=backend)
-            torch.autograd.backward(outputs, upstream)
+    def turn():
+        timed("forward", lambda: gae_xp.gae(**plain))
+        for name, backend in (("operator", "auto"), ("generic", "xp")):
+            outputs = timed(f"{name}.forward", lambda: gae_xp.gae(**leaves, backend=backend))
+            timed(f"{name}.backward", lambda: torch.autograd.backward(outputs, upstream))
+            samples.setdefault(name, []).append(samples[f"{name}.forward"][-1] + samples[f"{name}.backward"][-1])
             leaves["rewards"].grad = leaves["values"].grad = None
-        return call
 
-    calls = {"forward": forward, "operator": with_backward("auto"), "generic": with_backward("xp")}
-    samples = {name: [] for name in calls}
-    for call in calls.values():  # compile and warm up
-        call()
+    turn()  # compile and warm up
+    samples.clear()
     for _ in range(repeat):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            samples[name].append(time.perf_counter() - start)
+        turn()
     return samples
 
 
@@ -65,7 +65,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--B", type=int, default=8)
     parser.add_argument("--T", type=int, default=131072)
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--threads", type=int, default=1, help="torch's and numba's threads (default 1)")
     options = parser.parse_args(argv)
     os.environ["NUMBA_NUM_THREADS"] = str(options.threads)  # before numba is imported
@@ -77,11 +77,16 @@ def main(argv=None):
         samples = measure(options.B, options.T, options.repeat, case)
         medians = {name: float(np.median(s)) for name, s in samples.items()}
         fastest = {name: float(np.min(s)) for name, s in samples.items()}
-        for name, s in samples.items():
-            q1, q3 = np.percentile(s, [25, 75])
-            print(f"{case:>10}  {name:>8}  median {medians[name] * 1e3:7.2f} ms ±{(q3 - q1) / 2 / medians[name]:4.0%} "
-                  f"({medians[name] / medians['forward']:5.2f}x forward)   fastest {fastest[name] * 1e3:7.2f} ms "
+        for name in ("forward", "operator", "operator.forward", "operator.backward", "generic", "generic.forward",
+                     "generic.backward"):
+            q1, q3 = np.percentile(samples[name], [25, 75])
+            print(f"{case:>10}  {name:>17}  median {medians[name] * 1e3:7.2f} ms ±{(q3 - q1) / 2 / medians[name]:4.0%}"
+                  f" ({medians[name] / medians['forward']:5.2f}x forward)   fastest {fastest[name] * 1e3:7.2f} ms "
                   f"({fastest[name] / fastest['forward']:5.2f}x forward)")
+        for name in ("operator", "generic"):
+            halves = fastest[f"{name}.forward"] + fastest[f"{name}.backward"]
+            print(f"{case:>10}  {name:>17}  fastest forward + fastest backward {halves * 1e3:7.2f} ms "
+                  f"({halves / fastest['forward']:5.2f}x forward)")
 
 
 if __name__ == "__main__":
