@@ -54,6 +54,9 @@ the edge the recurrence leaves it by and the product of its coefficients
 
 from __future__ import annotations
 
+import math
+
+from . import backends
 from ._compat import device_of
 from ._problem import GaeProblem
 from ._recurrences import Picker, gae_on_scan, latest_real_values
@@ -184,16 +187,12 @@ def finish(p: GaeProblem, solver, chunk_size, critic_carry=None):
 
     With ``critic_lam`` the returns' chain has a carry of its own, ``critic_carry``
     (..., n): two passes, the advantages with ``lam`` and the returns with
-    ``lam = critic_lam``, as ``estimators.solve_gae`` runs them.
+    ``lam = critic_lam`` (``backends.solve_gae``).
     """
     if not solver.segments:
         raise ValueError(f"backend {getattr(solver, 'name', solver)!r} cannot take an incoming carry: pieces are "
                          "solved by a backend with segments (backends.solver(call, segments=True) selects one)")
-    if p.critic_lam is None:
-        return solver.gae(p, chunk_size=chunk_size)
-    advantages, _ = solver.gae(p.replace(critic_lam=None), chunk_size=chunk_size)
-    _, returns = solver.gae(p.replace(lam=p.critic_lam, critic_lam=None, carry=critic_carry), chunk_size=chunk_size)
-    return advantages, returns
+    return backends.solve_gae(p, solver, chunk_size, critic_carry)
 
 
 # --- the scan one level down (discounted_cumsum and the estimators' scans) ---------------------------------------
@@ -213,7 +212,10 @@ def scan_summary(xp, x, a, *, reverse: bool, solve, chunk_size=None):
     y = solve(xp, x, a, reverse=reverse, chunk_size=chunk_size)
     edge = y[..., 0] if reverse else y[..., length - 1]
     if isinstance(a, float):
-        product = a ** length  # a Python float: an underflow is only a cut when a itself is 0
+        try:
+            product = a ** length  # a Python float: an underflow is only a cut when a itself is 0
+        except OverflowError:  # |a| > 1 (importance-weighted traces): the product overflows, as the loop's would
+            product = math.copysign(math.inf, a) if length % 2 else math.inf
         smallest = float(xp.finfo(x.dtype).smallest_normal)
         product = product if product != 0.0 or a == 0.0 else (smallest if a > 0 or length % 2 == 0 else -smallest)
         return edge, xp.full(edge.shape, product, dtype=x.dtype, device=device_of(x))

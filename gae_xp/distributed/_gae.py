@@ -126,19 +126,14 @@ class _Shard:
             where = "a jax.shard_map axis" if exchange.traced else "torch.distributed"
             raise TypeError(f"gae_xp.distributed.gae over {where} takes {library}, got {type(rewards).__name__}")
         self.context, self.exchange = context, exchange
-        bootstrap_value = options.pop("bootstrap_value", None) if context.packed else None
-        self.call = prepare_.prepare(rewards, values, **options)
+        # Packed: one bootstrap value per global sequence, checked with the other arguments (library, device).
+        self.call = prepare_.prepare(rewards, values, **options,
+                                     sequences=context.sequences if context.packed else None)
         p = self.p = self.call.problem
         self.solver = backends.solver(self.call, segments=True)
         context.check(exchange.world, p.length)
         self.batch = tuple(p.rewards.shape[:-1])
-        if context.packed:  # one bootstrap value per global sequence
-            prepare_.one_boundary(bootstrap_value, options.get("next_values"))
-            self.bootstrap = prepare_.boundary(p.xp, "bootstrap_value",
-                                               0.0 if bootstrap_value is None else bootstrap_value, self.batch,
-                                               p.rewards.dtype, p.rewards, segments=context.sequences)
-        else:
-            self.bootstrap = p.bootstrap  # (..., 1)
+        self.bootstrap = p.bootstrap  # (..., sequences), or (..., 1) unpacked
         self.width = len(_pieces.FIELDS) + (0 if p.critic_lam is None else len(_pieces.CRITIC_FIELDS))
         if context.layout == "zigzag":
             self.cuts = context.zigzag_cuts(exchange.world, p.length)

@@ -74,7 +74,8 @@ def whiten(x: Array, mask: Array | None = None, *, group=None, unbiased: bool = 
     try:
         if not is_torch_array(x):
             raise TypeError(f"gae_xp.distributed.whiten takes torch tensors, got {type(x).__name__}")
-        local = _Entries(x, mask, eps)
+        local = _Entries(prepare_.prepare_whiten(x, mask, unbiased=unbiased, eps=eps, shift_mean=shift_mean,
+                                                 masked_fill=masked_fill))
         row = local.row(exchange.world)
     except Exception as error:
         import torch
@@ -86,7 +87,7 @@ def whiten(x: Array, mask: Array | None = None, *, group=None, unbiased: bool = 
     table = exchange.gather_fixed(row.to(exchange.device(x)))
     _exchange.check_headers(table, exchange.rank, names=ROW, operation="gae_xp.distributed.whiten")
     count, mean, m2 = merge(table[:, ROW.index("count")], table[:, ROW.index("mean")], table[:, ROW.index("m2")])
-    return local.apply(count, mean, m2, unbiased=unbiased, shift_mean=shift_mean, masked_fill=masked_fill)
+    return local.apply(count, mean, m2)
 
 
 def merge(counts, means, m2s):
@@ -107,21 +108,10 @@ def merge(counts, means, m2s):
 class _Entries:
     """This rank's checked entries and their float64 moments."""
 
-    def __init__(self, x, mask, eps):
-        arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
-        xp = self.xp = prepare_.namespace_of(arrays)
-        prepare_.check_same_device(arrays, "x")
-        self.out_dtype, dtype = prepare_.compute_dtypes(xp, {"x": x}, x)
-        self.eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
-        if mask is not None:
-            prepare_.same_shape("mask", mask, x.shape, anchor="x")
-            if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
-                raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
-        self.values = xp.astype(x, dtype, copy=False)
-        self.mask = mask
-        # A bool mask is the weights 0/1; weight-0 entries are left out with where, so nothing there leaks.
-        self.weights = None if mask is None else xp.astype(mask, xp.float64)
-        self.real = None if mask is None else self.weights != 0
+    def __init__(self, call: prepare_.PreparedWhiten):
+        self.call, self.xp = call, call.xp
+        self.values, self.mask, self.out_dtype, self.eps = call.values, call.mask, call.out_dtype, call.eps
+        self.weights, self.real = call.weights(call.xp.float64)
 
     def row(self, world: int):
         """The 8 numbers this rank sends: header, then (n, mean, M2) of its entries in float64 (on its device)."""
@@ -142,14 +132,14 @@ class _Entries:
                           dtype=xp.float64, device=device_of(x))
         return xp.concat([head, xp.stack([count, mean, m2, zero])])
 
-    def apply(self, count, mean, m2, *, unbiased, shift_mean, masked_fill):
-        xp = self.xp
+    def apply(self, count, mean, m2):
+        xp, call = self.xp, self.call
         with np.errstate(divide="ignore", invalid="ignore"):  # 0 / 0 is NaN, as in gae_xp.whiten
-            var = np.float64(m2) / np.float64(count - 1 if unbiased else count)
+            var = np.float64(m2) / np.float64(count - 1 if call.unbiased else count)
             scale = float(np.sqrt(var + self.eps))
         out = (self.values - mean) / scale
-        if not shift_mean:
+        if not call.shift_mean:
             out = out + mean
-        if self.mask is not None and masked_fill is not None:
-            out = xp.where(self.real, out, xp.zeros_like(out) + masked_fill)
+        if self.mask is not None and call.masked_fill is not None:
+            out = xp.where(self.real, out, xp.zeros_like(out) + call.masked_fill)
         return xp.astype(out, self.out_dtype, copy=False)
