@@ -189,6 +189,6 @@ def is_single_threaded() -> bool:
 
 
 def _kind(xp, arrays):
-    """What auto's choice depends on: the namespace, the arrays' types, the first one's device, autograd."""
-    return (xp, tuple(type(a) for a in arrays), str(device_of(arrays[0])),
-            any(getattr(a, "requires_grad", False) for a in arrays))
+    """What auto's choice depends on: the namespace, the arrays' types, the first one's device (tensors that record
+    autograd history never get here: ``select`` routes them first)."""
+    return xp, tuple(type(a) for a in arrays), str(device_of(arrays[0]))
