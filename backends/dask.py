@@ -5,8 +5,9 @@ apart (``gae_xp._pieces``), one per block:
 
 1. **summaries**: one ``blockwise`` task per block runs gae_xp on the block's
    NumPy (or CuPy) arrays, so the backend that serves those arrays does the
-   work (the numba kernel on NumPy), and returns the block's five numbers per
-   row (for the scan: its edge value and product, two numbers);
+   work (the numba kernel on NumPy), and returns the block's summary, five
+   numbers per row (for the scan one level down: its ``edge`` and ``product``,
+   the two of them that a scan needs);
 2. **carry**: the blocks' summaries are joined from the last time block to the
    first, one small task per block (``_pieces.link``); each waits only for the
    blocks after it, so a computation can stream through the blocks from the

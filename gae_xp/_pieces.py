@@ -2,7 +2,7 @@ r"""Pieces of a row that live apart: the few numbers that cross between them, an
 
 A *piece* is a run of steps of a row whose right neighbour lives elsewhere:
 another rank's shard (context parallelism), another Dask block, the other
-chunk of a zigzag layout. In a ``GaeProblem`` a piece is a segment (see
+piece of a sequence in the zigzag layout. In a ``GaeProblem`` a piece is a segment (see
 ``offsets``): ``[offsets[i], offsets[i+1])``, one segment when there are no
 offsets. GAE on a piece is linear in two numbers per row that come from its
 right:

@@ -267,13 +267,18 @@ def check_bool(name: str, value) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def check_number(name: str, value, *, low: float, strict: bool) -> float:
-    """A real number (Python or NumPy scalar) above ``low`` (or at least ``low`` when not strict), as a float."""
+def check_number(name: str, value, *, low: float, strict: bool, high: float = math.inf,
+                 finite: bool = False) -> float:
+    """A real number (Python or NumPy scalar) above ``low`` (or at least ``low`` when not strict), at most
+    ``high``, and finite when asked, as a float. NaN always fails."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
-    if not (value > low if strict else value >= low):
-        raise ValueError(f"{name} must be {'above' if strict else 'at least'} {low}, got {value}")
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if not (value > low if strict else value >= low) or not value <= high:
+        bound = f"{'above' if strict else 'at least'} {low}" + ("" if high == math.inf else f" and at most {high}")
+        raise ValueError(f"{name} must be {bound}, got {value}")
     return value
 
 

@@ -18,7 +18,8 @@ class Context:
     layout : {"contiguous", "zigzag"}
         ``"contiguous"``: rank k holds the k-th of W pieces of the time axis.
         ``"zigzag"``: Megatron's load-balanced layout: every sequence is cut
-        into 2W equal chunks and rank k holds chunks k and 2W-1-k.
+        into 2W equal pieces (Megatron's "chunks") and rank k holds pieces k
+        and 2W-1-k.
     cu_seqlens : array or list of int, optional
         Packed sequences: the *global* offsets ``0 = o_0 <= ... <= o_n = N``,
         the same on every rank (a repeated offset is an empty sequence). A

@@ -145,7 +145,7 @@ class _Shard:
     def summarize(self):
         """(..., pieces, width): the summaries this rank sends, closed where a piece ends its sequence."""
         xp, p, rank = self.p.xp, self.p, self.exchange.rank
-        if self.context.layout == "zigzag":  # two chunks per sequence; rank 0's second chunk ends its sequence
+        if self.context.layout == "zigzag":  # two pieces per sequence; rank 0's second one ends its sequence
             count = self.context.sequences
             zeros = xp.zeros((*self.batch, 2 * count), dtype=p.rewards.dtype, device=device_of(p.rewards))
             summaries = _pieces.summarize(p.with_segments(self.cuts, zeros), self.solver, self.call.chunk_size)

@@ -11,9 +11,9 @@ offsets, one sequence of all the steps):
   its own bootstrap value enters, nothing from the right); the last one does
   when the shard ends at an offset.
 * ``"zigzag"``: every sequence, of a length that is a multiple of 2W, is cut
-  into 2W equal chunks; rank k holds chunks k and 2W-1-k of each sequence,
-  sequence after sequence. Its local segments are these 2 chunks per
-  sequence, cut at the same places on every rank.
+  into 2W equal pieces (Megatron's "chunks"); rank k holds pieces k and
+  2W-1-k of each sequence, sequence after sequence. Its local segments are
+  these 2 pieces per sequence, cut at the same places on every rank.
 
 Everything here is vectorised NumPy over the offsets (``searchsorted``, no
 loop over sequences): a Context over 16,384 sequences is built in
@@ -111,16 +111,16 @@ def contiguous_tables(offsets, world: int, length: int) -> Tables:
 
 
 def zigzag_cuts(offsets, world: int, length: int) -> np.ndarray:
-    """The local segments' boundaries in the zigzag layout: two chunks per sequence, the same on every rank."""
-    chunks = 2 * world
+    """The local segments' boundaries in the zigzag layout: two pieces per sequence, the same on every rank."""
+    pieces = 2 * world
     lengths = np.array([world * length]) if offsets is None else np.diff(offsets)
-    uneven = lengths % chunks != 0
+    uneven = lengths % pieces != 0
     if np.any(uneven):
         what = ("the sequence of W x this rank's steps" if offsets is None else "sequence lengths")
-        raise ValueError(f"layout='zigzag' cuts every sequence into 2 * world_size = {chunks} equal chunks: "
+        raise ValueError(f"layout='zigzag' cuts every sequence into 2 * world_size = {pieces} equal pieces: "
                          f"{what} {lengths[uneven][:4].tolist()} are not multiples of it")
-    cuts = np.concatenate([[0], np.cumsum(np.repeat(lengths // chunks, 2))]).astype(np.int64)
+    cuts = np.concatenate([[0], np.cumsum(np.repeat(lengths // pieces, 2))]).astype(np.int64)
     if cuts[-1] != length:
-        raise ValueError(f"layout='zigzag': this rank holds {length} steps, but its chunks of the sequences make "
+        raise ValueError(f"layout='zigzag': this rank holds {length} steps, but its pieces of the sequences make "
                          f"{int(cuts[-1])}")
     return cuts
