@@ -32,9 +32,9 @@ spread over numba's threads) only when it has at least ``PARALLEL_FROM``
 elements and more than one row or sequence to share, and not inside
 ``gae_xp.backends.single_threaded()`` (Dask's block tasks): starting the pool
 costs more than a small call's work. A process made by ``fork()`` after this
-process ran the parallel build uses the serial build on every threading layer
-but workqueue (a child of a process using GNU OpenMP is killed by it when it
-enters a parallel region). The kernels release the GIL, so calls from several
+process ran the parallel build on numba's ``omp`` layer with GNU OpenMP uses
+the serial build (GNU OpenMP kills a forked child that enters a parallel
+region); ``tbb``, ``workqueue`` and Intel OpenMP survive a fork. The kernels release the GIL, so calls from several
 threads run at once; numba's ``workqueue`` layer (the one left where neither
 TBB nor OpenMP is installed) aborts the process on concurrent use, so parallel
 launches are serialised there.
@@ -47,6 +47,7 @@ import importlib
 import importlib.util
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -60,8 +61,6 @@ NAME = "numba"
 PARALLEL_FROM = 1 << 15
 #: The per-step fields the kernels take after rewards and values, in the order they unpack them.
 STEPS = tuple(name for name in PER_STEP if name not in ("rewards", "values"))
-#: Threading layers whose pool a forked child can still use.
-FORK_SAFE_LAYERS = ("workqueue",)
 
 
 class NumbaCPUBackend:
@@ -229,9 +228,7 @@ def _launch(parallel: bool, kernel, *args):
         return
     with _LAUNCH_LOCK:
         kernel(*args)
-        layer = _threading_layer()
-        _FORK.layer = layer
-        _concurrency_safe = layer in ("tbb", "omp")
+        _concurrency_safe = _threading_layer() in ("tbb", "omp")
 
 
 def _threading_layer() -> str | None:
@@ -245,15 +242,26 @@ def _threading_layer() -> str | None:
 
 
 class _ForkState:
-    """The threading layer this process's parallel kernels started (None before the first), and whether this
-    process is a child forked after that, which must keep to the serial build."""
+    """``serial_only``: this process is a child forked from one whose numba thread pool (ours or anyone's) does not
+    survive a fork, so it keeps to the serial build."""
 
-    layer: str | None = None
     serial_only = False
 
     def after_in_child(self):
-        if self.layer is not None and self.layer not in FORK_SAFE_LAYERS:
+        if "numba" in sys.modules and not _survives_fork(_threading_layer()):
             self.serial_only = True
+
+
+def _survives_fork(layer: str | None) -> bool:
+    """Whether a forked child can use numba's pool on ``layer`` (None: no pool started): TBB and workqueue can,
+    OpenMP only when it is Intel's (numba's own advice on threading layers)."""
+    if layer in (None, "tbb", "workqueue"):
+        return True
+    if layer == "omp":
+        from numba.np.ufunc import omppool
+
+        return getattr(omppool, "openmp_vendor", None) == "Intel"
+    return False
 
 
 _FORK = _ForkState()
