@@ -563,36 +563,39 @@ def _row_steps(steps, row):
 
 
 @njit(**_HELPER)
-def _span(rewards, values, steps, bounds, fill_masked, advantages, returns, units, unit):
-    """The arguments of a span solver for work unit ``unit`` = (row, first segment, last segment + 1)."""
-    row, first, last = units[unit, 0], units[unit, 1], units[unit, 2]
+def _span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit):
+    """The arguments of a span solver for work unit ``unit``: row ``unit // runs``, segments ``spans[k]`` to
+    ``spans[k + 1]`` with ``k = unit % runs`` (``runs = len(spans) - 1``)."""
+    runs = spans.shape[0] - 1
+    row = unit // runs
+    k = unit - row * runs
     bootstrap, carry, offsets = bounds
     return (rewards[row], values[row], _row_steps(steps, row), (bootstrap[row], _row(carry, row), offsets),
-            fill_masked, advantages[row], returns[row], first, last)
+            fill_masked, advantages[row], returns[row], spans[k], spans[k + 1])
 
 
 @njit(**_COMPILED)
-def general_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, units):
-    for unit in range(units.shape[0]):
-        solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, units, unit))
+def general_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
+    for unit in range(rewards.shape[0] * (spans.shape[0] - 1)):
+        solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
 @njit(parallel=True, **_COMPILED)
-def general_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, units):
-    for unit in prange(units.shape[0]):
-        solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, units, unit))
+def general_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
+    for unit in prange(rewards.shape[0] * (spans.shape[0] - 1)):
+        solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
 @njit(**_COMPILED)
-def constant_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, units):
-    for unit in range(units.shape[0]):
-        solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, units, unit))
+def constant_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
+    for unit in range(rewards.shape[0] * (spans.shape[0] - 1)):
+        solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
 @njit(parallel=True, **_COMPILED)
-def constant_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, units):
-    for unit in prange(units.shape[0]):
-        solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, units, unit))
+def constant_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
+    for unit in prange(rewards.shape[0] * (spans.shape[0] - 1)):
+        solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
 @njit(**_HELPER)

@@ -29,7 +29,8 @@ on the first call of a kernel; the kernels are cached on disk.
 
 Threads: a call runs the parallel build (rows, or runs of packed sequences,
 spread over numba's threads) only when it has at least ``PARALLEL_FROM``
-elements and more than one row or sequence to share, and not inside
+elements, more than one row or sequence to share and more than one thread
+(``NUMBA_NUM_THREADS``, ``numba.set_num_threads``), and not inside
 ``gae_xp.backends.single_threaded()`` (Dask's block tasks): starting the pool
 costs more than a small call's work. A process made by ``fork()`` after this
 process ran the parallel build on numba's ``omp`` layer with GNU OpenMP uses
@@ -102,7 +103,7 @@ class NumbaCPUBackend:
         else:
             driver = kernels.general_parallel if parallel else kernels.general_serial
         _launch(parallel, driver, rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked,
-                advantages, returns, _units(rows.shape[0], offsets, parallel))
+                advantages, returns, _spans(rows.shape[0], offsets, parallel))
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
 
@@ -134,9 +135,10 @@ class NumbaCPUBackend:
 
 
 def _parallel(size: int, pieces: int) -> bool:
-    """Whether a call runs the parallel build: enough work, more than one row (or segment) to share, no
-    ``single_threaded()`` block around it, and not in a forked child that cannot use the pool."""
-    return size >= PARALLEL_FROM and pieces > 1 and not is_single_threaded() and not _FORK.serial_only
+    """Whether a call runs the parallel build: enough work, more than one row (or segment) to share, more than
+    one thread, no ``single_threaded()`` block around it, and not in a forked child that cannot use the pool."""
+    return (size >= PARALLEL_FROM and pieces > 1 and not is_single_threaded() and not _FORK.serial_only
+            and _threads() > 1)
 
 
 def _host(a):
@@ -155,7 +157,7 @@ def _like(result: np.ndarray, like):
 
 def _rows(a):
     """A (rows, T) view or copy of a (..., T) array."""
-    return np.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1]))
+    return a if a.ndim == 2 else np.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1]))
 
 
 def _steps(p, shape) -> tuple:
@@ -185,18 +187,16 @@ def _bounds(p, shape) -> tuple:
     return per_segment(p.bootstrap), None if p.carry is None else per_segment(p.carry), offsets
 
 
-def _units(n_rows: int, offsets: np.ndarray, parallel: bool) -> np.ndarray:
-    """Work units (row, first segment, last segment + 1): one per row, or, in the parallel build with fewer rows
-    than threads' worth of work, runs of whole segments of about equal length (nothing crosses a segment's end)."""
+def _spans(n_rows: int, offsets: np.ndarray, parallel: bool) -> np.ndarray:
+    """Where each row is split into work units, as segment indices ``0 = s_0 < ... < s_k = n``: the whole row
+    (``[0, n]``), or, in the parallel build with fewer rows than threads' worth of work, runs of whole segments
+    of about equal length (nothing crosses a segment's end). The kernels run every (row, run) once."""
     count = offsets.shape[0] - 1
-    bounds = np.array([0, count], dtype=np.int64)
-    if parallel and count > 1:
-        runs = min(count, -(-4 * _threads() // max(n_rows, 1)))
-        targets = np.linspace(0, offsets[-1], runs + 1)
-        bounds = np.unique(np.concatenate([[0, count], np.searchsorted(offsets, targets[1:-1])]))
-    starts, stops = bounds[:-1], bounds[1:]
-    rows = np.repeat(np.arange(n_rows, dtype=np.int64), starts.shape[0])
-    return np.stack([rows, np.tile(starts, n_rows), np.tile(stops, n_rows)], axis=1)
+    if not parallel or count == 1:
+        return np.array([0, count], dtype=np.int64)
+    runs = min(count, -(-4 * _threads() // max(n_rows, 1)))
+    targets = np.linspace(0, offsets[-1], runs + 1)[1:-1]
+    return np.unique(np.concatenate([[0, count], np.searchsorted(offsets, targets)])).astype(np.int64)
 
 
 @functools.cache
@@ -211,9 +211,11 @@ def _kernels():
 
 
 def _threads() -> int:
+    """numba's threads for this thread's parallel calls (``numba.set_num_threads``; before the pool has started,
+    ``NUMBA_NUM_THREADS``, so that asking starts nothing)."""
     import numba
 
-    return numba.get_num_threads()
+    return numba.config.NUMBA_NUM_THREADS if _threading_layer() is None else numba.get_num_threads()
 
 
 _LAUNCH_LOCK = threading.Lock()

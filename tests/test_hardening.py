@@ -379,7 +379,7 @@ def test_13_a_forked_child_runs_gae_after_the_parallel_build(layer):
             print("child hung")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                          env={**__import__("os").environ, "NUMBA_THREADING_LAYER": layer})
+                          env={**__import__("os").environ, "NUMBA_THREADING_LAYER": layer, "NUMBA_NUM_THREADS": "2"})
     assert done.returncode == 0, done.stderr[-2000:]
     if done.stdout.startswith("unavailable"):
         pytest.skip(f"numba's {layer} threading layer: {done.stdout.strip()}")

@@ -241,34 +241,38 @@ def test_critic_lam_runs_in_the_same_pass(numba_cpu, monkeypatch):
 # --- the parallel build ------------------------------------------------------------------------------------------
 
 
-def test_small_calls_and_single_rows_stay_serial(numba_cpu):
+def test_small_calls_single_rows_and_one_thread_stay_serial(numba_cpu, monkeypatch):
     from gae_xp.backends import single_threaded
 
+    monkeypatch.setattr(numba_cpu, "_threads", lambda: 2)
     assert numba_cpu._parallel(numba_cpu.PARALLEL_FROM, 8)
     assert not numba_cpu._parallel(numba_cpu.PARALLEL_FROM - 1, 8)
     assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 1)
     with single_threaded():
         assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 8)
+    monkeypatch.setattr(numba_cpu, "_threads", lambda: 1)
+    assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 8)
 
 
 @given(lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=60), n_rows=st.integers(1, 9),
        parallel=st.booleans())
-def test_work_units_cover_every_sequence_once(numba_cpu, lengths, n_rows, parallel):
+def test_work_units_are_runs_of_whole_sequences(numba_cpu, lengths, n_rows, parallel):
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    units = numba_cpu._units(n_rows, offsets, parallel)
-    for row in range(n_rows):
-        mine = units[units[:, 0] == row]
-        assert mine[0, 1] == 0 and mine[-1, 2] == len(lengths)
-        np.testing.assert_array_equal(mine[1:, 1], mine[:-1, 2])
-        assert (mine[:, 2] > mine[:, 1]).all()
+    spans = numba_cpu._spans(n_rows, offsets, parallel)
+    assert spans[0] == 0 and spans[-1] == len(lengths) and (np.diff(spans) > 0).all()
     if not parallel:
-        assert units.shape[0] == n_rows
+        assert spans.shape[0] == 2
+
+
+@pytest.fixture
+def parallel(numba_cpu, monkeypatch):
+    """Every call takes the parallel build (on however many threads numba has here)."""
+    monkeypatch.setattr(numba_cpu, "_parallel", lambda size, pieces: True)
 
 
 @pytest.mark.parametrize("kind", ["constant", "dones+mask"])
-def test_the_parallel_build_equals_the_loop(numba_cpu, kind):
-    case = make_case(np.random.default_rng(1), (4, 9 * BLOCK + 77), **KINDS[kind])
-    assert numba_cpu._parallel(case["rewards"].size, 4)
+def test_the_parallel_build_equals_the_loop(parallel, kind):
+    case = make_case(np.random.default_rng(1), (4, 3 * BLOCK + 77), **KINDS[kind])
     for critic in ({}, {"critic_lam": 0.5}):
         advantages, returns = gae_xp.gae(**case, **critic, backend="numba")
         want_a, want_r = reference.gae_loop(**case, **critic)
@@ -276,12 +280,12 @@ def test_the_parallel_build_equals_the_loop(numba_cpu, kind):
         xp_assert_close(returns, want_r, like=case["rewards"])
 
 
-def test_one_packed_row_is_shared_between_threads(numba_cpu):
+def test_one_packed_row_is_shared_between_threads(numba_cpu, parallel):
     rng = np.random.default_rng(2)
     lengths = rng.integers(0, 900, 80)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     case = make_case(rng, (1, int(offsets[-1])), dones=0.01, holes=0.1)
-    assert numba_cpu._parallel(case["rewards"].size, len(lengths)) and numba_cpu._units(1, offsets, True).shape[0] > 1
+    assert numba_cpu._spans(1, offsets, True).shape[0] > 2
     bootstrap = rng.standard_normal((1, len(lengths)))
     advantages, returns = gae_xp.gae(**case, cu_seqlens=offsets, bootstrap_value=bootstrap, backend="numba")
     want_a, want_r = _segment_reference(case, offsets, bootstrap, np.zeros_like(bootstrap), False)
