@@ -1,23 +1,42 @@
-"""OpenRLHF's ``get_advantages_and_returns`` (openrlhf/trainer/ppo_utils/experience_maker.py), on the chunk scan.
+"""OpenRLHF's ``get_advantages_and_returns`` and its advantage normalisation
+(openrlhf/trainer/ppo_utils/experience_maker.py), on the chunk scan.
 
-OpenRLHF multiplies values and rewards by ``action_mask`` (any numeric or
-bool mask; None for none), then runs the plain loop over time with value 0
-after the end: a hole is a zero-reward, zero-value step that still decays
-(unlike verl, which skips it). ``returns = advantages + values`` with the
-masked values. Values come first in the signature. Lists of 1-D tensors
-(packed samples) are handled one sample at a time with the same
-``action_mask``, and lists come back. Runs under ``torch.no_grad()`` for
-torch tensors, as OpenRLHF does.
+``get_advantages_and_returns`` multiplies values and rewards by
+``action_mask`` (any numeric or bool mask; None for none), then runs the
+plain loop over time with value 0 after the end: a hole is a zero-reward,
+zero-value step that still decays (unlike verl, which skips it).
+``returns = advantages + values`` with the masked values. Values come first
+in the signature. Lists of 1-D tensors (packed samples) are handled one
+sample at a time with the same ``action_mask``, and lists come back.
+
+``normalize_advantages`` is the last block of ``compute_advantages_and_returns``
+(estimators gae, reinforce, reinforce_baseline): the advantages of every
+experience are normalised together, over the real tokens of all of them::
+
+    mean = sum(m A) / sum(m)
+    var  = sum(m (A - mean)^2) / sum(m)                (biased)
+    A'   = (A - mean) * rsqrt(max(var, 1e-8))          (A - mean with no_std_norm)
+
+applied to every position, masked ones included (OpenRLHF's
+``--algo.advantage.no_std_norm`` keeps the mean shift and drops the
+division; the variance is clamped at 1e-8, not offset by it, so
+``gae_xp.whiten(eps=...)`` does not reproduce it). A list of experiences'
+[B_i, T_i] advantages and masks gives a list back; one array gives one.
+Both run under ``torch.no_grad()`` for torch tensors, as OpenRLHF does.
 
 Deliberate differences from OpenRLHF: results equal up to rounding (a tree of
-sums, not a chain); gamma and lambd must lie in [0, 1] (ValueError).
+sums, not a chain); gamma and lambd must lie in [0, 1] (ValueError); the
+normalisation's statistics are computed in the advantages' dtype, at least
+float32 (OpenRLHF casts to float32, so float64 advantages get float32
+statistics there), and masked entries are left out with ``where`` (a NaN in
+a masked slot does not reach the statistics; OpenRLHF multiplies it by 0).
 """
 
 from __future__ import annotations
 
 import gae_xp
-from gae_xp._compat import array_namespace
-from gae_xp.adapters._util import no_grad
+from gae_xp._compat import array_namespace, device_of
+from gae_xp.adapters._util import float_dtype, no_grad
 
 
 def get_advantages_and_returns(values, rewards, action_mask, gamma, lambd):
@@ -34,6 +53,67 @@ def get_advantages_and_returns(values, rewards, action_mask, gamma, lambd):
             values = action_mask * values
             rewards = action_mask * rewards
         return gae_xp.gae(rewards, values, gamma=gamma, lam=lambd)
+
+
+def normalize_advantages(advantages, action_mask, no_std_norm=False):
+    r"""OpenRLHF's normalisation of the experiences' advantages, together over their real tokens.
+
+    ::
+
+        mean = sum(m A) / sum(m),   var = sum(m (A - mean)^2) / sum(m)
+        A'   = (A - mean) * rsqrt(max(var, 1e-8))        (A - mean with no_std_norm)
+
+    Parameters
+    ----------
+    advantages : array or list of arrays
+        One [B_i, T_i] array per experience (shapes may differ), or one array.
+    action_mask : bool or numeric array, or a list of them
+        One per advantages array, of its shape.
+    no_std_norm : bool
+        OpenRLHF's ``--algo.advantage.no_std_norm``: shift by the mean only.
+
+    Returns
+    -------
+    array or list of arrays
+        As given, each in its advantages' dtype, every position shifted and scaled.
+
+    Raises
+    ------
+    ValueError
+        when the advantages and masks do not pair up in number and shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.openrlhf import normalize_advantages
+    >>> advantages = [np.array([[1.0, 3.0, 9.0]]), np.array([[5.0]])]
+    >>> masks = [np.array([[True, True, False]]), np.array([[True]])]
+    >>> [a.round(4).tolist() for a in normalize_advantages(advantages, masks)]
+    [[[-1.2247, 0.0, 3.6742]], [[1.2247]]]
+    >>> [a.tolist() for a in normalize_advantages(advantages, masks, no_std_norm=True)]
+    [[[-2.0, 0.0, 6.0]], [[2.0]]]
+    """
+    listed = isinstance(advantages, list)
+    arrays, masks = (advantages, action_mask) if listed else ([advantages], [action_mask])
+    if len(arrays) != len(masks) or any(tuple(a.shape) != tuple(m.shape) for a, m in zip(arrays, masks)):
+        raise ValueError("advantages and action_mask must pair up: one mask of the same shape per advantages array, "
+                         f"got shapes {[tuple(a.shape) for a in arrays]} and {[tuple(m.shape) for m in masks]}")
+    xp = array_namespace(*arrays, *masks)
+    with no_grad(arrays[0]):
+        dtype = xp.result_type(float_dtype(xp, *arrays), xp.float32)
+        flat = xp.concat([xp.reshape(xp.astype(a, dtype), (-1,)) for a in arrays])
+        weights = xp.concat([xp.reshape(xp.astype(m, dtype), (-1,)) for m in masks])
+        real = weights != 0
+        zero = xp.zeros((), dtype=dtype, device=device_of(flat))
+        count = xp.sum(weights)
+        mean = xp.sum(xp.where(real, weights * flat, zero)) / count
+        scale = 1.0
+        if not no_std_norm:
+            centred = flat - mean
+            variance = xp.sum(xp.where(real, weights * (centred * centred), zero)) / count
+            scale = 1 / xp.sqrt(xp.maximum(variance, xp.asarray(1e-8, dtype=dtype, device=device_of(flat))))
+        out = [xp.astype((xp.astype(a, dtype) - mean) * scale, a.dtype) for a in arrays]
+        return out if listed else out[0]
 
 
 def _unsqueeze(a):
