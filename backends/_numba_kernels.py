@@ -489,9 +489,10 @@ def solve_span_constant(rewards, values, steps, bounds, fill_masked, advantages,
                 break
             if finite[k] and math.isfinite(c + c2):
                 base = k * PIECE
-                for i in range(piece_lo - base, PIECE):
-                    u = np.uint64(base + i)
-                    t = np.uint64(start + base + i)
+                for j in range(piece_lo - base, PIECE):
+                    i = np.uint64(j)  # unsigned indices: no negative-index test, so the loop vectorises
+                    u = np.uint64(base + j)
+                    t = np.uint64(start + base + j)
                     a = S[_D + u] + powers[i] * c
                     critic = S[_D2 + u] + powers2[i] * c2 if decoupled else a
                     advantages[t] = a
