@@ -205,7 +205,7 @@ def _prepare(S, rewards, values, steps, start, first):
         t = np.uint64(start + i)  # unsigned: no negative-index test, so the loop vectorises
         m = 1.0 if _real(mask, t) else 0.0
         open_ = 0.0 if _flag(terminated, t) else 1.0
-        kept = 0.0 if _flag(terminated, t) or _flag(truncated, t) else 1.0
+        kept = 0.0 if _flag(terminated, t) | _flag(truncated, t) else 1.0  # | reads both: no masked load
         value = np.float64(values[t])
         g = _at(gamma, t)
         base = np.float64(rewards[t]) - value
