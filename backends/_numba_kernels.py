@@ -127,8 +127,15 @@ def _at_overload(x, t):
 
 @njit(**_HELPER)
 def _segment_of(offsets, t):
-    """The segment holding step t (the last one when empty segments share its start)."""
-    return np.searchsorted(offsets, t, side="right") - 1
+    """The segment holding step t: the last i with ``offsets[i] <= t`` (empty segments before it share its start)."""
+    lo, hi = 0, offsets.shape[0] - 1  # offsets[lo] <= t < offsets[hi]
+    while hi - lo > 1:
+        middle = (lo + hi) // 2
+        if offsets[middle] <= t:
+            lo = middle
+        else:
+            hi = middle
+    return lo
 
 
 @njit(**_HELPER)
@@ -323,6 +330,17 @@ def _advance2(S, entering, finite):
                                                   math.isfinite(f6 + p6 + g6 + q6), math.isfinite(f7 + p7 + g7 + q7))
 
 
+def _advance_chains(S, entering, finite, critic_lam):
+    """``_advance2`` with a critic chain, else ``_advance`` (chosen when compiling: only one is compiled)."""
+
+
+@overload(_advance_chains)
+def _advance_chains_overload(S, entering, finite, critic_lam):
+    if isinstance(critic_lam, types.NoneType):
+        return lambda S, entering, finite, critic_lam: _advance(S, entering, finite)
+    return lambda S, entering, finite, critic_lam: _advance2(S, entering, finite)
+
+
 @njit(**_HELPER)
 def _entering_values(S, entering, next_value):
     """The running "V at the next real step" entering each piece, from the value entering the block; returns the
@@ -375,10 +393,7 @@ def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns,
                 _patch(S, rewards, values, steps, bounds, start, segment)
             segment -= 1
         leaving = _entering_values(S, entering, next_value)
-        if decoupled:
-            _advance2(S, entering, finite)
-        else:
-            _advance(S, entering, finite)
+        _advance_chains(S, entering, finite, critic_lam)
         for k in range(CHAINS - 1, -1, -1):
             piece_lo, piece_hi = max(k * PIECE, first), (k + 1) * PIECE
             if piece_lo >= piece_hi:
