@@ -51,10 +51,11 @@ PIECE = 128
 #: Steps per block.
 BLOCK = CHAINS * PIECE
 
-# The scratch buffer of the general kernel: one float64 row of BLOCK per field. After ``advance``, BASE holds
-# the local advantage f, CF its product P, F2 and CF2 the critic chain's.
-_BASE, _G, _CF, _VM, _KP, _CF2, _F2 = (np.uint64(k * BLOCK) for k in range(7))
-GENERAL_FIELDS = 7
+# The scratch buffer of the general kernel: one float64 row of BLOCK per field. VM holds V at a real step and NaN
+# at a masked one (a real step whose V is NaN has a NaN delta too, which sends its piece to ``walk``). After
+# ``advance``, BASE holds the local advantage f, CF its product P, F2 and CF2 the critic chain's.
+_BASE, _G, _CF, _VM, _CF2, _F2 = (np.uint64(k * BLOCK) for k in range(6))
+GENERAL_FIELDS = 6
 # The constant-discount kernel keeps the deltas (then f) and the critic chain's f.
 _D, _D2 = np.uint64(0), np.uint64(BLOCK)
 CONSTANT_FIELDS = 2
@@ -201,12 +202,14 @@ def walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, h
 
 
 @njit(**_HELPER)
-def _prepare(S, rewards, values, steps, start, first):
-    """Pass 1: the scratch fields of the block starting at step ``start``; positions before ``first`` pad."""
+def _prepare(S, resets, rewards, values, steps, start, first):
+    """Pass 1: the scratch fields of the block starting at step ``start``; positions before ``first`` pad.
+    ``resets[i]``: the running "V at the next real step" is set at position i (a real step)."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
     for i in range(first):
         u = np.uint64(i)
-        S[_BASE + u], S[_G + u], S[_CF + u], S[_VM + u], S[_KP + u], S[_CF2 + u] = 0.0, 0.0, 1.0, 0.0, 1.0, 1.0
+        S[_BASE + u], S[_G + u], S[_CF + u], S[_VM + u], S[_CF2 + u] = 0.0, 0.0, 1.0, np.nan, 1.0
+        resets[u] = False
     for i in range(first, BLOCK):
         u = np.uint64(i)
         t = np.uint64(start + i)  # unsigned: no negative-index test, so the loop vectorises
@@ -225,12 +228,12 @@ def _prepare(S, rewards, values, steps, start, first):
         S[_CF + u] = m * kept * (g * _at(lam, t)) + (1.0 - m)
         if _present(critic_lam):
             S[_CF2 + u] = m * kept * (g * _at(critic_lam, t)) + (1.0 - m)
-        S[_VM + u] = value * m
-        S[_KP + u] = 1.0 - m
+        S[_VM + u] = value if _real(mask, t) else np.nan
+        resets[u] = _real(mask, t)
 
 
 @njit(**_HELPER)
-def _patch(S, rewards, values, steps, bounds, start, segment):
+def _patch(S, resets, rewards, values, steps, bounds, start, segment):
     """A segment's last step in the block: its bootstrap value and incoming advantage enter, and it cuts."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
     bootstrap, carry, offsets = bounds
@@ -238,9 +241,11 @@ def _patch(S, rewards, values, steps, bounds, start, segment):
     u = np.uint64(t - start)
     entering = _at(carry, segment)
     b = np.float64(bootstrap[segment])
-    S[_G + u], S[_CF + u], S[_CF2 + u], S[_KP + u] = 0.0, 0.0, 0.0, 0.0
+    S[_G + u], S[_CF + u], S[_CF2 + u] = 0.0, 0.0, 0.0
+    resets[u] = True
     if not _real(mask, t):  # the state from the right passes through a masked step
-        S[_BASE + u] = entering
+        # A NaN bootstrap value would read as "masked" in VM: a NaN advantage sends the piece to walk instead.
+        S[_BASE + u] = entering if b == b else np.nan
         S[_VM + u] = b
         return
     ended = _flag(terminated, t)
@@ -257,7 +262,8 @@ def _patch(S, rewards, values, steps, bounds, start, segment):
 def _step(S, i, f, p, nv):
     c = S[_CF + i]
     d = S[_BASE + i] + S[_G + i] * nv
-    nv = S[_VM + i] + S[_KP + i] * nv
+    value = S[_VM + i]
+    nv = value if value == value else nv  # NaN: a masked step
     f = d + c * f
     p = c * p
     S[_BASE + i] = f
@@ -270,7 +276,8 @@ def _step2(S, i, f, p, f2, p2, nv):
     c = S[_CF + i]
     c2 = S[_CF2 + i]
     d = S[_BASE + i] + S[_G + i] * nv
-    nv = S[_VM + i] + S[_KP + i] * nv
+    value = S[_VM + i]
+    nv = value if value == value else nv
     f = d + c * f
     p = c * p
     f2 = d + c2 * f2
@@ -342,15 +349,14 @@ def _advance_chains_overload(S, entering, finite, critic_lam):
 
 
 @njit(**_HELPER)
-def _entering_values(S, entering, next_value):
+def _entering_values(S, resets, entering, next_value):
     """The running "V at the next real step" entering each piece, from the value entering the block; returns the
-    one leaving the block (a piece's is its first step's reset, or what entered it)."""
+    one leaving the block (a piece's is its first reset's value, or what entered it)."""
     for k in range(CHAINS - 1, -1, -1):
         entering[k] = next_value
         for i in range(k * PIECE, (k + 1) * PIECE):
-            u = np.uint64(i)
-            if S[_KP + u] == 0.0:
-                next_value = S[_VM + u]
+            if resets[np.uint64(i)]:
+                next_value = S[_VM + np.uint64(i)]
                 break
     return next_value
 
@@ -379,6 +385,7 @@ def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns,
         walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, hi, 0.0, 0.0, 0.0)
         return
     S = np.empty(GENERAL_FIELDS * BLOCK)
+    resets = np.empty(BLOCK, dtype=np.bool_)
     entering = np.empty(CHAINS)
     finite = np.empty(CHAINS, dtype=np.bool_)
     next_value, c, c2 = 0.0, 0.0, 0.0
@@ -387,12 +394,12 @@ def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns,
     while end > lo:
         start = end - BLOCK
         first = max(lo - start, 0)
-        _prepare(S, rewards, values, steps, start, first)
+        _prepare(S, resets, rewards, values, steps, start, first)
         while segment >= first_segment and offsets[segment + 1] > start + first:
             if offsets[segment] < offsets[segment + 1]:
-                _patch(S, rewards, values, steps, bounds, start, segment)
+                _patch(S, resets, rewards, values, steps, bounds, start, segment)
             segment -= 1
-        leaving = _entering_values(S, entering, next_value)
+        leaving = _entering_values(S, resets, entering, next_value)
         _advance_chains(S, entering, finite, critic_lam)
         for k in range(CHAINS - 1, -1, -1):
             piece_lo, piece_hi = max(k * PIECE, first), (k + 1) * PIECE

@@ -114,8 +114,9 @@ def test_rows_equal_the_loop(kernels, drawn):
 
 
 def _segment_reference(case, offsets, bootstrap, carry, fill_masked):
-    """The loop on each segment alone, extended by one real step whose value is the segment's bootstrap and whose
-    advantage is its carry (reward carry + bootstrap, nothing after it): what the segment's end sees."""
+    """The loop on each segment alone with its bootstrap value; with a carry (finite bootstrap values), on the
+    segment extended by one real step whose value is the bootstrap value and whose advantage is the carry (reward
+    carry + bootstrap, nothing after it): what the segment's end sees."""
     n_rows = case["rewards"].shape[0]
     advantages = np.zeros(case["rewards"].shape)
     returns = np.zeros(case["rewards"].shape)
@@ -127,14 +128,21 @@ def _segment_reference(case, offsets, bootstrap, carry, fill_masked):
         for name, value in case.items():
             if not isinstance(value, np.ndarray) or value.shape[-1] != case["rewards"].shape[-1]:
                 extended[name] = value  # a float, or one value per row
-                continue
-            extra = {"rewards": carry[:, i] + bootstrap[:, i], "values": bootstrap[:, i],
-                     "next_values": np.zeros(n_rows), "terminated": np.zeros(n_rows, bool),
-                     "truncated": np.zeros(n_rows, bool), "mask": np.ones(n_rows, bool)}.get(name, np.ones(n_rows))
-            extra = np.asarray(extra, dtype=value.dtype)[:value.shape[0], None]
-            extended[name] = np.concatenate([value[:, lo:hi], extra], axis=1)
-        a, r = reference.gae_loop(**extended, fill_masked=fill_masked)
-        advantages[:, lo:hi], returns[:, lo:hi] = a[:, :-1], r[:, :-1]
+            elif carry is None:
+                extended[name] = value[:, lo:hi]
+            else:
+                extra = {"rewards": carry[:, i] + bootstrap[:, i], "values": bootstrap[:, i],
+                         "next_values": np.zeros(n_rows), "terminated": np.zeros(n_rows, bool),
+                         "truncated": np.zeros(n_rows, bool), "mask": np.ones(n_rows, bool)}.get(name, np.ones(n_rows))
+                extra = np.asarray(extra, dtype=value.dtype)[:value.shape[0], None]
+                extended[name] = np.concatenate([value[:, lo:hi], extra], axis=1)
+        if carry is None:
+            boundary = {} if "next_values" in case else {"bootstrap_value": bootstrap[:, i]}
+            a, r = reference.gae_loop(**extended, **boundary, fill_masked=fill_masked)
+            advantages[:, lo:hi], returns[:, lo:hi] = a, r
+        else:
+            a, r = reference.gae_loop(**extended, fill_masked=fill_masked)
+            advantages[:, lo:hi], returns[:, lo:hi] = a[:, :-1], r[:, :-1]
     return advantages, returns
 
 
@@ -163,8 +171,7 @@ def test_packed_sequences_and_carries_equal_the_loop_per_sequence(numba_cpu, dra
     call = _prepare.prepare(**case, **boundary, cu_seqlens=offsets, fill_masked=fill_masked, backend="numba")
     problem = call.problem.replace(carry=None if carry is None else np.asarray(carry))
     advantages, returns = numba_cpu.BACKEND.gae(problem, chunk_size=None)
-    zero = np.zeros_like(bootstrap)
-    want_a, want_r = _segment_reference(case, offsets, bootstrap, zero if carry is None else carry, fill_masked)
+    want_a, want_r = _segment_reference(case, offsets, bootstrap, carry, fill_masked)
     xp_assert_close(advantages, want_a, like=case["rewards"])
     xp_assert_close(returns, want_r, like=case["rewards"])
 
@@ -209,7 +216,8 @@ def poisoned(draw):
         case[field][rng.integers(0, case[field].shape[0]), rng.integers(0, length)] = draw(
             st.sampled_from([np.nan, np.inf, -np.inf]))
     if draw(st.booleans()) and "next_values" not in case:
-        case["bootstrap_value"] = np.where(rng.random(case["rewards"].shape[0]) < 0.5, np.inf, 1.0)
+        bad = draw(st.sampled_from([np.nan, np.inf]))
+        case["bootstrap_value"] = np.where(rng.random(case["rewards"].shape[0]) < 0.5, bad, 1.0)
     return case, fill_masked, dtype
 
 
@@ -221,6 +229,23 @@ def test_non_finite_numbers_travel_as_in_the_loop(kernels, drawn):
     want_a, want_r = reference.gae_loop(**case, fill_masked=fill_masked)
     xp_assert_close(advantages, want_a, like=arrays["rewards"])
     xp_assert_close(returns, want_r, like=arrays["rewards"])
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("last_real", [True, False])
+def test_a_non_finite_bootstrap_enters_its_sequence_only(kernels, bad, last_real):
+    lengths = [BLOCK + 5, 3, 2 * BLOCK - 1, PIECE]  # ends inside pieces, at a piece's edge, one sequence short
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    case = make_case(np.random.default_rng(7), (2, int(offsets[-1])), dones=0.005, holes=0.2)
+    case["mask"][:, offsets[1:] - 1] = last_real
+    case["terminated"][:, offsets[1:] - 1] = False
+    bootstrap = np.ones((2, len(lengths)))
+    bootstrap[0, 0] = bootstrap[1, 2] = bad
+    advantages, returns = gae_xp.gae(**case, cu_seqlens=offsets, bootstrap_value=bootstrap, backend="numba")
+    want_a, want_r = _segment_reference(case, offsets, bootstrap, None, False)
+    assert not np.isfinite(want_a[0, :offsets[1]]).all() and np.isfinite(want_a[0, offsets[1]:]).all()
+    xp_assert_close(advantages, want_a, like=case["rewards"])
+    xp_assert_close(returns, want_r, like=case["rewards"])
 
 
 # --- decoupled lambda in one pass -------------------------------------------------------------------------------
@@ -288,7 +313,7 @@ def test_one_packed_row_is_shared_between_threads(numba_cpu, parallel):
     assert numba_cpu._spans(1, offsets, True).shape[0] > 2
     bootstrap = rng.standard_normal((1, len(lengths)))
     advantages, returns = gae_xp.gae(**case, cu_seqlens=offsets, bootstrap_value=bootstrap, backend="numba")
-    want_a, want_r = _segment_reference(case, offsets, bootstrap, np.zeros_like(bootstrap), False)
+    want_a, want_r = _segment_reference(case, offsets, bootstrap, None, False)
     xp_assert_close(advantages, want_a, like=case["rewards"])
     xp_assert_close(returns, want_r, like=case["rewards"])
 
