@@ -174,17 +174,25 @@ def _steps(p, shape) -> tuple:
 def _bounds(p, shape) -> tuple:
     """(bootstrap, carry, offsets): the per-segment boundary values as (rows, n) float64 (carry None when absent),
     the offsets as int64 (``[0, T]`` without them: the row is one segment)."""
-    length, batch = shape[-1], shape[:-1]
-    if p.offsets is None:
-        offsets = np.array([0, length], dtype=np.int64)
-    else:
-        offsets = np.ascontiguousarray(p.host_offsets, dtype=np.int64)
-    count = offsets.shape[0] - 1
+    offsets = _whole_row(shape[-1]) if p.offsets is None else _read_only(p.host_offsets)
 
-    def per_segment(value):
-        return np.ascontiguousarray(_rows(np.broadcast_to(_host(value), (*batch, count))), dtype=np.float64)
+    def per_segment(value):  # (..., n) in the compute dtype
+        return np.ascontiguousarray(_rows(_host(value)), dtype=np.float64)
 
     return per_segment(p.bootstrap), None if p.carry is None else per_segment(p.carry), offsets
+
+
+@functools.lru_cache(maxsize=64)
+def _whole_row(length: int) -> np.ndarray:
+    """The offsets ``[0, T]`` of a row that is one segment (shared between calls)."""
+    return _read_only(np.array([0, length]))
+
+
+def _read_only(offsets) -> np.ndarray:
+    """Offsets as a read-only int64 view (one type for the kernels, whoever owns the array)."""
+    view = np.ascontiguousarray(offsets, dtype=np.int64).view()
+    view.flags.writeable = False
+    return view
 
 
 def _spans(n_rows: int, offsets: np.ndarray, parallel: bool) -> np.ndarray:
