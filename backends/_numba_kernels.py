@@ -2,32 +2,38 @@ r"""The numba CPU kernels behind ``gae_xp.backends.numba_cpu`` (numba is importe
 
 One step of GAE depends on the next one, so a loop over time waits on its
 own multiply-add at every step. These kernels break that chain: a *span* of
-a row (a whole row, or a run of whole segments) is cut into *blocks* of
-``CHAINS`` pieces of ``PIECE`` steps, aligned to the span's end (the first
-block, at the span's start, is padded with steps that change nothing), and
-each block is solved in four passes that stay in the cache:
+a row (a whole row, or a run of whole segments) is cut into *windows* of
+``LANES`` lanes of ``LANE`` steps, aligned to the span's end (the first
+window, at the span's start, is padded with steps that change nothing), and
+each window is solved in four passes that stay in the cache:
 
-1. ``prepare``: per step, the parts of delta and the coefficients, in
-   float64, into a scratch buffer (no dependence between steps: the
-   compiler vectorises it). A segment's last step is then patched with its
+1. ``prepare``: per step, in float64, into a scratch buffer (no dependence
+   between steps: the compiler vectorises it): ``(r - V) m`` (with
+   ``next_values``, the whole delta), the weight ``gamma m (1 - terminated)``
+   of the next real step's value, the coefficient ``gamma lam`` (0 at a
+   done step, 1 at a masked one), V at a real step (m = 1) and NaN at a
+   masked one (m = 0). A segment's last step is then patched with its
    bootstrap value and incoming advantage, and cuts like a done step;
-2. ``advance``: the ``CHAINS`` pieces run in lockstep, each from a zero
+2. ``advance``: the ``LANES`` lanes run in lockstep, each from a zero
    advantage, keeping its local advantage ``f_t`` and the product ``P_t``
-   of its coefficients (the running "V at the next real step" of a piece
-   starts from the value found at the start of the piece to its right);
-3. the carries, from the last piece to the first: the advantage entering
-   piece k is ``c_k = f + P c_{k+1}`` at the first step of piece k+1;
+   of its coefficients (the running "V at the next real step" of a lane
+   starts from the value found at the start of the lane to its right);
+3. the carries, from the last lane to the first: the advantage entering
+   lane k is ``c_k = f + P c_{k+1}`` at the first step of lane k+1;
 4. ``finish``: ``A_t = f_t + P_t c_k`` and the returns, written once.
 
 The running sums are float64 whatever the dtype, and a cut is a
 coefficient that is exactly 0, so ``P_t`` is exactly 0 behind it. Passes 1
-and 2 use multiplications by 0/1 flags, exact for finite numbers; a piece
+and 2 use multiplications by 0/1 flags, exact for finite numbers; a lane
 whose state ends non-finite (NaN or inf in an input, masked ones included,
 or entering from its right) is solved again by ``walk``, the serial loop
 with every cut and mask a select, so non-finite numbers travel exactly as
-in ``gae_xp.reference.gae_loop``. Spans shorter than a block are walked
+in ``gae_xp.reference.gae_loop``. Spans shorter than a window are walked
 too. With ``critic_lam`` a second chain (``gamma * critic_lam``) shares the
-deltas, the cuts and the masks and gives the returns.
+deltas, the cuts and the masks and gives the returns. A row that is one
+segment with float coefficients and no per-step arrays takes the
+constant-discount kernel: pass 1 writes the deltas alone, and the products
+are powers of ``gamma * lam``.
 
 Every kernel is compiled once per combination of argument types (None for
 an absent array, a float or an array for a coefficient: what is absent
@@ -44,20 +50,20 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
-#: Pieces advanced in lockstep by one thread (the unrolled ``_advance*`` below hold one state per piece).
-CHAINS = 8
-#: Steps per piece.
-PIECE = 128
-#: Steps per block.
-BLOCK = CHAINS * PIECE
+#: Lanes advanced in lockstep by one thread (the unrolled ``_advance*`` below hold one state per lane).
+LANES = 8
+#: Steps per lane.
+LANE = 128
+#: Steps per window.
+WINDOW = LANES * LANE
 
-# The scratch buffer of the general kernel: one float64 row of BLOCK per field. VM holds V at a real step and NaN
-# at a masked one (a real step whose V is NaN has a NaN delta too, which sends its piece to ``walk``). After
+# The scratch buffer of the general kernel: one float64 row of WINDOW per field. VM holds V at a real step and NaN
+# at a masked one (a real step whose V is NaN has a NaN delta too, which sends its lane to ``walk``). After
 # ``advance``, BASE holds the local advantage f, CF its product P, F2 and CF2 the critic chain's.
-_BASE, _G, _CF, _VM, _CF2, _F2 = (np.uint64(k * BLOCK) for k in range(6))
+_BASE, _G, _CF, _VM, _CF2, _F2 = (np.uint64(k * WINDOW) for k in range(6))
 GENERAL_FIELDS = 6
 # The constant-discount kernel keeps the deltas (then f) and the critic chain's f.
-_D, _D2 = np.uint64(0), np.uint64(BLOCK)
+_D, _D2 = np.uint64(0), np.uint64(WINDOW)
 CONSTANT_FIELDS = 2
 
 _COMPILED = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
@@ -123,7 +129,7 @@ def _at_overload(x, t):
     return lambda x, t: np.float64(x)
 
 
-# --- the serial loop: exact, for short spans and for pieces with non-finite numbers -------------------------------
+# --- the serial loop: exact, for short spans and for lanes with non-finite numbers -------------------------------
 
 
 @njit(**_HELPER)
@@ -198,19 +204,19 @@ def walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, h
     return next_value, following, critic_following
 
 
-# --- the general block kernel -----------------------------------------------------------------------------------
+# --- the general window kernel -----------------------------------------------------------------------------------
 
 
 @njit(**_HELPER)
 def _prepare(S, resets, rewards, values, steps, start, first):
-    """Pass 1: the scratch fields of the block starting at step ``start``; positions before ``first`` pad.
+    """Pass 1: the scratch fields of the window starting at step ``start``; positions before ``first`` pad.
     ``resets[i]``: the running "V at the next real step" is set at position i (a real step)."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
     for i in range(first):
         u = np.uint64(i)
         S[_BASE + u], S[_G + u], S[_CF + u], S[_VM + u], S[_CF2 + u] = 0.0, 0.0, 1.0, np.nan, 1.0
         resets[u] = False
-    for i in range(first, BLOCK):
+    for i in range(first, WINDOW):
         u = np.uint64(i)
         t = np.uint64(start + i)  # unsigned: no negative-index test, so the loop vectorises
         m = 1.0 if _real(mask, t) else 0.0
@@ -234,7 +240,7 @@ def _prepare(S, resets, rewards, values, steps, start, first):
 
 @njit(**_HELPER)
 def _patch(S, resets, rewards, values, steps, bounds, start, segment):
-    """A segment's last step in the block: its bootstrap value and incoming advantage enter, and it cuts."""
+    """A segment's last step in the window: its bootstrap value and incoming advantage enter, and it cuts."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
     bootstrap, carry, offsets = bounds
     t = offsets[segment + 1] - 1
@@ -244,7 +250,7 @@ def _patch(S, resets, rewards, values, steps, bounds, start, segment):
     S[_G + u], S[_CF + u], S[_CF2 + u] = 0.0, 0.0, 0.0
     resets[u] = True
     if not _real(mask, t):  # the state from the right passes through a masked step
-        # A NaN bootstrap value would read as "masked" in VM: a NaN advantage sends the piece to walk instead.
+        # A NaN bootstrap value would read as "masked" in VM: a NaN advantage sends the lane to walk instead.
         S[_BASE + u] = entering if b == b else np.nan
         S[_VM + u] = b
         return
@@ -291,21 +297,21 @@ def _step2(S, i, f, p, f2, p2, nv):
 
 @njit(**_HELPER)
 def _advance(S, entering, finite):
-    """Pass 2, one chain: the CHAINS pieces of the block in lockstep; ``finite[k]``: piece k's state stayed finite."""
+    """Pass 2: the LANES lanes of the window in lockstep; ``finite[k]``: lane k's state stayed finite."""
     f0 = f1 = f2 = f3 = f4 = f5 = f6 = f7 = 0.0
     p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 1.0
     n0, n1, n2, n3, n4, n5, n6, n7 = (entering[0], entering[1], entering[2], entering[3], entering[4], entering[5],
                                       entering[6], entering[7])
-    for j in range(PIECE):
-        i = np.uint64(PIECE - 1 - j)
+    for j in range(LANE):
+        i = np.uint64(LANE - 1 - j)
         f0, p0, n0 = _step(S, i, f0, p0, n0)
-        f1, p1, n1 = _step(S, i + np.uint64(PIECE), f1, p1, n1)
-        f2, p2, n2 = _step(S, i + np.uint64(2 * PIECE), f2, p2, n2)
-        f3, p3, n3 = _step(S, i + np.uint64(3 * PIECE), f3, p3, n3)
-        f4, p4, n4 = _step(S, i + np.uint64(4 * PIECE), f4, p4, n4)
-        f5, p5, n5 = _step(S, i + np.uint64(5 * PIECE), f5, p5, n5)
-        f6, p6, n6 = _step(S, i + np.uint64(6 * PIECE), f6, p6, n6)
-        f7, p7, n7 = _step(S, i + np.uint64(7 * PIECE), f7, p7, n7)
+        f1, p1, n1 = _step(S, i + np.uint64(LANE), f1, p1, n1)
+        f2, p2, n2 = _step(S, i + np.uint64(2 * LANE), f2, p2, n2)
+        f3, p3, n3 = _step(S, i + np.uint64(3 * LANE), f3, p3, n3)
+        f4, p4, n4 = _step(S, i + np.uint64(4 * LANE), f4, p4, n4)
+        f5, p5, n5 = _step(S, i + np.uint64(5 * LANE), f5, p5, n5)
+        f6, p6, n6 = _step(S, i + np.uint64(6 * LANE), f6, p6, n6)
+        f7, p7, n7 = _step(S, i + np.uint64(7 * LANE), f7, p7, n7)
     finite[0], finite[1], finite[2], finite[3] = (math.isfinite(f0 + p0), math.isfinite(f1 + p1),
                                                   math.isfinite(f2 + p2), math.isfinite(f3 + p3))
     finite[4], finite[5], finite[6], finite[7] = (math.isfinite(f4 + p4), math.isfinite(f5 + p5),
@@ -314,23 +320,23 @@ def _advance(S, entering, finite):
 
 @njit(**_HELPER)
 def _advance2(S, entering, finite):
-    """Pass 2 with the critic chain beside the first."""
+    """Pass 2 with the critic's recurrence beside the first."""
     f0 = f1 = f2 = f3 = f4 = f5 = f6 = f7 = 0.0
     p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 1.0
     g0 = g1 = g2 = g3 = g4 = g5 = g6 = g7 = 0.0
     q0 = q1 = q2 = q3 = q4 = q5 = q6 = q7 = 1.0
     n0, n1, n2, n3, n4, n5, n6, n7 = (entering[0], entering[1], entering[2], entering[3], entering[4], entering[5],
                                       entering[6], entering[7])
-    for j in range(PIECE):
-        i = np.uint64(PIECE - 1 - j)
+    for j in range(LANE):
+        i = np.uint64(LANE - 1 - j)
         f0, p0, g0, q0, n0 = _step2(S, i, f0, p0, g0, q0, n0)
-        f1, p1, g1, q1, n1 = _step2(S, i + np.uint64(PIECE), f1, p1, g1, q1, n1)
-        f2, p2, g2, q2, n2 = _step2(S, i + np.uint64(2 * PIECE), f2, p2, g2, q2, n2)
-        f3, p3, g3, q3, n3 = _step2(S, i + np.uint64(3 * PIECE), f3, p3, g3, q3, n3)
-        f4, p4, g4, q4, n4 = _step2(S, i + np.uint64(4 * PIECE), f4, p4, g4, q4, n4)
-        f5, p5, g5, q5, n5 = _step2(S, i + np.uint64(5 * PIECE), f5, p5, g5, q5, n5)
-        f6, p6, g6, q6, n6 = _step2(S, i + np.uint64(6 * PIECE), f6, p6, g6, q6, n6)
-        f7, p7, g7, q7, n7 = _step2(S, i + np.uint64(7 * PIECE), f7, p7, g7, q7, n7)
+        f1, p1, g1, q1, n1 = _step2(S, i + np.uint64(LANE), f1, p1, g1, q1, n1)
+        f2, p2, g2, q2, n2 = _step2(S, i + np.uint64(2 * LANE), f2, p2, g2, q2, n2)
+        f3, p3, g3, q3, n3 = _step2(S, i + np.uint64(3 * LANE), f3, p3, g3, q3, n3)
+        f4, p4, g4, q4, n4 = _step2(S, i + np.uint64(4 * LANE), f4, p4, g4, q4, n4)
+        f5, p5, g5, q5, n5 = _step2(S, i + np.uint64(5 * LANE), f5, p5, g5, q5, n5)
+        f6, p6, g6, q6, n6 = _step2(S, i + np.uint64(6 * LANE), f6, p6, g6, q6, n6)
+        f7, p7, g7, q7, n7 = _step2(S, i + np.uint64(7 * LANE), f7, p7, g7, q7, n7)
     finite[0], finite[1], finite[2], finite[3] = (math.isfinite(f0 + p0 + g0 + q0), math.isfinite(f1 + p1 + g1 + q1),
                                                   math.isfinite(f2 + p2 + g2 + q2), math.isfinite(f3 + p3 + g3 + q3))
     finite[4], finite[5], finite[6], finite[7] = (math.isfinite(f4 + p4 + g4 + q4), math.isfinite(f5 + p5 + g5 + q5),
@@ -350,11 +356,11 @@ def _advance_chains_overload(S, entering, finite, critic_lam):
 
 @njit(**_HELPER)
 def _entering_values(S, resets, entering, next_value):
-    """The running "V at the next real step" entering each piece, from the value entering the block; returns the
-    one leaving the block (a piece's is its first reset's value, or what entered it)."""
-    for k in range(CHAINS - 1, -1, -1):
+    """The running "V at the next real step" entering each lane, from the value entering the window; returns the
+    one leaving the window (a lane's is its first reset's value, or what entered it)."""
+    for k in range(LANES - 1, -1, -1):
         entering[k] = next_value
-        for i in range(k * PIECE, (k + 1) * PIECE):
+        for i in range(k * LANE, (k + 1) * LANE):
             if resets[np.uint64(i)]:
                 next_value = S[_VM + np.uint64(i)]
                 break
@@ -363,7 +369,7 @@ def _entering_values(S, resets, entering, next_value):
 
 @njit(**_HELPER)
 def _finish_piece(S, values, mask, fill_masked, advantages, returns, start, lo, hi, c, c2, decoupled):
-    """Pass 4 for one piece: positions [lo, hi) of the block, the piece's carries c (and c2) given."""
+    """Pass 4 for one lane: positions [lo, hi) of the window, the lane's carries c (and c2) given."""
     for i in range(lo, hi):
         u = np.uint64(i)
         t = np.uint64(start + i)
@@ -381,18 +387,18 @@ def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns,
     bootstrap, carry, offsets = bounds
     decoupled = _present(critic_lam)
     lo, hi = offsets[first_segment], offsets[last_segment]
-    if hi - lo < BLOCK:
+    if hi - lo < WINDOW:
         walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, hi, 0.0, 0.0, 0.0)
         return
-    S = np.empty(GENERAL_FIELDS * BLOCK)
-    resets = np.empty(BLOCK, dtype=np.bool_)
-    entering = np.empty(CHAINS)
-    finite = np.empty(CHAINS, dtype=np.bool_)
+    S = np.empty(GENERAL_FIELDS * WINDOW)
+    resets = np.empty(WINDOW, dtype=np.bool_)
+    entering = np.empty(LANES)
+    finite = np.empty(LANES, dtype=np.bool_)
     next_value, c, c2 = 0.0, 0.0, 0.0
     segment = last_segment - 1
     end = hi
     while end > lo:
-        start = end - BLOCK
+        start = end - WINDOW
         first = max(lo - start, 0)
         _prepare(S, resets, rewards, values, steps, start, first)
         while segment >= first_segment and offsets[segment + 1] > start + first:
@@ -401,49 +407,49 @@ def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns,
             segment -= 1
         leaving = _entering_values(S, resets, entering, next_value)
         _advance_chains(S, entering, finite, critic_lam)
-        for k in range(CHAINS - 1, -1, -1):
-            piece_lo, piece_hi = max(k * PIECE, first), (k + 1) * PIECE
-            if piece_lo >= piece_hi:
+        for k in range(LANES - 1, -1, -1):
+            lane_lo, lane_hi = max(k * LANE, first), (k + 1) * LANE
+            if lane_lo >= lane_hi:
                 break
             if finite[k] and math.isfinite(c + c2):
-                _finish_piece(S, values, mask, fill_masked, advantages, returns, start, piece_lo, piece_hi, c, c2,
+                _finish_piece(S, values, mask, fill_masked, advantages, returns, start, lane_lo, lane_hi, c, c2,
                               decoupled)
-                u = np.uint64(piece_lo)
+                u = np.uint64(lane_lo)
                 c, c2 = (S[_BASE + u] + S[_CF + u] * c,
                          S[_F2 + u] + S[_CF2 + u] * c2 if decoupled else 0.0)
             else:
-                _, c, c2 = walk(rewards, values, steps, bounds, fill_masked, advantages, returns, start + piece_lo,
-                                start + piece_hi, entering[k], c, c2 if decoupled else c)
+                _, c, c2 = walk(rewards, values, steps, bounds, fill_masked, advantages, returns, start + lane_lo,
+                                start + lane_hi, entering[k], c, c2 if decoupled else c)
                 c2 = c2 if decoupled else 0.0
         next_value = leaving
         end = start
 
 
-# --- the constant-discount block kernel (one segment per row, scalar gamma and lam) -------------------------------
+# --- the constant-discount window kernel (one segment per row, scalar gamma and lam) -------------------------------
 
 
 @njit(**_HELPER)
 def _advance_constant(S, w, field, finite):
     """Pass 2 for a constant coefficient w on the deltas (or, for the critic chain, a copy of them) in ``field``."""
     f0 = f1 = f2 = f3 = f4 = f5 = f6 = f7 = 0.0
-    for j in range(PIECE):
-        i = field + np.uint64(PIECE - 1 - j)
+    for j in range(LANE):
+        i = field + np.uint64(LANE - 1 - j)
         f0 = S[i] + w * f0
         S[i] = f0
-        f1 = S[i + np.uint64(PIECE)] + w * f1
-        S[i + np.uint64(PIECE)] = f1
-        f2 = S[i + np.uint64(2 * PIECE)] + w * f2
-        S[i + np.uint64(2 * PIECE)] = f2
-        f3 = S[i + np.uint64(3 * PIECE)] + w * f3
-        S[i + np.uint64(3 * PIECE)] = f3
-        f4 = S[i + np.uint64(4 * PIECE)] + w * f4
-        S[i + np.uint64(4 * PIECE)] = f4
-        f5 = S[i + np.uint64(5 * PIECE)] + w * f5
-        S[i + np.uint64(5 * PIECE)] = f5
-        f6 = S[i + np.uint64(6 * PIECE)] + w * f6
-        S[i + np.uint64(6 * PIECE)] = f6
-        f7 = S[i + np.uint64(7 * PIECE)] + w * f7
-        S[i + np.uint64(7 * PIECE)] = f7
+        f1 = S[i + np.uint64(LANE)] + w * f1
+        S[i + np.uint64(LANE)] = f1
+        f2 = S[i + np.uint64(2 * LANE)] + w * f2
+        S[i + np.uint64(2 * LANE)] = f2
+        f3 = S[i + np.uint64(3 * LANE)] + w * f3
+        S[i + np.uint64(3 * LANE)] = f3
+        f4 = S[i + np.uint64(4 * LANE)] + w * f4
+        S[i + np.uint64(4 * LANE)] = f4
+        f5 = S[i + np.uint64(5 * LANE)] + w * f5
+        S[i + np.uint64(5 * LANE)] = f5
+        f6 = S[i + np.uint64(6 * LANE)] + w * f6
+        S[i + np.uint64(6 * LANE)] = f6
+        f7 = S[i + np.uint64(7 * LANE)] + w * f7
+        S[i + np.uint64(7 * LANE)] = f7
     finite[0] &= math.isfinite(f0)
     finite[1] &= math.isfinite(f1)
     finite[2] &= math.isfinite(f2)
@@ -456,10 +462,10 @@ def _advance_constant(S, w, field, finite):
 
 @njit(**_HELPER)
 def _powers(w):
-    """``powers[i] = w^(PIECE - i)``: the weight of a piece's carry at its position i."""
-    powers = np.empty(PIECE + 1)
+    """``powers[i] = w^(LANE - i)``: the weight of a lane's carry at its position i."""
+    powers = np.empty(LANE + 1)
     power = 1.0
-    for i in range(PIECE, -1, -1):
+    for i in range(LANE, -1, -1):
         powers[i] = power
         power *= w
     return powers
@@ -473,45 +479,45 @@ def solve_span_constant(rewards, values, steps, bounds, fill_masked, advantages,
     bootstrap, carry, offsets = bounds
     decoupled = _present(critic_lam)
     lo, hi = offsets[first_segment], offsets[last_segment]
-    if hi - lo < BLOCK or last_segment - first_segment != 1:
+    if hi - lo < WINDOW or last_segment - first_segment != 1:
         walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, hi, 0.0, 0.0, 0.0)
         return
     w, w2 = gamma * lam, gamma * (critic_lam if decoupled else lam)
     powers, powers2 = _powers(w), _powers(w2)
-    S = np.empty(CONSTANT_FIELDS * BLOCK)
-    finite = np.empty(CHAINS, dtype=np.bool_)
+    S = np.empty(CONSTANT_FIELDS * WINDOW)
+    finite = np.empty(LANES, dtype=np.bool_)
     c, c2 = 0.0, 0.0
     end = hi
     while end > lo:
-        start = end - BLOCK
+        start = end - WINDOW
         first = max(lo - start, 0)
         for i in range(first):
             S[_D + np.uint64(i)] = 0.0
-        for i in range(first, BLOCK - 1):
+        for i in range(first, WINDOW - 1):
             t = np.uint64(start + i)
             S[_D + np.uint64(i)] = (np.float64(rewards[t]) + gamma * np.float64(values[t + np.uint64(1)])
                                     - np.float64(values[t]))
         t = end - 1
         if end == hi:  # the segment's last step: its bootstrap value and incoming advantage
             entering = _at(carry, first_segment)
-            S[_D + np.uint64(BLOCK - 1)] = (np.float64(rewards[t]) + gamma * np.float64(bootstrap[first_segment])
+            S[_D + np.uint64(WINDOW - 1)] = (np.float64(rewards[t]) + gamma * np.float64(bootstrap[first_segment])
                                             - np.float64(values[t]) + (w * entering if w != 0.0 else 0.0))
         else:
-            S[_D + np.uint64(BLOCK - 1)] = (np.float64(rewards[t]) + gamma * np.float64(values[t + 1])
+            S[_D + np.uint64(WINDOW - 1)] = (np.float64(rewards[t]) + gamma * np.float64(values[t + 1])
                                             - np.float64(values[t]))
         finite[:] = True
         if decoupled:
-            for i in range(BLOCK):
+            for i in range(WINDOW):
                 S[_D2 + np.uint64(i)] = S[_D + np.uint64(i)]
             _advance_constant(S, w2, _D2, finite)
         _advance_constant(S, w, _D, finite)
-        for k in range(CHAINS - 1, -1, -1):
-            piece_lo, piece_hi = max(k * PIECE, first), (k + 1) * PIECE
-            if piece_lo >= piece_hi:
+        for k in range(LANES - 1, -1, -1):
+            lane_lo, lane_hi = max(k * LANE, first), (k + 1) * LANE
+            if lane_lo >= lane_hi:
                 break
             if finite[k] and math.isfinite(c + c2):
-                base = k * PIECE
-                for j in range(piece_lo - base, PIECE):
+                base = k * LANE
+                for j in range(lane_lo - base, LANE):
                     i = np.uint64(j)  # unsigned indices: no negative-index test, so the loop vectorises
                     u = np.uint64(base + j)
                     t = np.uint64(start + base + j)
@@ -519,13 +525,13 @@ def solve_span_constant(rewards, values, steps, bounds, fill_masked, advantages,
                     critic = S[_D2 + u] + powers2[i] * c2 if decoupled else a
                     advantages[t] = a
                     returns[t] = critic + np.float64(values[t])
-                u = np.uint64(piece_lo)
-                c, c2 = (S[_D + u] + powers[piece_lo - base] * c,
-                         S[_D2 + u] + powers2[piece_lo - base] * c2 if decoupled else 0.0)
+                u = np.uint64(lane_lo)
+                c, c2 = (S[_D + u] + powers[lane_lo - base] * c,
+                         S[_D2 + u] + powers2[lane_lo - base] * c2 if decoupled else 0.0)
             else:
-                next_value = np.float64(values[start + piece_hi]) if start + piece_hi < hi else 0.0
-                _, c, c2 = walk(rewards, values, steps, bounds, fill_masked, advantages, returns, start + piece_lo,
-                                start + piece_hi, next_value, c, c2 if decoupled else c)
+                next_value = np.float64(values[start + lane_hi]) if start + lane_hi < hi else 0.0
+                _, c, c2 = walk(rewards, values, steps, bounds, fill_masked, advantages, returns, start + lane_lo,
+                                start + lane_hi, next_value, c, c2 if decoupled else c)
                 c2 = c2 if decoupled else 0.0
         end = start
 

@@ -2,7 +2,7 @@
 CPU tensors.
 
 The recurrence is serial in time; the kernels (``gae_xp.backends._numba_kernels``)
-still keep a core busy on one row: each thread advances several pieces of a
+still keep a core busy on one row: each thread advances several lanes of a
 row in lockstep and joins them with a fix-up that stays in the cache, in
 float64, with every cut exact (see that module). Every step computes what
 ``gae_xp.reference.gae_loop`` computes:
@@ -134,10 +134,10 @@ class NumbaCPUBackend:
         return _like(out.reshape(host.shape), x)
 
 
-def _parallel(size: int, pieces: int) -> bool:
+def _parallel(size: int, units: int) -> bool:
     """Whether a call runs the parallel build: enough work, more than one row (or segment) to share, more than
     one thread, no ``single_threaded()`` block around it, and not in a forked child that cannot use the pool."""
-    return (size >= PARALLEL_FROM and pieces > 1 and not is_single_threaded() and not _FORK.serial_only
+    return (size >= PARALLEL_FROM and units > 1 and not is_single_threaded() and not _FORK.serial_only
             and _threads() > 1)
 
 

@@ -1,12 +1,12 @@
 """The numba CPU kernels (``gae_xp.backends._numba_kernels``) against the float64 loop.
 
-The block kernels cut a row into pieces advanced in lockstep and joined by a
-fix-up, so these tests aim at what that could break: lengths around a piece
-and a block, cuts and non-finite numbers on either side of a piece's edge,
-packed sequences (empty ones included) whose ends fall anywhere in a block,
-an incoming carry, per-step coefficients, ``critic_lam`` (the second chain of
-the same pass), ``fill_masked``, the parallel build's work units, and the
-on-disk cache. Forked children are in ``test_hardening.py`` (13).
+The kernels cut a row into windows of lanes advanced in lockstep and joined
+by a fix-up, so these tests aim at what that could break: lengths around a
+lane and a window, cuts and non-finite numbers on either side of a lane's
+edge, packed sequences (empty ones included) whose ends fall anywhere in a
+window, an incoming carry, per-step coefficients, ``critic_lam`` (the second
+chain of the same pass), ``fill_masked``, the parallel build's work units,
+and the on-disk cache. Forked children are in ``test_hardening.py`` (13).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ def numba_cpu(kernels):
     return numba_cpu
 
 
-BLOCK, PIECE = 1024, 128  # checked against the module by test_the_layout_the_tests_aim_at
-#: Lengths that put a row's end, a block's start and a piece's edge next to each other.
-EDGES = [0, 1, PIECE - 1, PIECE, PIECE + 1, BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + PIECE - 1, 3 * BLOCK + 7]
+WINDOW, LANE = 1024, 128  # checked against the module by test_the_layout_the_tests_aim_at
+#: Lengths that put a row's end, a window's start and a lane's edge next to each other.
+EDGES = [0, 1, LANE - 1, LANE, LANE + 1, WINDOW - 1, WINDOW, WINDOW + 1, 2 * WINDOW + LANE - 1, 3 * WINDOW + 7]
 #: The combinations of optional arrays the kernels are compiled for (one compilation each, cached on disk).
 KINDS = {
     "constant": {},
@@ -58,7 +58,7 @@ discount = st.sampled_from([0.0, 0.5, 0.9, 0.99, 1.0])
 
 
 def test_the_layout_the_tests_aim_at(kernels):
-    assert (kernels.BLOCK, kernels.PIECE, kernels.CHAINS) == (BLOCK, PIECE, BLOCK // PIECE)
+    assert (kernels.WINDOW, kernels.LANE, kernels.LANES) == (WINDOW, LANE, WINDOW // LANE)
 
 
 def test_the_kernels_unpack_the_problems_per_step_fields_in_order(numba_cpu):
@@ -80,7 +80,7 @@ def _critic(draw, rng, shape):
 @st.composite
 def rows(draw):
     kind = draw(st.sampled_from(sorted(KINDS)))
-    length = draw(st.one_of(st.sampled_from(EDGES), st.integers(0, 3 * BLOCK + 10)))
+    length = draw(st.one_of(st.sampled_from(EDGES), st.integers(0, 3 * WINDOW + 10)))
     shape = (draw(st.integers(1, 3)), length)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     options = dict(KINDS[kind])
@@ -149,7 +149,7 @@ def _segment_reference(case, offsets, bootstrap, carry, fill_masked):
 @st.composite
 def packed(draw):
     kind = draw(st.sampled_from(sorted(KINDS)))
-    lengths = draw(st.lists(st.one_of(st.just(0), st.integers(1, 40), st.integers(PIECE - 2, BLOCK + 3)),
+    lengths = draw(st.lists(st.one_of(st.just(0), st.integers(1, 40), st.integers(LANE - 2, WINDOW + 3)),
                             min_size=1, max_size=12))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     n_rows = draw(st.integers(1, 2))
@@ -183,14 +183,14 @@ def test_a_carry_and_critic_lam_together_are_refused(numba_cpu):
         numba_cpu.BACKEND.gae(problem, chunk_size=None)
 
 
-# --- exact cuts and non-finite numbers at a piece's edge --------------------------------------------------------
+# --- exact cuts and non-finite numbers at a lane's edge  --------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-@pytest.mark.parametrize("where", [PIECE, 2 * PIECE - 1, BLOCK, BLOCK + 1])
-def test_a_cut_at_a_piece_edge_stops_a_non_finite_number(kernels, kind, bad, where):
-    length = 3 * BLOCK
+@pytest.mark.parametrize("where", [LANE, 2 * LANE - 1, WINDOW, WINDOW + 1])
+def test_a_cut_at_a_lane_edge_stops_a_non_finite_number(kernels, kind, bad, where):
+    length = 3 * WINDOW
     case = make_case(np.random.default_rng(where), (2, length), **{k: v for k, v in KINDS[kind].items()
                                                                    if k != "padding"})
     case["terminated"] = np.zeros((2, length), bool) if "terminated" not in case else case["terminated"]
@@ -234,7 +234,7 @@ def test_non_finite_numbers_travel_as_in_the_loop(kernels, drawn):
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 @pytest.mark.parametrize("last_real", [True, False])
 def test_a_non_finite_bootstrap_enters_its_sequence_only(kernels, bad, last_real):
-    lengths = [BLOCK + 5, 3, 2 * BLOCK - 1, PIECE]  # ends inside pieces, at a piece's edge, one sequence short
+    lengths = [WINDOW + 5, 3, 2 * WINDOW - 1, LANE]  # ends inside lanes, at a lane's edge, one shorter than a window
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     case = make_case(np.random.default_rng(7), (2, int(offsets[-1])), dones=0.005, holes=0.2)
     case["mask"][:, offsets[1:] - 1] = last_real
@@ -292,12 +292,12 @@ def test_work_units_are_runs_of_whole_sequences(numba_cpu, lengths, n_rows, para
 @pytest.fixture
 def parallel(numba_cpu, monkeypatch):
     """Every call takes the parallel build (on however many threads numba has here)."""
-    monkeypatch.setattr(numba_cpu, "_parallel", lambda size, pieces: True)
+    monkeypatch.setattr(numba_cpu, "_parallel", lambda size, units: True)
 
 
 @pytest.mark.parametrize("kind", ["constant", "dones+mask"])
 def test_the_parallel_build_equals_the_loop(parallel, kind):
-    case = make_case(np.random.default_rng(1), (4, 3 * BLOCK + 77), **KINDS[kind])
+    case = make_case(np.random.default_rng(1), (4, 3 * WINDOW + 77), **KINDS[kind])
     for critic in ({}, {"critic_lam": 0.5}):
         advantages, returns = gae_xp.gae(**case, **critic, backend="numba")
         want_a, want_r = reference.gae_loop(**case, **critic)
