@@ -18,7 +18,7 @@ import importlib
 import threading
 from typing import Any, Callable, Protocol
 
-from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, values_are_readable
+from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, is_torch_namespace, values_are_readable
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
 # The two traceable routes are imported with the registry: neither imports a framework.
@@ -99,7 +99,7 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
-    if not all(values_are_readable(a) for a in arrays):
+    if not all(values_are_readable(a) for a in arrays) or any(getattr(a, "requires_grad", False) for a in arrays):
         return _traceable(xp, arrays)
     kind = (_kind(xp, arrays), segments)
     chosen = _CHOSEN.get(kind)
@@ -122,18 +122,46 @@ def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Back
     return select(call.backend, xp, list(call.arrays), segments=segments)
 
 
+def solve_gae(problem: GaeProblem, backend: Backend, chunk_size: int | None, critic_carry=None) -> tuple[Any, Any]:
+    """(advantages, returns) of a checked problem on a backend, time last, compute dtype.
+
+    A decoupled ``critic_lam`` is solved in the backend's one pass where it
+    takes one (``Backend.critic_lam``), else in two: the advantages with
+    ``lam``, then the returns of the problem with ``lam = critic_lam``. A
+    problem with an incoming ``carry`` (a piece) always takes two, since each
+    chain has its own carry: the returns' is ``critic_carry``.
+    """
+    if problem.critic_lam is None:
+        return backend.gae(problem, chunk_size=chunk_size)
+    if problem.carry is None and backend.critic_lam:
+        return backend.gae(problem, chunk_size=chunk_size)
+    if problem.carry is not None and critic_carry is None:
+        raise ValueError("a piece with critic_lam needs the returns' chain's own carry (critic_carry)")
+    advantages, _ = backend.gae(problem.replace(critic_lam=None), chunk_size=chunk_size)
+    critic = problem.replace(lam=problem.critic_lam, critic_lam=None, carry=critic_carry)
+    _, returns = backend.gae(critic, chunk_size=chunk_size)
+    return advantages, returns
+
+
 def _with_segments() -> list[str]:
     """The registered backends that take segments and a carry (loaded: the attribute lives on the class)."""
     return [name for name in REGISTRY if load(name).segments]
 
 
 def _traceable(xp, arrays) -> Backend:
-    """For traced or lazy arrays, a route that follows them: Dask's own graph for Dask arrays, lax.scan for JAX
-    on a CPU, else the array-API chunk scan."""
+    """For traced or lazy arrays, or tensors that record autograd history, a route that follows them: Dask's own
+    graph for Dask arrays, lax.scan for JAX on a CPU, the custom operators for torch tensors where they have a
+    kernel (``torch_ops``: one node under ``torch.compile``, the kernels' own backward), else the array-API chunk
+    scan."""
     if is_dask_namespace(xp):
         return load("dask")
     if is_jax_namespace(xp) and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None:
         return _lax_scan.BACKEND
+    if is_torch_namespace(xp):
+        from . import torch_ops
+
+        if torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
+            return torch_ops.BACKEND
     return _generic.BACKEND
 
 
@@ -161,6 +189,6 @@ def is_single_threaded() -> bool:
 
 
 def _kind(xp, arrays):
-    """What auto's choice depends on: the namespace, the arrays' types, the first one's device, autograd."""
-    return (xp, tuple(type(a) for a in arrays), str(device_of(arrays[0])),
-            any(getattr(a, "requires_grad", False) for a in arrays))
+    """What auto's choice depends on: the namespace, the arrays' types, the first one's device (tensors that record
+    autograd history never get here: ``select`` routes them first)."""
+    return xp, tuple(type(a) for a in arrays), str(device_of(arrays[0]))

@@ -46,17 +46,23 @@ Deliberate differences from AReaL:
   checked with ``ShapeError`` (a ValueError and an AssertionError, as AReaL's
   asserts).
 * results equal up to rounding, not bitwise (a tree of sums, not a chain);
-  gamma/discount and lam must lie in [0, 1] (AReaL only asks lambda to be finite).
+  gamma/discount and lam must lie in [0, 1] (AReaL only asks lambda to be
+  finite) on the packed path and with a bool loss mask; a numeric loss
+  mask's blend takes them as given, as AReaL does.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import gae_xp
+from gae_xp import _prepare as prepare_
 from gae_xp._compat import array_namespace, device_of, is_array
-from gae_xp.adapters._util import ShapeError, float_dtype, no_grad, scan
+from gae_xp.adapters._util import Array, Coefficient, ShapeError, float_dtype, no_grad, scan
 
 
-def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
+def pygae1d_nolp_misalign(rewards: Array, values: Array, cu_seqlens: Array, bootstrap: Array, gamma: float,
+                          lam: float) -> tuple[Array, Array]:
     r"""(advantages, returns) of AReaL's packed GAE: [total] rewards, [total + N] values, N + 1 offsets.
 
     Within sequence i (tokens ``[o_i, o_{i+1})``, values ``[o_i + i, o_{i+1} + i + 1)``)::
@@ -101,10 +107,17 @@ def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
     >>> advantages.tolist(), returns.tolist()
     ([2.5, 1.5, 1.0], [3.0, 2.0, 1.0])
     """
-    xp = array_namespace(rewards, values, cu_seqlens, bootstrap)
-    if rewards.ndim != 1 or values.ndim != 1 or cu_seqlens.ndim != 1:
-        raise ShapeError(f"rewards, values and cu_seqlens must be 1-D (packed), got shapes {tuple(rewards.shape)}, "
-                         f"{tuple(values.shape)} and {tuple(cu_seqlens.shape)}")
+    xp = prepare_.namespace_of({"rewards": rewards, "values": values, "bootstrap": bootstrap})
+    if rewards.ndim != 1 or values.ndim != 1:
+        raise ShapeError(f"rewards and values must be 1-D (packed), got shapes {tuple(rewards.shape)} and "
+                         f"{tuple(values.shape)}")
+    if _entries(cu_seqlens) == 1:  # no sequence at all (AReaL's loop takes it): only an empty batch fits
+        offsets = xp.zeros((1,), dtype=xp.int64, device=device_of(rewards))
+        if rewards.shape[0] != 0:
+            raise ValueError(f"cu_seqlens must end at the number of tokens, {rewards.shape[0]}, got 0")
+    else:  # checked before any indexing: offsets past the tokens are named, not an IndexError
+        offsets, _ = prepare_.check_offsets(xp, cu_seqlens, rewards.shape[0], rewards)
+    cu_seqlens = offsets
     count = cu_seqlens.shape[0] - 1
     if values.shape[0] != rewards.shape[0] + count:
         raise ShapeError(f"values must have one extra slot per sequence: {rewards.shape[0]} + {count} entries, "
@@ -128,10 +141,36 @@ def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
         return gae_xp.gae(rewards, aligned, gamma=gamma, lam=lam, bootstrap_value=after, cu_seqlens=cu_seqlens)
 
 
-def cugae1d_nolp_misalign_func(rewards, values, cu_seqlens, truncate, gamma, lam):
-    """AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags.
+def cugae1d_nolp_misalign_func(rewards: Array, values: Array, cu_seqlens: Array, truncate: Array, gamma: float,
+                               lam: float) -> tuple[Array, Array]:
+    r"""AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags.
 
-    Parameters, returns and errors as ``pygae1d_nolp_misalign`` (``truncate``: bool, one flag per sequence).
+    The same recurrence, on any array library and device (the kernel selects with the flag, as this does).
+
+    Parameters
+    ----------
+    rewards : array, shape (total,)
+        Packed rewards of every sequence.
+    values : array, shape (total + N,)
+        Packed values, one extra slot (the value after the last token) per sequence.
+    cu_seqlens : integer array, shape (N + 1,)
+        Offsets into ``rewards``; a repeated offset is an empty sequence.
+    truncate : bool array, shape (N,)
+        AReaL's truncation flags: True bootstraps sequence i from its extra slot, False takes 0 after its end.
+    gamma, lam : float
+        In [0, 1].
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (total,)
+        Of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError) as ``pygae1d_nolp_misalign``.
+    ValueError
+        For bad offsets, and gamma or lam outside [0, 1].
 
     Examples
     --------
@@ -145,7 +184,8 @@ def cugae1d_nolp_misalign_func(rewards, values, cu_seqlens, truncate, gamma, lam
     return pygae1d_nolp_misalign(rewards, values, cu_seqlens, truncate, gamma, lam)
 
 
-def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discount, gae_lambda):
+def compute_token_level_gae(rewards: Array, values: Array, loss_mask: Array, seq_no_eos_mask: Array, discount: float,
+                            gae_lambda: Coefficient) -> tuple[Array, Array]:
     r"""(advantages, returns) of AReaL's padded GAE block, for [bs, max_seqlen] arrays.
 
     For t = T-2 .. 0, with ``next = values[:, -1]`` for rows without EOS (else 0) before step T-2::
@@ -178,7 +218,7 @@ def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discoun
         (a ValueError and an AssertionError) for mismatched shapes, max_seqlen 0 or a lambda per row of the wrong
         length.
     ValueError
-        for discount or gae_lambda outside [0, 1].
+        for discount or gae_lambda outside [0, 1], with a bool ``loss_mask`` (a numeric one takes them unchecked).
 
     Examples
     --------
@@ -217,7 +257,7 @@ def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discoun
         return advantages, advantages + v
 
 
-def _per_row(xp, gae_lambda, dtype, like):
+def _per_row(xp: Any, gae_lambda: Coefficient, dtype: Any, like: Array) -> Coefficient:
     """AReaL's lambda: a number, or one value per row ([bs]) as a column that broadcasts over time."""
     if not is_array(gae_lambda) or gae_lambda.ndim == 0:
         return gae_lambda
@@ -227,7 +267,7 @@ def _per_row(xp, gae_lambda, dtype, like):
     return xp.astype(gae_lambda, dtype)[:, None]
 
 
-def _blended(xp, r, v, m, bootstrap, gamma, lam):
+def _blended(xp: Any, r: Array, v: Array, m: Array, bootstrap: Array, gamma: float, lam: Coefficient) -> Array:
     """The loop's two recurrences for a numeric mask, every step blended by its mask value; bootstrap after the end."""
     if r.shape[1] == 0:
         return xp.zeros_like(r)
@@ -238,3 +278,11 @@ def _blended(xp, r, v, m, bootstrap, gamma, lam):
     next_values = xp.concat([latest[:, 1:], bootstrap[:, None]], axis=1)
     delta = r + gamma * next_values - v
     return scan(xp.where(real, m * delta, zero), 1 - m + m * (gamma * lam))
+
+
+def _entries(offsets) -> int:
+    """How many offsets ``cu_seqlens`` holds (an array, a list or a tuple); -1 when it is none of these."""
+    if isinstance(offsets, (list, tuple)):
+        return len(offsets)
+    shape = getattr(offsets, "shape", None)
+    return shape[0] if shape is not None and len(shape) == 1 else -1
