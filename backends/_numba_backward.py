@@ -41,7 +41,7 @@ import functools
 
 import numpy as np
 
-from gae_xp._problem import OPTIONAL
+from gae_xp._problem import FLAGS, OPTIONAL
 
 from . import numba_cpu
 
@@ -68,8 +68,8 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
     on_bootstrap = np.empty((rows.shape[0], count), dtype=dtype)
     on_carry = np.empty((rows.shape[0], count) if p.carry is not None else (0, 0), dtype=dtype)
     critic = p.lam if p.critic_lam is None else p.critic_lam
-    critic_scalar, critic_steps = numba_cpu._coefficient(critic, dtype, shape)
-    flags = numba_cpu._optional_arrays(p, dtype, rows.shape)[1:]  # terminated, truncated, mask, gamma, lam
+    critic_scalar, critic_steps = _coefficient(critic, dtype, shape)
+    flags = _optional_arrays(p, dtype, rows.shape)[1:]  # terminated, truncated, mask, gamma, lam
     parallel = numba_cpu._parallel(rewards.size, (rows.shape[0] + 1) // 2 * count)
     per_step = tuple(not isinstance(c, float) for c in (p.gamma, p.lam, critic))
     kernel = _kernel(*(getattr(p, name) is not None for name in OPTIONAL), p.critic_lam is not None, *per_step,
@@ -84,6 +84,23 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
             "next_values": None if p.next_values is None else numba_cpu._like(on_next_values.reshape(shape), like),
             "bootstrap": numba_cpu._like(on_bootstrap.reshape(batch), like),
             "carry": None if p.carry is None else numba_cpu._like(on_carry.reshape(batch), like)}
+
+
+def _coefficient(value, dtype, shape):
+    """(scalar, (rows, T) array): a float goes in the scalar beside an empty array, an array in the array."""
+    if isinstance(value, float):
+        return value, np.empty((0, 0), dtype=dtype)
+    return 0.0, numba_cpu._rows(np.broadcast_to(numba_cpu._host(value), shape))
+
+
+def _optional_arrays(p, dtype, shape):
+    """The kernel's optional per-step arrays (``OPTIONAL`` order, an empty (0, 0) array where absent), then gamma's
+    and lam's (scalar, per-step array) pairs."""
+    gamma_scalar, gamma_steps = _coefficient(p.gamma, dtype, p.rewards.shape)
+    lam_scalar, lam_steps = _coefficient(p.lam, dtype, p.rewards.shape)
+    arrays = tuple(np.empty((0, 0), dtype=np.bool_ if name in FLAGS else dtype) if getattr(p, name) is None
+                   else np.reshape(numba_cpu._host(getattr(p, name)), shape) for name in OPTIONAL)
+    return (*arrays, gamma_scalar, gamma_steps, lam_scalar, lam_steps)
 
 
 def _offsets(p, length: int) -> np.ndarray:

@@ -343,3 +343,44 @@ def test_12_jax_jit_and_vmap_match_the_loop(options):
         got_a, got_r = transform(lambda *rows: gae_xp.gae(**dict(zip(names, rows)), **rest))(*per_row.values())
         xp_assert_close(got_a, want_a, like=arrays["rewards"])
         xp_assert_close(got_r, want_r, like=arrays["rewards"])
+
+
+# --- 13. a child forked after the parallel build can call gae() on every threading layer -------------------------
+
+
+@pytest.mark.parametrize("layer", ["omp", "workqueue", "tbb"])
+def test_13_a_forked_child_runs_gae_after_the_parallel_build(layer):
+    load_target("numpy/numba")
+    code = textwrap.dedent("""
+        import os, sys, time, numpy as np, numba, gae_xp
+        from gae_xp.backends import numba_cpu
+        from gae_xp.testing import make_case
+        case = make_case(np.random.default_rng(0), (8, 20_000), dones=0.01, holes=0.2)
+        assert numba_cpu._parallel(case["rewards"].size, 8)
+        try:
+            want = gae_xp.gae(**case, backend="numba")[0]
+        except ValueError as error:  # this threading layer is not installed
+            print("unavailable", str(error).splitlines()[0])
+            sys.exit(0)
+        print(numba.threading_layer(), flush=True)
+        pid = os.fork()
+        if pid == 0:
+            got = gae_xp.gae(**case, backend="numba")[0]
+            os._exit(0 if np.array_equal(got, want) else 3)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("child", os.waitstatus_to_exitcode(status))
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            print("child hung")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**__import__("os").environ, "NUMBA_THREADING_LAYER": layer, "NUMBA_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.startswith("unavailable"):
+        pytest.skip(f"numba's {layer} threading layer: {done.stdout.strip()}")
+    assert done.stdout.split() == [layer, "child", "0"], (done.stdout, done.stderr[-2000:])
