@@ -252,7 +252,6 @@ def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, criti
                   for name in ("bootstrap", "carry")]
         offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
         geometry = plan.geometry()
-        scalars_t = tuple(_scalar(v, io) for v in scalars)
         if plan.long_rows and entering is None:
             fields_count = _LIVE[value_chain, critic] + 1
             maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
@@ -260,13 +259,13 @@ def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, criti
             entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
                                     written=True)
             tiles = _compiled("gae", io, structure._replace(phase="tiles", carry=False, entering=False, fill=False))
-            launch(tiles, plan.grid, plan.threads, *arrays, None, None, offsets, scalars_t, geometry, maps, None,
+            launch(tiles, plan.grid, plan.threads, *arrays, None, None, offsets, scalars, geometry, maps, None,
                    None, None, None)
             launch(_carry(io, value_chain, critic, True, False), plan.carry_grid, plan.carry_threads, maps, geometry,
                    entering, None, None)
         outs = [launch.array(_steps(xp, out, r.dtype), written=True) for out in results]
         final = _compiled("gae", io, structure)
-        launch(final, plan.grid, plan.threads, *arrays, *bounds, offsets, scalars_t, geometry, None,
+        launch(final, plan.grid, plan.threads, *arrays, *bounds, offsets, scalars, geometry, None,
                entering if plan.long_rows else None, None, *outs, *([None] * (2 - outputs)))
     return tuple(results)
 

@@ -152,6 +152,8 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
                             lam=1.0, needs_values=False, cu_seqlens=cu_seqlens)
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_discounted_returns"):  # a fused kernel: no coefficient arrays materialised
+        return call.restore(solver.solve_discounted_returns(p))
     if p.rewards.shape[-1] == 0:
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
@@ -176,6 +178,8 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
                             needs_values=False, cu_seqlens=cu_seqlens)
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_lambda_returns"):
+        return call.restore(solver.solve_lambda_returns(p))
     xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
@@ -226,6 +230,9 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_vtrace"):
+        vs, pg = solver.solve_vtrace(p, **thresholds)
+        return call.restore(vs), call.restore(pg)
     xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
