@@ -45,6 +45,7 @@ from ._cuda_kernels import (
     TERMINATED,
     TRUNCATED,
     Fields,
+    TILE_BOUNDS,
     KernelSpec,
     algebra,
     array,
@@ -299,4 +300,4 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             cuda.syncthreads()
             from_shared(out_next_values, shared, row0, start, steps, geometry)
 
-    return KernelSpec(s.name, kernel, signature(io, s))
+    return KernelSpec(s.name, kernel, signature(io, s), TILE_BOUNDS)

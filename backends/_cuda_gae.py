@@ -35,6 +35,7 @@ state is *reset* to the segment's boundary values: the incoming advantage
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -47,6 +48,7 @@ from ._cuda_kernels import (
     TERMINATED,
     TRUNCATED,
     Fields,
+    TILE_BOUNDS,
     KernelSpec,
     algebra,
     array,
@@ -252,7 +254,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             to_shared(shared, log_rhos, row0, start, steps, geometry)
             cuda.syncthreads()
             for j in range(ITEMS):
-                rho_[j] = np.exp(shared[pad(first + j)]) if j < count else zero
+                rho_[j] = math.exp(shared[pad(first + j)]) if j < count else zero
             cuda.syncthreads()
         flags_to_shared(bits, terminated, truncated, mask, row0, start, steps, geometry)
         cuda.syncthreads()
@@ -388,4 +390,4 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             y = bootstrap[row, segment]
         return constant(x, zero, y)
 
-    return KernelSpec(s.name, kernel, signature(io, s))
+    return KernelSpec(s.name, kernel, signature(io, s), TILE_BOUNDS)

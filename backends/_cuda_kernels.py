@@ -80,11 +80,17 @@ TERMINATED, TRUNCATED, REAL, BOUNDARY, LAST = 1, 2, 4, 8, 16
 
 
 class KernelSpec(NamedTuple):
-    """A kernel before compilation: a stable name (tables, the PTX), its Python function, its signature."""
+    """A kernel before compilation: a stable name (tables, the PTX), its Python function, its signature, and its
+    launch bounds (most threads per block, fewest blocks per SM: a cap on registers that ptxas keeps)."""
 
     name: str
     function: Callable
     signature: object
+    launch_bounds: tuple[int, int] | None = None
+
+
+#: The tile kernels' launch bounds: blocks of up to THREADS threads, two per SM (at most 128 registers a thread).
+TILE_BOUNDS = (THREADS, 2)
 
 
 def compute_dtype(io: str) -> str:

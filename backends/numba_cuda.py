@@ -447,28 +447,28 @@ _EXTENSIONS = [_NoneArgument()]
 @functools.lru_cache(maxsize=None)
 def _compiled(module: str, io: str, structure):
     """A kernel of ``_cuda_gae`` ("gae") or ``_cuda_backward`` ("backward"), compiled for its signature."""
-    from numba import cuda
-
     if module == "gae":
         from ._cuda_gae import forward_kernel
     else:
         from ._cuda_backward import forward_kernel
-    spec = forward_kernel(io, structure)
-    if simulated():
-        return cuda.jit(spec.signature)(spec.function)
-    return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS)(spec.function)
+    return _jit(forward_kernel(io, structure))
 
 
 @functools.lru_cache(maxsize=None)
 def _carry(io: str, value_chain: bool, critic: bool, reverse: bool, complete: bool):
-    from numba import cuda
-
     from ._cuda_kernels import Fields, carry_kernel
 
-    spec = carry_kernel(io, Fields(value_chain, critic, True), reverse=reverse, complete=complete)
+    return _jit(carry_kernel(io, Fields(value_chain, critic, True), reverse=reverse, complete=complete))
+
+
+def _jit(spec):
+    """A kernel compiled for its signature (cached on disk; the simulator takes the function as it is)."""
+    from numba import cuda
+
     if simulated():
         return cuda.jit(spec.signature)(spec.function)
-    return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS)(spec.function)
+    bounds = {} if spec.launch_bounds is None else {"launch_bounds": spec.launch_bounds}
+    return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS, **bounds)(spec.function)
 
 
 class _Launch(contextlib.AbstractContextManager):
