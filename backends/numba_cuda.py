@@ -215,6 +215,56 @@ class Pieces:
                         entering=self._entering, value_chain=True)
 
 
+# --- traffic ------------------------------------------------------------------------------------------------
+
+
+def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
+    """Bytes that each launch of a forward call moves in device memory, from the kernels' code.
+
+    ``{launch: (streamed, per_tile)}``, read plus written, launches named
+    ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
+    ``final`` only. ``streamed`` grows with the elements: every per-step input
+    once per tile launch (an array counts the bytes its view spans, so a
+    per-step gamma broadcast over rows counts one row; a bool flag one byte a
+    step), the outputs once. ``per_tile`` is a few numbers per tile: launch 1
+    writes each tile's map (its live slots, see ``_cuda_kernels.Fields``),
+    launch 2 reads them and writes the maps entering the tiles, launch 3 reads
+    those and the boundary values (bootstrap, carry) of the segments it
+    resets. ``problem`` needs shapes, dtypes and strides only (NumPy arrays or
+    stand-ins will do; absent fields count as None).
+    """
+    r = problem.rewards
+    length, rows = r.shape[-1], math.prod(r.shape[:-1])
+    item = r.dtype.itemsize
+    compute = 8 if item == 8 else 4
+    field = {name: getattr(problem, name, None) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
+                                                           "terminated", "truncated", "mask", "offsets", "carry")}
+    inputs = _stored_bytes(r) + sum(_stored_bytes(a) for name, a in field.items()
+                                    if a is not None and not isinstance(a, float) and name not in ("offsets", "carry"))
+    outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
+    p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
+    segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
+    bounds = (family in ("gae", "vtrace")) + (field["carry"] is not None or family == "returns")
+    boundary = bounds * rows * segments * compute  # each segment's boundary values, read where it ends
+    if not p.long_rows:
+        return {"final": (inputs + outputs, boundary)}
+    has_next = field["next_values"] is not None
+    value_chain = family in ("gae", "vtrace") and not has_next or family == "lambda" and field["mask"] is not None
+    maps = p.tiles * (_LIVE[value_chain, getattr(problem, "critic_lam", None) is not None] + 1) * compute
+    return {"tiles": (inputs, maps), "carry": (0, 2 * maps), "final": (inputs + outputs, maps + boundary + bounds
+                                                                         * p.tiles * compute)}
+
+
+def _stored_bytes(array) -> int:
+    """Bytes an array's view spans (a broadcast axis, stride 0, counts once); numel * itemsize without strides."""
+    item = array.dtype.itemsize
+    strides = getattr(array, "strides", None)
+    if strides is None or any(n == 0 for n in array.shape):
+        return math.prod(array.shape) * item
+    span = item + sum((n - 1) * abs(s) for n, s in zip(array.shape, strides))
+    return min(span, math.prod(array.shape) * item)
+
+
 # --- launching ---------------------------------------------------------------------------------------------------
 
 
