@@ -219,7 +219,7 @@ class Pieces:
 
 
 def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
-    """Bytes that each launch of a forward call moves in device memory, from the kernels' code.
+    """Bytes that each launch of a call moves in device memory, from the kernels' code.
 
     ``{launch: (streamed, per_tile)}``, read plus written, launches named
     ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
@@ -230,8 +230,12 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
     writes each tile's map (its live slots, see ``_cuda_kernels.Fields``),
     launch 2 reads them and writes the maps entering the tiles, launch 3 reads
     those and the boundary values (bootstrap, carry) of the segments it
-    resets. ``problem`` needs shapes, dtypes and strides only (NumPy arrays or
-    stand-ins will do; absent fields count as None).
+    resets. ``family`` is "gae", "vtrace", "lambda", "returns" (a problem of
+    ``gae_xp._problem.GaeProblem``'s fields; V-trace's log-ratios and
+    lambda's V' count as one more array like rewards) or "adjoint"
+    (``gae_backward``: two upstream gradients in, the gradients out; rewards
+    and values are not read). ``problem`` needs shapes, dtypes and strides
+    only (NumPy arrays or stand-ins will do; absent fields count as None).
     """
     r = problem.rewards
     length, rows = r.shape[-1], math.prod(r.shape[:-1])
@@ -239,20 +243,31 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
     compute = 8 if item == 8 else 4
     field = {name: getattr(problem, name, None) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
                                                            "terminated", "truncated", "mask", "offsets", "carry")}
-    inputs = _stored_bytes(r) + sum(_stored_bytes(a) for name, a in field.items()
-                                    if a is not None and not isinstance(a, float) and name not in ("offsets", "carry"))
-    outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
+    per_step = ("gamma", "lam", "terminated", "truncated", "mask")
+    if family == "adjoint":
+        read = 2 * _stored_bytes(r)
+        outputs = (2 + (field["next_values"] is not None)) * rows * length * item
+    else:
+        read = _stored_bytes(r) * (1 + (family in ("vtrace", "lambda")))
+        per_step += ("values", "next_values", "critic_lam") if family in ("gae", "vtrace") else ()
+        outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
+    read += sum(_stored_bytes(field[name]) for name in per_step
+                if field[name] is not None and not isinstance(field[name], float))
     p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
     segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
-    bounds = (family in ("gae", "vtrace")) + (field["carry"] is not None or family == "returns")
-    boundary = bounds * rows * segments * compute  # each segment's boundary values, read where it ends
+    bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
+    boundary = (bounds + (family == "adjoint") * (1 + (field["carry"] is not None))) * rows * segments * compute
     if not p.long_rows:
-        return {"final": (inputs + outputs, boundary)}
-    has_next = field["next_values"] is not None
-    value_chain = family in ("gae", "vtrace") and not has_next or family == "lambda" and field["mask"] is not None
-    maps = p.tiles * (_LIVE[value_chain, getattr(problem, "critic_lam", None) is not None] + 1) * compute
-    return {"tiles": (inputs, maps), "carry": (0, 2 * maps), "final": (inputs + outputs, maps + boundary + bounds
-                                                                         * p.tiles * compute)}
+        return {"final": (read + outputs, boundary)}
+    if family == "adjoint":
+        value_chain, critic = field["next_values"] is None, False
+    else:
+        value_chain = family in ("gae", "vtrace") and field["next_values"] is None or (
+            family == "lambda" and field["mask"] is not None)
+        critic = family == "gae" and field["critic_lam"] is not None
+    maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
+    return {"tiles": (read, maps), "carry": (0, 2 * maps),
+            "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
 
 
 def _stored_bytes(array) -> int:
@@ -268,56 +283,64 @@ def _stored_bytes(array) -> int:
 # --- launching ---------------------------------------------------------------------------------------------------
 
 
+#: The per-step arguments of the reverse-in-time kernels after rewards, in their order.
+_ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask")
+
+
 def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
              entering=None, value_chain=None):
     """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
     xp, r = p.xp, p.rewards
-    shape, length = tuple(r.shape), r.shape[-1]
-    rows = math.prod(shape[:-1])
-    outputs = 2 if family in ("gae", "vtrace") else 1
-    results = [xp.empty(shape, dtype=r.dtype, device=device_of(r)) for _ in range(outputs)]
+    shape = tuple(r.shape)
+    length, rows = shape[-1], math.prod(shape[:-1])
+    device = device_of(r)
+    results = [xp.empty(shape, dtype=r.dtype, device=device) for _ in range(2 if family in ("gae", "vtrace") else 1)]
     if length == 0 or rows == 0:
         return tuple(results)
-    from . import _cuda_gae
-
-    present = {name: a for name, a in inputs.items() if a is not None and not isinstance(a, float)}
     io = _dtype_name(r.dtype)
+    present = tuple(name for name in _ORDER if (a := inputs.get(name)) is not None and not isinstance(a, float))
     plan = _plan(rows, length)
-    if value_chain is None:
-        value_chain = _cuda_gae.value_chain(family, present)
-    structure = _cuda_gae.Structure(family, "final", frozenset(present), offsets=p.offsets is not None,
-                                    carry=carry is not None, entering=plan.long_rows, fill=fill, critic=critic,
-                                    value_chain=value_chain)
+    reuse = entering is not None
+    tiles, carrying, final, fields_count = _forward_kernels(family, io, present, p.offsets is not None,
+                                                            carry is not None, fill, critic, value_chain,
+                                                            plan.long_rows, reuse)
     compute = _compute(xp, io)
-    scalars = tuple(_scalar(v, io) for v in (inputs.get("gamma", 1.0), inputs.get("lam", 1.0),
-                                             inputs.get("critic_lam", 0.0), *clips))
-    per_segment = {name: None if a is None else _per_segment(xp, a, rows, compute)
-                   for name, a in (("bootstrap", bootstrap), ("carry", carry))}
+    scalars = _scalars(io, (inputs.get("gamma", 1.0), inputs.get("lam", 1.0), inputs.get("critic_lam", 0.0), *clips))
     with _Launch(r) as launch:
-        steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
-        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
-                  ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated",
-                   "mask"))]
-        bounds = [launch.array(per_segment[name]) if structure.family in _USES[name] else None
-                  for name in ("bootstrap", "carry")]
+        arrays = [launch.array(_steps(xp, r, r.dtype, rows, length))]
+        arrays += [launch.array(_steps(xp, inputs[name], r.dtype, rows, length)) if name in present else None
+                   for name in _ORDER]
+        bounds = [launch.array(_per_segment(xp, value, rows, compute)) if value is not None and family in _USES[name]
+                  else None for name, value in (("bootstrap", bootstrap), ("carry", carry))]
         offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
         geometry = plan.geometry()
-        if plan.long_rows and entering is None:
-            fields_count = _LIVE[value_chain, critic] + 1
-            maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
-                                written=True)
-            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
-                                    written=True)
-            tiles = _compiled("gae", io, structure._replace(phase="tiles", carry=False, entering=False, fill=False))
+        if tiles is not None:
+            maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
+            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
             launch(tiles, plan.grid, plan.threads, *arrays, None, None, offsets, scalars, geometry, maps, None,
                    None, None, None)
-            launch(_carry(io, value_chain, critic, True, False), plan.carry_grid, plan.carry_threads, maps, geometry,
-                   entering, None, None)
-        outs = [launch.array(_steps(xp, out, r.dtype), written=True) for out in results]
-        final = _compiled("gae", io, structure)
+            launch(carrying, plan.carry_grid, plan.carry_threads, maps, geometry, entering, None, None)
+        outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
         launch(final, plan.grid, plan.threads, *arrays, *bounds, offsets, scalars, geometry, None,
-               entering if plan.long_rows else None, None, *outs, *([None] * (2 - outputs)))
+               entering if plan.long_rows else None, None, *outs, *([None] * (2 - len(outs))))
     return tuple(results)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_chain, long_rows, reuse):
+    """(launch 1, launch 2, launch 3, map slots) of a reverse-in-time call: launches 1 and 2 None for a row that
+    fits a tile, or when the maps entering the tiles are given (``reuse``: a piece's fix-up)."""
+    from . import _cuda_gae
+
+    if value_chain is None:
+        value_chain = _cuda_gae.value_chain(family, present)
+    final = _cuda_gae.Structure(family, "final", frozenset(present), offsets=offsets, carry=carry, entering=long_rows,
+                                fill=fill, critic=critic, value_chain=value_chain)
+    slots = _LIVE[value_chain, critic] + 1
+    if not long_rows or reuse:
+        return None, None, _compiled("gae", io, final), slots
+    tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
+    return _compiled("gae", io, tiles), _carry(io, value_chain, critic, True, False), _compiled("gae", io, final), slots
 
 
 #: The families that read each per-segment boundary array (see ``_cuda_gae.signature``).
@@ -431,13 +454,33 @@ def _plan(rows: int, length: int) -> _cuda_plan.Plan:
     return _cuda_plan.plan(rows, length)
 
 
+def _scalars(io: str, values: tuple) -> tuple:
+    """The kernels' ``scalars`` argument (floats; an array's slot 0), remembered per (dtype, values)."""
+    key = (io, *(v if isinstance(v, float) else None for v in values))
+    scalars = _SCALARS.get(key)
+    if scalars is None:
+        scalars = _SCALARS[key] = tuple(_scalar(v, io) for v in values)
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+    return scalars
+
+
+_SCALARS: dict = {}
+
+
 def _scalar(value, io: str):
     """A kernel's scalar argument in the compute dtype (0 for an array's slot)."""
     return (np.float64 if io == "float64" else np.float32)(value if isinstance(value, float) else 0.0)
 
 
+_DTYPE_NAMES: dict = {}
+
+
 def _dtype_name(dtype) -> str:
-    return str(dtype).rsplit(".", 1)[-1]
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).rsplit(".", 1)[-1]
+    return name
 
 
 def _compute(xp, io: str):
@@ -453,13 +496,20 @@ def _rows(xp, array):
     return xp.reshape(array, (math.prod(array.shape[:-1]), array.shape[-1]))
 
 
-def _steps(xp, array, dtype):
-    """A per-step array as the kernels read it: (rows, T), bool as uint8, bfloat16 as its bits, floats in ``dtype``."""
-    name = _dtype_name(array.dtype)
-    if name == "bool":
-        return _bits(_rows(xp, array), "uint8")
-    array = _rows(xp, _cast(xp, array, dtype))
-    return _bits(array, "uint16") if name == "bfloat16" or _dtype_name(dtype) == "bfloat16" else array
+def _steps(xp, array, dtype, rows: int | None = None, length: int | None = None):
+    """A per-step array as the kernels read it: (rows, T), bool as uint8, bfloat16 as its bits, floats in ``dtype``.
+
+    A reshape (a view unless the batch axes cannot merge into one stride) of the array, or of its cast when its
+    dtype is another float's.
+    """
+    if rows is None:
+        rows, length = math.prod(array.shape[:-1]), array.shape[-1]
+    if array.dtype == dtype:
+        view = array if array.ndim == 2 else array.reshape(rows, length)
+        return _bits(view, "uint16") if _dtype_name(dtype) == "bfloat16" else view
+    if _dtype_name(array.dtype) == "bool":
+        return _bits(array.reshape(rows, length), "uint8")
+    return _steps(xp, xp.astype(array, dtype), dtype, rows, length)
 
 
 def _bits(array, kind: str):
@@ -594,19 +644,31 @@ def _device_index(array) -> int:
 
 
 def _current_stream(array):
-    """The caller's current stream on the array's device, as a numba stream: CuPy's or torch's."""
+    """The caller's current stream on the array's device, as a numba stream: CuPy's or torch's (one numba object
+    per stream, remembered)."""
     from numba import cuda
 
     if is_cupy_array(array):
         import cupy
 
         with array.device:
-            return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-    if is_torch_array(array):
+            pointer = cupy.cuda.get_current_stream().ptr
+    elif is_torch_array(array):
         import torch
 
-        return cuda.external_stream(torch.cuda.current_stream(array.device).cuda_stream)
-    return cuda.default_stream()
+        pointer = torch.cuda.current_stream(array.device).cuda_stream
+    else:
+        return cuda.default_stream()
+    key = (_device_index(array), pointer)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) > 64:
+            _STREAMS.clear()
+        stream = _STREAMS[key] = cuda.external_stream(pointer)
+    return stream
+
+
+_STREAMS: dict = {}
 
 
 BACKEND = NumbaCUDABackend()
