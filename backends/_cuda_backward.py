@@ -45,7 +45,6 @@ from ._cuda_kernels import (
     TERMINATED,
     TRUNCATED,
     Fields,
-    TILE_BOUNDS,
     KernelSpec,
     algebra,
     array,
@@ -57,6 +56,7 @@ from ._cuda_kernels import (
     optional,
     segment_of,
     shared_size,
+    tile_bounds,
     tile_id,
     tile_place,
 )
@@ -300,4 +300,4 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             cuda.syncthreads()
             from_shared(out_next_values, shared, row0, start, steps, geometry)
 
-    return KernelSpec(s.name, kernel, signature(io, s), TILE_BOUNDS)
+    return KernelSpec(s.name, kernel, signature(io, s), tile_bounds(io))

@@ -1,7 +1,8 @@
 """The kernels the numba-CUDA backend launches, by family, phase and structure: what the compile test compiles.
 
 A structure prunes its absent arrays at compile time, so the structure with
-every option present bounds the registers, the shared memory and the code
+every option present (that can be asked for together: a carry, which pieces
+bring, comes without critic_lam) bounds the registers, the shared memory and the code
 of its family and phase; the plainest one shows the floor. For each io
 dtype the catalog lists both (and, for float32 and float64, the structures
 in between that change which map slots are live), plus the carry kernels of
@@ -32,7 +33,8 @@ def structures(io: str):
     full = ("values", "gamma", "lam", *_FLAGS)
     every = [
         _gae("gae", "final", ["values"]),
-        _gae("gae", "final", [*full, "critic_lam"], offsets=True, carry=True, entering=True, fill=True, critic=True),
+        _gae("gae", "final", [*full, "critic_lam"], offsets=True, entering=True, fill=True, critic=True),
+        _gae("gae", "final", full, offsets=True, carry=True, entering=True, fill=True),  # a carry has no critic_lam
         _gae("gae", "tiles", [*full, "critic_lam"], offsets=True, critic=True),
         _gae("gae", "tiles", full, offsets=True, summaries=True),
         _gae("vtrace", "final", [*full, "log_rhos"], entering=True),

@@ -48,7 +48,6 @@ from ._cuda_kernels import (
     TERMINATED,
     TRUNCATED,
     Fields,
-    TILE_BOUNDS,
     KernelSpec,
     algebra,
     array,
@@ -60,6 +59,7 @@ from ._cuda_kernels import (
     optional,
     segment_of,
     shared_size,
+    tile_bounds,
     tile_id,
     tile_place,
 )
@@ -390,4 +390,4 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             y = bootstrap[row, segment]
         return constant(x, zero, y)
 
-    return KernelSpec(s.name, kernel, signature(io, s), TILE_BOUNDS)
+    return KernelSpec(s.name, kernel, signature(io, s), tile_bounds(io, "critic_lam" in s.inputs))

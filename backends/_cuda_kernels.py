@@ -89,8 +89,11 @@ class KernelSpec(NamedTuple):
     launch_bounds: tuple[int, int] | None = None
 
 
-#: The tile kernels' launch bounds: blocks of up to THREADS threads, two per SM (at most 128 registers a thread).
-TILE_BOUNDS = (THREADS, 2)
+def tile_bounds(io: str, heavy: bool = False) -> tuple[int, int]:
+    """A tile kernel's launch bounds: blocks of up to THREADS threads, two per SM (at most 128 registers a
+    thread), or one for float64 and for ``heavy`` structures (a per-step critic_lam), whose eight steps per
+    thread of every input do not fit 128 registers without spilling."""
+    return (THREADS, 1 if io == "float64" or heavy else 2)
 
 
 def compute_dtype(io: str) -> str:
@@ -136,9 +139,11 @@ if SIMULATED:
 else:
     from numba.cuda import libdevice
 
+    @cuda.jit(device=True)
     def _float_of_bits(bits):
         return libdevice.int_as_float(np.int32(bits))
 
+    @cuda.jit(device=True)
     def _bits_of_float(x):
         return np.uint32(libdevice.float_as_int(x))
 

@@ -13,6 +13,7 @@ a GPU; numba's own marshalling of the arguments and the driver call do not.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import time
@@ -33,7 +34,7 @@ def _spec(shape, dtype):
 
 def traffic_cases():
     """(case, family, problem stand-in): the cases issue 18 and 19 name."""
-    f32, flags = (lambda shape: _spec(shape, np.float32)), (lambda shape: _spec(shape, np.bool_))
+    f32, f16, flags = (functools.partial(_spec, dtype=dtype) for dtype in (np.float32, np.float16, np.bool_))
     packed = (1, 2**20)
     offsets = SimpleNamespace(shape=(1025,))
     short = (32768, 32)
@@ -43,7 +44,7 @@ def traffic_cases():
         ("packed: 1024 sequences, 2^20 tokens", "gae", dict(rewards=f32(packed), values=f32(packed), offsets=offsets)),
         ("CP shard: summary, all-gather, fix-up", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
         ("critic_lam (a float)", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE), critic_lam=1.0)),
-        ("16-bit (bfloat16, float16) in and out, constant", "gae", dict(rewards=_spec(SHAPE, np.float16), values=_spec(SHAPE, np.float16))),
+        ("16-bit (bfloat16, float16) in and out, constant", "gae", dict(rewards=f16(SHAPE), values=f16(SHAPE))),
         ("V-trace", "vtrace", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
         ("lambda-returns", "lambda", dict(rewards=f32(SHAPE))),
         ("discounted returns", "returns", dict(rewards=f32(SHAPE))),
