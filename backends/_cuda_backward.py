@@ -35,8 +35,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, types
 
+from ._cuda_import import cuda, types
 from ._cuda_kernels import (
     BOUNDARY,
     ITEMS,

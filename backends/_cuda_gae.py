@@ -39,8 +39,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, types
 
+from ._cuda_import import cuda, types
 from ._cuda_kernels import (
     BOUNDARY,
     ITEMS,
@@ -139,7 +139,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
     """Launch 1 (``s.phase == "tiles"``) or 3 (``"final"``) of a forward family, for one io dtype."""
     c = constants(io)
     zero, one, dtype = c.zero, c.one, c.dtype
-    tiles, final = s.phase == "tiles", s.phase == "final"
+    tiles = s.phase == "tiles"
     family, fill, critic = s.family, s.fill, s.critic
     value = s.value_chain
     # launch 1 marks the boundaries (a segmented scan); launch 3 resets the state there

@@ -65,8 +65,8 @@ import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import cuda, types
 
+from ._cuda_import import cuda, types
 from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS
 
 #: The element types of the per-step arrays a kernel reads: bfloat16 arrives as its bits (uint16).
@@ -137,7 +137,7 @@ if SIMULATED:
     def _bits_of_float(x):
         return np.float32(x).view(np.uint32)
 else:
-    from numba.cuda import libdevice
+    libdevice = cuda.libdevice
 
     @cuda.jit(device=True)
     def _float_of_bits(bits):

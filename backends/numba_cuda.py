@@ -94,7 +94,7 @@ class NumbaCUDABackend:
             return "tensors that require grad need backend='xp' (or the autograd custom op, which calls gae_backward)"
         if _not_installed():
             return _not_installed()
-        from numba import cuda
+        from ._cuda_import import cuda
 
         if not cuda.is_available():
             return "numba-cuda finds no usable CUDA driver or GPU"
@@ -167,10 +167,11 @@ class NumbaCUDABackend:
         """The gradients of ``gae(problem)``'s (advantages, returns) to its inputs, given theirs (either may be
         None: no gradient from that output).
 
-        Returns ``{"rewards", "values", "bootstrap"}`` (plus ``"next_values"``
-        and ``"carry"`` when the problem has them), each shaped like the
-        problem's array (time last) in its dtype; the bootstrap's and carry's
-        gradients in the compute dtype. This is the adjoint of the forward
+        Returns ``{"rewards", "values", "next_values", "bootstrap", "carry"}``,
+        each shaped like the problem's array (time last; ``next_values`` and
+        ``carry`` None when the problem has none), the per-step ones in the
+        problem's dtype, the bootstrap's and the carry's in the compute dtype
+        (as ``_numba_backward.gae_backward`` on the CPU). This is the adjoint of the forward
         scan (``_cuda_backward``): a forward scan of the upstream gradients
         with the same coefficients, cut at the same places. Per-step gamma
         and lam are coefficients here: they get no gradient. With
@@ -180,15 +181,15 @@ class NumbaCUDABackend:
         if p.critic_lam is not None:
             first = self.gae_backward(p.replace(critic_lam=None), grad_advantages, None)
             second = self.gae_backward(p.replace(lam=p.critic_lam, critic_lam=None), None, grad_returns)
-            return {name: first[name] + second[name] for name in first}
+            return {name: None if first[name] is None else first[name] + second[name] for name in first}
         xp = p.xp
         inputs = {"grad_advantages": grad_advantages, "grad_returns": grad_returns, "gamma": p.gamma, "lam": p.lam,
                   "terminated": p.terminated, "truncated": p.truncated, "mask": p.mask}
         grads = _forward_in_time("adjoint", xp, p.rewards, inputs, problem=p,
                                  scalars=tuple(v if isinstance(v, float) else 0.0 for v in (p.gamma, p.lam)))
         grads["bootstrap"] = xp.reshape(grads["bootstrap"], tuple(p.bootstrap.shape))
-        if "carry" in grads:
-            grads["carry"] = xp.reshape(grads["carry"], tuple(p.carry.shape))
+        grads["carry"] = None if p.carry is None else xp.reshape(grads["carry"], tuple(p.carry.shape))
+        grads.setdefault("next_values", None)
         return grads
 
 
@@ -534,7 +535,7 @@ class _NoneArgument:
     """numba-cuda launch extension: an absent array (``None``, typed ``none``) is one pointer-sized 0."""
 
     def prepare_args(self, ty, val, stream=None, retr=None):
-        from numba import types
+        from ._cuda_import import types
 
         if isinstance(ty, types.NoneType):
             return types.uint64, 0
@@ -563,7 +564,7 @@ def _carry(io: str, value_chain: bool, critic: bool, reverse: bool, complete: bo
 
 def _jit(spec):
     """A kernel compiled for its signature (cached on disk; the simulator takes the function as it is)."""
-    from numba import cuda
+    from ._cuda_import import cuda
 
     if simulated():
         return cuda.jit(spec.signature)(spec.function)
@@ -582,7 +583,7 @@ class _Launch(contextlib.AbstractContextManager):
 
     def __enter__(self):
         if not self._sim:
-            from numba import cuda
+            from ._cuda_import import cuda
 
             self._context = cuda.gpus[_device_index(self._like)]
             self._context.__enter__()
@@ -601,7 +602,7 @@ class _Launch(contextlib.AbstractContextManager):
         """
         if array is None:
             return None
-        from numba import cuda
+        from ._cuda_import import cuda
 
         if not self._sim:
             return _device_array(array)
@@ -624,7 +625,7 @@ _TYPESTRS = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "uint8": "|u1
 def _device_array(array):
     """A numba device array on a CUDA array's memory. A torch tensor is described from its pointer, shape and
     strides (faster than its ``__cuda_array_interface__``, which also refuses tensors that require grad)."""
-    from numba import cuda
+    from ._cuda_import import cuda
 
     if is_torch_array(array):
         item = array.element_size()
@@ -646,7 +647,7 @@ def _device_index(array) -> int:
 def _current_stream(array):
     """The caller's current stream on the array's device, as a numba stream: CuPy's or torch's (one numba object
     per stream, remembered)."""
-    from numba import cuda
+    from ._cuda_import import cuda
 
     if is_cupy_array(array):
         import cupy
