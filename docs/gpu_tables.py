@@ -4,6 +4,10 @@
     python docs/gpu_tables.py arguments    # arrays, absent arrays and scalars per launch (the kernels' signatures)
     python docs/gpu_tables.py registers    # registers and shared memory per kernel (ptxas, numba-cuda[cu12])
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
+    python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
+
+``traffic`` and ``arguments`` are deterministic (``check()`` compares them with
+the page); ``registers`` takes the compile test's time; ``host`` is a timing.
 
 ``arguments`` and ``host`` run the backend with its launches recorded instead
 of made (``Recorder``): every array view, plan and kernel choice happens as on
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -184,9 +189,33 @@ def registers_table() -> str:
     return test_cuda_compile.table()
 
 
+TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table}
+PAGE = Path(__file__).resolve().parent / "gpu.md"
+
+
+def fill(text: str, name: str, table: str) -> str:
+    """``text`` with ``table`` between the page's markers of ``name``."""
+    start = re.search(rf"<!-- gpu_tables:{name} .*?-->\n", text)
+    end = text.index(f"<!-- gpu_tables:{name} end -->")
+    return text[:start.end()] + table + "\n" + text[end:]
+
+
+def check(names=("traffic", "arguments")) -> list[str]:
+    """The deterministic tables that docs/gpu.md does not hold as generated (empty: the page is current)."""
+    text = PAGE.read_text()
+    return [name for name in names if fill(text, name, TABLES[name]()) != text]
+
+
 if __name__ == "__main__":
-    tables = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table,
-              "host": host_table}
-    for name in sys.argv[1:] or ["traffic", "arguments"]:
-        print(tables[name]())
-        print()
+    arguments = sys.argv[1:]
+    write = "--write" in arguments
+    names = [name for name in arguments if name != "--write"] or ["traffic", "arguments"]
+    text = PAGE.read_text()
+    for name in names:
+        table = TABLES[name]()
+        if write:
+            text = fill(text, name, table)
+        else:
+            print(table, end="\n\n")
+    if write:
+        PAGE.write_text(text)
