@@ -157,7 +157,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
     has_next = "next_values" in s.inputs
 
     @cuda.jit(device=True)
-    def element(r, v, nv, gam, lm, lmc, rho, fl, scalars):
+    def element(r, v, nv, gam, lm, lmc, log_rho, fl, scalars):
         """The map of one step (before its boundary, if it has one)."""
         if not fl & REAL:
             return identity()
@@ -179,6 +179,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
         scale = one
         c_t = zero if cut else gam * lm
         if is_vtrace:
+            rho = math.exp(log_rho)  # at real steps only: a masked step's log-ratio is never read
             scale = min(rho, scalars[3])
             c_t = zero if cut else gam * lm * min(rho, scalars[4])
         b = r - v
@@ -210,7 +211,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
         g_ = cuda.local.array(ITEMS, dtype)
         l_ = cuda.local.array(ITEMS, dtype)
         lc_ = cuda.local.array(ITEMS, dtype)
-        rho_ = cuda.local.array(ITEMS, dtype)
+        log_rho_ = cuda.local.array(ITEMS, dtype)
         f_ = cuda.local.array(ITEMS, np.uint8)
         s_ = cuda.local.array(ITEMS, np.int64)
         # striped loads through shared memory, blocked reads into registers
@@ -254,7 +255,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             to_shared(shared, log_rhos, row0, start, steps, geometry)
             cuda.syncthreads()
             for j in range(ITEMS):
-                rho_[j] = math.exp(shared[pad(first + j)]) if j < count else zero
+                log_rho_[j] = shared[pad(first + j)] if j < count else zero
             cuda.syncthreads()
         flags_to_shared(bits, terminated, truncated, mask, row0, start, steps, geometry)
         cuda.syncthreads()
@@ -288,7 +289,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             if j < count:
                 m = element(r_[j], v_[j], nv_[j], g_[j] if gamma is not None else scalars[0],
                             l_[j] if lam is not None else scalars[1], lc_[j] if critic_lam is not None else scalars[2],
-                            rho_[j], f_[j], scalars)
+                            log_rho_[j], f_[j], scalars)
                 if f_[j] & BOUNDARY:
                     if tiles:
                         m = (m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], one)
@@ -340,7 +341,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             if j < count:
                 gam = g_[j] if gamma is not None else scalars[0]
                 m = element(r_[j], v_[j], nv_[j], gam, l_[j] if lam is not None else scalars[1],
-                            lc_[j] if critic_lam is not None else scalars[2], rho_[j], f_[j], scalars)
+                            lc_[j] if critic_lam is not None else scalars[2], log_rho_[j], f_[j], scalars)
                 if f_[j] & BOUNDARY:
                     row, t = locate(first + j, row0, start, geometry)
                     m = compose(m, boundary(bootstrap, carry, row, s_[j]))
@@ -363,7 +364,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
                         if not fl & (TERMINATED | TRUNCATED) and not fl & BOUNDARY:
                             following += x
                         g = zero if fl & TERMINATED else gam
-                        o2[j] = min(rho_[j], scalars[5]) * ((r_[j] + mul0(g, following)) - v_[j])
+                        o2[j] = min(math.exp(log_rho_[j]), scalars[5]) * ((r_[j] + mul0(g, following)) - v_[j])
                 elif real:
                     o1 = ax
                 shared[pad(first + j)] = o1

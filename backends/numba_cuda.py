@@ -443,8 +443,8 @@ def _forward_in_time(family, xp, like, inputs, *, problem=None, scalars):
                    geometry, entering, None, None)
         outs = [launch.array(_steps(xp, results[name], like.dtype), written=True) for name in names]
         outs += [None] * (3 - len(outs))
-        per_segment = [launch.array(results[name], written=True) if name in results else None
-                       for name in ("bootstrap", "carry")]
+        per_segment = [launch.array(results["bootstrap"], written=True) if adjoint and not has_next else None,
+                       launch.array(results["carry"], written=True) if has_carry else None]
         launch(_compiled("backward", io, structure), plan.grid, plan.threads, *arrays, offsets, scalars_t, geometry,
                None, entering, *outs, *per_segment)
     return results
