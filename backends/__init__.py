@@ -122,6 +122,27 @@ def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Back
     return select(call.backend, xp, list(call.arrays), segments=segments)
 
 
+def solve_gae(problem: GaeProblem, backend: Backend, chunk_size: int | None, critic_carry=None) -> tuple[Any, Any]:
+    """(advantages, returns) of a checked problem on a backend, time last, compute dtype.
+
+    A decoupled ``critic_lam`` is solved in the backend's one pass where it
+    takes one (``Backend.critic_lam``), else in two: the advantages with
+    ``lam``, then the returns of the problem with ``lam = critic_lam``. A
+    problem with an incoming ``carry`` (a piece) always takes two, since each
+    chain has its own carry: the returns' is ``critic_carry``.
+    """
+    if problem.critic_lam is None:
+        return backend.gae(problem, chunk_size=chunk_size)
+    if problem.carry is None and backend.critic_lam:
+        return backend.gae(problem, chunk_size=chunk_size)
+    if problem.carry is not None and critic_carry is None:
+        raise ValueError("a piece with critic_lam needs the returns' chain's own carry (critic_carry)")
+    advantages, _ = backend.gae(problem.replace(critic_lam=None), chunk_size=chunk_size)
+    critic = problem.replace(lam=problem.critic_lam, critic_lam=None, carry=critic_carry)
+    _, returns = backend.gae(critic, chunk_size=chunk_size)
+    return advantages, returns
+
+
 def _with_segments() -> list[str]:
     """The registered backends that take segments and a carry (loaded: the attribute lives on the class)."""
     return [name for name in REGISTRY if load(name).segments]
@@ -168,6 +189,6 @@ def is_single_threaded() -> bool:
 
 
 def _kind(xp, arrays):
-    """What auto's choice depends on: the namespace, the arrays' types, the first one's device, autograd."""
-    return (xp, tuple(type(a) for a in arrays), str(device_of(arrays[0])),
-            any(getattr(a, "requires_grad", False) for a in arrays))
+    """What auto's choice depends on: the namespace, the arrays' types, the first one's device (tensors that record
+    autograd history never get here: ``select`` routes them first)."""
+    return xp, tuple(type(a) for a in arrays), str(device_of(arrays[0]))

@@ -41,6 +41,8 @@ import functools
 
 import numpy as np
 
+from gae_xp._problem import OPTIONAL
+
 from . import numba_cpu
 
 
@@ -70,8 +72,8 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
     flags = numba_cpu._optional_arrays(p, dtype, rows.shape)[1:]  # terminated, truncated, mask, gamma, lam
     parallel = numba_cpu._parallel(rewards.size, (rows.shape[0] + 1) // 2 * count)
     per_step = tuple(not isinstance(c, float) for c in (p.gamma, p.lam, critic))
-    kernel = _kernel(p.next_values is not None, p.terminated is not None, p.truncated is not None,
-                     p.mask is not None, p.critic_lam is not None, *per_step, parallel)
+    kernel = _kernel(*(getattr(p, name) is not None for name in OPTIONAL), p.critic_lam is not None, *per_step,
+                     parallel)
     numba_cpu._launch(parallel, kernel, rows, numba_cpu._rows(np.broadcast_to(numba_cpu._host(grad_returns), shape)),
                       offsets, *flags, critic_scalar, critic_steps, p.fill_masked, on_rewards, on_values,
                       on_next_values, on_bootstrap, on_carry)

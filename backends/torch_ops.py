@@ -46,7 +46,7 @@ from torch import Tensor
 from gae_xp._compat import array_namespace, is_torch_array
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
-from . import numba_cpu
+from . import numba_cpu, solve_gae
 from . import xp as _generic
 
 NAME = "torch-op"
@@ -93,8 +93,6 @@ def _generic_reason(p: GaeProblem) -> str | None:
     """Why the generic path, not the operator, solves ``p`` (None when the operator does)."""
     if any(is_torch_array(c) and c.requires_grad for c in (p.gamma, p.lam, p.critic_lam)):
         return "per-step gamma, lam or critic_lam that require grad: the generic path's autograd differentiates them"
-    if p.carry is not None and p.critic_lam is not None:
-        return "a carry with critic_lam: the generic path refuses it (a carry enters one advantage chain)"
     if p.rewards.device.type == "cuda":
         if (p.offsets is not None or p.carry is not None) and not _cuda_backend().segments:
             return "the numba-CUDA kernels take no packed sequences or carry yet"
@@ -258,8 +256,6 @@ gae_backward.register_autograd(_backward_of_backward, setup_context=_setup_backw
 
 
 def _solve(problem: GaeProblem, kernels) -> tuple[Tensor, Tensor]:
-    from gae_xp.estimators import solve_gae
-
     return solve_gae(problem, kernels, None)
 
 

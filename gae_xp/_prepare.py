@@ -23,8 +23,10 @@ Conventions settled here, for every namespace:
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,15 +48,19 @@ Array = Any
 
 def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
             terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
-            extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, critic_lam=None) -> PreparedCall:
+            extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, critic_lam=None,
+            sequences: int | None = None) -> PreparedCall:
     """Check the arguments shared by gae() and the estimators, and lay them out as a GaeProblem.
 
     ``needs_values=False`` is for estimators without a value function
     (``values`` must then be None). ``extra`` names further per-step float
     arrays (shape of rewards) to check, cast and lay out the same way: they
     land in ``problem.extra``. ``cu_seqlens`` (packed sequences) becomes the
-    problem's ``offsets``; ``bootstrap_value`` is then per sequence. The
-    backend is not chosen here: ``gae_xp.backends.solver(call)`` does that.
+    problem's ``offsets``; ``bootstrap_value`` is then per sequence.
+    ``sequences`` says the bootstrap holds one value per sequence of that
+    many although these steps carry no offsets (a rank's shard of packed
+    sequences: its offsets are the CP context's). The backend is not chosen
+    here: ``gae_xp.backends.solver(call)`` does that.
     """
     extra = extra or {}
     require_array("rewards", rewards)
@@ -95,7 +101,7 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
                                                                bounds=(0.0, 1.0)),
         bootstrap=boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                            batch_shape, dtype, rewards,
-                           segments=None if offsets is None else int(offsets.shape[0]) - 1),
+                           segments=sequences if offsets is None else int(offsets.shape[0]) - 1),
         next_values=None if next_values is None else time_last(xp, next_values, steps, axis),
         terminated=None if terminated is None else flag(xp, "terminated", terminated, shape, axis),
         truncated=None if truncated is None else flag(xp, "truncated", truncated, shape, axis),
@@ -145,6 +151,47 @@ def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend, na
         start = boundary(xp, "initial", initial, shape[:axis] + shape[axis + 1:], dtype, x)
         y = fold_boundary(xp, y, a, start, reverse=reverse)
     return PreparedScan(xp, y, a, reverse, tuple(present.values()), backend, chunk_size, out_dtype, axis)
+
+
+@dataclass(frozen=True)
+class PreparedWhiten:
+    """A checked ``whiten`` call: x in the compute dtype, the mask (None, bool or weights), its options."""
+
+    xp: Any
+    values: Array
+    mask: Array | None
+    out_dtype: Any
+    eps: float
+    unbiased: bool
+    shift_mean: bool
+    masked_fill: float | None
+
+    def weights(self, dtype):
+        """(weights in ``dtype``, where they are not 0), or (None, None) without a mask: a bool mask is the
+        weights 0/1, and weight-0 entries are left out with ``where``, so nothing there leaks."""
+        if self.mask is None:
+            return None, None
+        weights = self.xp.astype(self.mask, dtype)
+        return weights, weights != 0
+
+
+def prepare_whiten(x, mask, *, unbiased, eps, shift_mean, masked_fill) -> PreparedWhiten:
+    """Check ``whiten``'s arguments (``gae_xp.whiten`` and ``gae_xp.distributed.whiten``), each error naming one."""
+    arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
+    xp = namespace_of(arrays)
+    check_same_device(arrays, "x")
+    out_dtype, dtype = compute_dtypes(xp, {"x": x}, x)
+    eps = check_number("eps", eps, low=0.0, strict=False)
+    check_bool("unbiased", unbiased)
+    check_bool("shift_mean", shift_mean)
+    if masked_fill is not None:
+        masked_fill = check_number("masked_fill", masked_fill, low=-math.inf, strict=False)
+    if mask is not None:
+        same_shape("mask", mask, x.shape, anchor="x")
+        if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
+            raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
+    return PreparedWhiten(xp, xp.astype(x, dtype, copy=False), mask, out_dtype, eps, bool(unbiased),
+                          bool(shift_mean), masked_fill)
 
 
 # --- the checks ------------------------------------------------------------------------------------------------
@@ -236,13 +283,18 @@ def check_bool(name: str, value) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def check_number(name: str, value, *, low: float, strict: bool) -> float:
-    """A real number (Python or NumPy scalar) above ``low`` (or at least ``low`` when not strict), as a float."""
+def check_number(name: str, value, *, low: float, strict: bool, high: float = math.inf,
+                 finite: bool = False) -> float:
+    """A real number (Python or NumPy scalar) above ``low`` (or at least ``low`` when not strict), at most
+    ``high``, and finite when asked, as a float. NaN always fails."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     value = float(value)
-    if not (value > low if strict else value >= low):
-        raise ValueError(f"{name} must be {'above' if strict else 'at least'} {low}, got {value}")
+    if finite and not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if not (value > low if strict else value >= low) or not value <= high:
+        bound = f"{'above' if strict else 'at least'} {low}" + ("" if high == math.inf else f" and at most {high}")
+        raise ValueError(f"{name} must be {bound}, got {value}")
     return value
 
 
@@ -276,6 +328,10 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
     """ValueError naming ``name`` unless it has ``anchor``'s shape."""
     if tuple(value.shape) != tuple(shape):
+        if any(isinstance(n, float) and math.isnan(n) for n in (*value.shape, *shape)):
+            raise ValueError(f"{name} and {anchor} have shapes {tuple(value.shape)} and {tuple(shape)} with unknown "
+                             "(NaN) chunk sizes, as after boolean indexing of a Dask array: call "
+                             ".compute_chunk_sizes() on both first")
         raise ValueError(f"{name} must have the shape of {anchor} {tuple(shape)}, got {tuple(value.shape)}")
 
 

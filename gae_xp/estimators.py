@@ -182,22 +182,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
                             cu_seqlens=cu_seqlens, critic_lam=critic_lam)
-    advantages, returns = solve_gae(call.problem, backends.solver(call), call.chunk_size)
+    advantages, returns = backends.solve_gae(call.problem, backends.solver(call), call.chunk_size)
     return call.restore(advantages), call.restore(returns)
-
-
-def solve_gae(problem, solver, chunk_size: int | None) -> tuple[Array, Array]:
-    """(advantages, returns) of a checked problem on a backend, time last, compute dtype.
-
-    A decoupled ``critic_lam`` that the backend does not take in the same
-    pass gets a second pass: the returns of the problem with ``lam =
-    critic_lam``.
-    """
-    if problem.critic_lam is None or solver.critic_lam:
-        return solver.gae(problem, chunk_size=chunk_size)
-    advantages, _ = solver.gae(problem.replace(critic_lam=None), chunk_size=chunk_size)
-    _, returns = solver.gae(problem.replace(lam=problem.critic_lam, critic_lam=None), chunk_size=chunk_size)
-    return advantages, returns
 
 
 def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
@@ -509,30 +495,23 @@ def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: f
     >>> gae_xp.whiten(np.array([1.0, 2.0, 3.0, 100.0]), np.array([True, True, True, False]), eps=0.0)
     array([-1.,  0.,  1.,  0.])
     """
-    arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
-    xp = prepare_.namespace_of(arrays)
-    prepare_.check_same_device(arrays, "x")
-    out_dtype, dtype = prepare_.compute_dtypes(xp, {"x": x}, x)
-    eps = prepare_.check_number("eps", eps, low=0.0, strict=False)
-    values = xp.astype(x, dtype, copy=False)
-    zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
-    if mask is not None:
-        prepare_.same_shape("mask", mask, values.shape, anchor="x")
-        if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
-            raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
-    # A bool mask is the weights 0/1; weight-0 entries are left out with where, so nothing there leaks.
-    weights = xp.ones_like(values) if mask is None else xp.astype(mask, dtype)
-    real = weights != 0
+    call = prepare_.prepare_whiten(x, mask, unbiased=unbiased, eps=eps, shift_mean=shift_mean,
+                                   masked_fill=masked_fill)
+    xp, values = call.xp, call.values
+    zero = xp.asarray(0.0, dtype=values.dtype, device=device_of(values))
+    weights, real = call.weights(values.dtype)
+    if weights is None:
+        weights, real = xp.ones_like(values), xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
     count = xp.sum(weights)
     mean = xp.sum(xp.where(real, weights * values, zero)) / count
     centred = values - mean
-    var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if unbiased else count)
-    out = centred / xp.sqrt(var + eps)
-    if not shift_mean:
+    var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if call.unbiased else count)
+    out = centred / xp.sqrt(var + call.eps)
+    if not call.shift_mean:
         out = out + mean
-    if mask is not None and masked_fill is not None:
-        out = xp.where(real, out, zero + masked_fill)
-    return xp.astype(out, out_dtype, copy=False)
+    if call.mask is not None and call.masked_fill is not None:
+        out = xp.where(real, out, zero + call.masked_fill)
+    return xp.astype(out, call.out_dtype, copy=False)
 
 
 def _solve(call, solver, x, coefficient):

@@ -24,7 +24,6 @@ True.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Any
 
 import numpy as np
@@ -102,7 +101,7 @@ def length_adaptive_lambda(alpha: float, *, lengths: Array | None = None, mask: 
     array([[0.75],
            [0.5 ]])
     """
-    alpha = _positive("alpha", alpha)
+    alpha = prepare_.check_number("alpha", alpha, low=0.0, strict=True, finite=True)
     return _per_sample(lambda xp, lengths: _vapo(xp, lengths, alpha), lengths, mask, cu_seqlens, per_token, axis, dtype)
 
 
@@ -144,9 +143,7 @@ def relative_position_lambda(q: float, *, lengths: Array | None = None, mask: Ar
     >>> relative_position_lambda(0.25, lengths=np.array([0, 1, 2, 3]))
     array([0.  , 1.  , 0.25, 0.5 ])
     """
-    q = _number("q", q)
-    if not (math.isfinite(q) and 0.0 < q <= 1.0):
-        raise ValueError(f"q must be a finite number in (0, 1], got {q}")
+    q = prepare_.check_number("q", q, low=0.0, strict=True, high=1.0)
     return _per_sample(lambda xp, lengths: _relative(xp, lengths, q), lengths, mask, cu_seqlens, per_token, axis, dtype)
 
 
@@ -250,16 +247,3 @@ def _counts_per_sequence(xp, mask, offsets, dtype):
     counts = xp.cumulative_sum(xp.astype(mask, xp.int64), axis=-1, include_initial=True)
     at = xp.take(counts, offsets, axis=-1)
     return xp.astype(at[..., 1:] - at[..., :-1], dtype)
-
-
-def _number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    return float(value)
-
-
-def _positive(name: str, value) -> float:
-    value = _number(name, value)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive number, got {value}")
-    return value

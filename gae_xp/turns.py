@@ -361,25 +361,13 @@ def _flat(xp, x, axis: int, dtype=None):
 
 
 def _coefficient(xp, name: str, value, shape, dtype, axis: int):
-    """gamma or lam: a float in [0, 1], or an array broadcastable to the inputs with values in [0, 1], kept as one
-    value per row (rows,) where it does not vary along time, else flattened per token."""
+    """gamma or lam checked as ``gae()`` checks it (a float in [0, 1], or an array broadcastable to the inputs with
+    values in [0, 1]), kept as one value per row (rows,) where it does not vary along time, else per token."""
+    checked = prepare_.coefficient(xp, name, value, shape, dtype, axis, bounds=(0.0, 1.0))  # time last
     if not is_array(value):
-        return prepare_.coefficient(xp, name, value, shape, dtype, axis, bounds=(0.0, 1.0))
-    if not xp.isdtype(value.dtype, ("real floating", "integral")):
-        raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
-    value = xp.astype(value, dtype, copy=False)
-    try:
-        full = xp.broadcast_to(value, shape)
-    except (ValueError, RuntimeError, TypeError):
-        raise ValueError(f"{name} of shape {tuple(value.shape)} does not broadcast to the inputs' shape "
-                         f"{tuple(shape)}") from None
-    if not bool(xp.all((value >= 0) & (value <= 1))):
-        raise ValueError(f"{name} must hold values in [0, 1] (NaN is not allowed), got one outside")
+        return checked
     aligned = (1,) * (len(shape) - value.ndim) + tuple(value.shape)
-    if aligned[axis] != 1:
-        return _flat(xp, full, axis)
-    per_row = xp.broadcast_to(xp.reshape(value, aligned), shape[:axis] + (1,) + shape[axis + 1:])
-    return _flat(xp, per_row, axis)
+    return _flat(xp, checked if aligned[axis] != 1 else checked[..., :1], -1)
 
 
 def _per_turn(xp, coefficient, call: _Call, first_positions):

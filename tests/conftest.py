@@ -39,6 +39,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default"))
 
+# The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it
+# is first imported, which torch may do before that test runs, so it is set for the whole session.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
 REQUIRED = {name.strip() for name in os.environ.get("GAE_XP_REQUIRE", "").split(",") if name.strip()}
 #: The CUDA simulator runs Python per thread: tests hand it small arrays only.
 SIMULATOR_MAX_ELEMENTS = 20_000

@@ -119,9 +119,9 @@ def test_short_trajectories_get_zero_under_vapo():
 
 
 @pytest.mark.parametrize(("call", "error", "message"), [
-    (lambda f: f(0.0, lengths=np.array([3])), ValueError, "must be a positive number"),
-    (lambda f: f(-1.0, lengths=np.array([3])), ValueError, "must be a positive number"),
-    (lambda f: f(float("inf"), lengths=np.array([3])), ValueError, "must be a positive number"),
+    (lambda f: f(0.0, lengths=np.array([3])), ValueError, "must be above 0.0"),
+    (lambda f: f(-1.0, lengths=np.array([3])), ValueError, "must be above 0.0"),
+    (lambda f: f(float("inf"), lengths=np.array([3])), ValueError, "must be a finite number"),
     (lambda f: f(True, lengths=np.array([3])), TypeError, "must be a real number"),
     (lambda f: f(np.array(0.5), lengths=np.array([3])), TypeError, "must be a real number"),
     (lambda f: f(0.5, lengths=np.array([-1, 3])), ValueError, "lengths must be at least 0"),
@@ -143,15 +143,15 @@ def test_short_trajectories_get_zero_under_vapo():
 @pytest.mark.parametrize("rule", RULES)
 def test_bad_input_is_named(rule, call, error, message):
     function = RULES[rule][0]
-    if rule == "relative" and "positive number" in message:
-        message = "q must be a finite number"
+    if rule == "relative" and message in ("must be above 0.0", "must be a finite number"):
+        message = "q must be above 0.0 and at most 1.0"
     with pytest.raises(error, match=message):
         call(function)
 
 
 def test_relative_position_q_outside_the_unit_interval():
     for q in (0.0, -0.5, 1.5, float("nan")):
-        with pytest.raises(ValueError, match=r"q must be a finite number in \(0, 1\]"):
+        with pytest.raises(ValueError, match=r"q must be above 0\.0 and at most 1\.0"):
             gae_xp.relative_position_lambda(q, lengths=np.array([2]))
 
 

@@ -100,8 +100,10 @@ def test_per_step_fields_are_written_once():
     """Adding a per-step input is one edit: the list lives in gae_xp/_problem.py, and other modules walk it with
     ``GaeProblem.steps()`` / ``map_steps()`` instead of naming the fields in a tuple of their own."""
     fields = ("next_values", "terminated", "truncated", "mask")
-    # the names as strings ("mask", ...) or as attributes of a problem (p.mask, ...), one after the other
-    listing = re.compile(r"\s*,\s*".join(rf"(?:[\"']{field}[\"']|\w+\.{field}\b)" for field in fields))
+    # the names as strings ("mask", ...) or as attributes of a problem (p.mask, p.mask is not None, ...), one after
+    # the other
+    listing = re.compile(r"\s*,\s*".join(rf"(?:[\"']{field}[\"']|\w+\.{field}\b(?:\s+is\s+not\s+None)?)"
+                                          for field in fields))
     offenders = [str(path.relative_to(ROOT)) for name, path in _modules().items()
                  if name != "gae_xp._problem" and listing.search(path.read_text())]
     assert not offenders, f"the per-step fields are listed by hand in {offenders}: use GaeProblem.steps()"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -68,6 +69,7 @@ def test_report_compares_the_paths():
 
 # ------------------------------------------------------------------------------------------ traffic read from the PTX
 
+@functools.cache
 def _ptx_unavailable() -> str | None:
     import importlib.util
 
@@ -84,10 +86,18 @@ def _ptx_unavailable() -> str | None:
     return None
 
 
-_REASON = _ptx_unavailable()
-#: GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in) turns the skip into the failure it hides.
-needs_ptx = pytest.mark.skipif(_REASON is not None and os.environ.get("GAE_XP_REQUIRE_PTX") != "1",
-                               reason=str(_REASON))
+@pytest.fixture
+def _ptx():
+    """Skips a test that reads PTX where NVVM cannot compile (asked when the test runs, not at collection, which
+    would import numba); GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in) turns the skip into a failure."""
+    reason = _ptx_unavailable()
+    if reason is not None:
+        if os.environ.get("GAE_XP_REQUIRE_PTX") == "1":
+            pytest.fail(f"GAE_XP_REQUIRE_PTX=1, but {reason}")
+        pytest.skip(reason)
+
+
+needs_ptx = pytest.mark.usefixtures("_ptx")
 
 
 def _strided_double():

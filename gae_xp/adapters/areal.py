@@ -56,6 +56,7 @@ from __future__ import annotations
 from typing import Any
 
 import gae_xp
+from gae_xp import _prepare as prepare_
 from gae_xp._compat import array_namespace, device_of, is_array
 from gae_xp.adapters._util import Array, Coefficient, ShapeError, float_dtype, no_grad, scan
 
@@ -106,10 +107,17 @@ def pygae1d_nolp_misalign(rewards: Array, values: Array, cu_seqlens: Array, boot
     >>> advantages.tolist(), returns.tolist()
     ([2.5, 1.5, 1.0], [3.0, 2.0, 1.0])
     """
-    xp = array_namespace(rewards, values, cu_seqlens, bootstrap)
-    if rewards.ndim != 1 or values.ndim != 1 or cu_seqlens.ndim != 1:
-        raise ShapeError(f"rewards, values and cu_seqlens must be 1-D (packed), got shapes {tuple(rewards.shape)}, "
-                         f"{tuple(values.shape)} and {tuple(cu_seqlens.shape)}")
+    xp = prepare_.namespace_of({"rewards": rewards, "values": values, "bootstrap": bootstrap})
+    if rewards.ndim != 1 or values.ndim != 1:
+        raise ShapeError(f"rewards and values must be 1-D (packed), got shapes {tuple(rewards.shape)} and "
+                         f"{tuple(values.shape)}")
+    if _entries(cu_seqlens) == 1:  # no sequence at all (AReaL's loop takes it): only an empty batch fits
+        offsets = xp.zeros((1,), dtype=xp.int64, device=device_of(rewards))
+        if rewards.shape[0] != 0:
+            raise ValueError(f"cu_seqlens must end at the number of tokens, {rewards.shape[0]}, got 0")
+    else:  # checked before any indexing: offsets past the tokens are named, not an IndexError
+        offsets, _ = prepare_.check_offsets(xp, cu_seqlens, rewards.shape[0], rewards)
+    cu_seqlens = offsets
     count = cu_seqlens.shape[0] - 1
     if values.shape[0] != rewards.shape[0] + count:
         raise ShapeError(f"values must have one extra slot per sequence: {rewards.shape[0]} + {count} entries, "
@@ -270,3 +278,11 @@ def _blended(xp: Any, r: Array, v: Array, m: Array, bootstrap: Array, gamma: flo
     next_values = xp.concat([latest[:, 1:], bootstrap[:, None]], axis=1)
     delta = r + gamma * next_values - v
     return scan(xp.where(real, m * delta, zero), 1 - m + m * (gamma * lam))
+
+
+def _entries(offsets) -> int:
+    """How many offsets ``cu_seqlens`` holds (an array, a list or a tuple); -1 when it is none of these."""
+    if isinstance(offsets, (list, tuple)):
+        return len(offsets)
+    shape = getattr(offsets, "shape", None)
+    return shape[0] if shape is not None and len(shape) == 1 else -1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from gae_xp.backends._cuda_import import cuda
+from gae_xp.backends._cuda_import import cuda, types
 
 THREADS = 256
 
@@ -25,7 +25,7 @@ def _walk(rewards, values, terminated, has_dones, gamma, lam, advantages, return
     length = rewards.shape[1]
     if length == 0:
         return
-    advantage = rewards[row, 0] * 0.0
+    advantage = types.float32(0.0)  # not rewards[row, 0] * 0: a non-finite reward would poison the row
     following = advantage
     for i in range(length):
         t = length - 1 - i
