@@ -1,403 +1,626 @@
-"""The fused numba-CUDA kernels of ``gae_xp.backends.numba_cuda`` (this module imports numba).
+r"""What every fused numba-CUDA kernel shares (this module imports numba): maps, block scans, loads, carries.
 
-Every problem here is the first-order recurrence along the rows of (rows, T)
-arrays, reverse for GAE (``A_t = delta_t + a_t A_{t+1}``), either way for the
-scan primitive. A row is cut into tiles of ``blockDim.x * ITEMS`` steps, one
-thread block per tile, ``ITEMS`` consecutive steps per thread. Three launches:
+Every problem is a first-order linear recurrence along the rows of (rows, T)
+arrays, cut into *tiles* (``_cuda_plan``): reverse in time for GAE and its
+estimators (``_cuda_gae``), forward for the adjoint of GAE
+(``_cuda_backward``), either way for the scan primitive (``_cuda_scan``).
 
-1. ``tile`` (summary): every thread computes delta and the coefficient of its
-   steps in registers and folds them, serially, into the map of its segment;
-   a block scan in shared memory composes the threads' maps; thread 0 (the
-   last in recurrence order for a forward scan) writes the tile's map;
-2. ``carry``: one block per row composes the tiles' maps and writes, for
-   every tile, the state entering it from its neighbour;
-3. ``tile`` (final): the same per-thread work and block scan again, then
-   every thread rescans its steps from the state entering it and writes the
-   outputs. A row of one tile needs this launch only.
+**Maps.** A run of steps acts on the state entering it (from the right for a
+reverse recurrence) by an affine map. The state is one or two chains X (the
+advantage; a second one for a decoupled ``critic_lam``) and a value chain Y
+("V at the next real step")::
 
-The map of a segment, with A its value at the edge the recurrence starts from
-and u "V at the next real step" there (the value carry, only with a mask and
-no ``next_values``)::
+    X -> edge + product X + on_bootstrap Y        (X2 likewise, with edge2, product2, on_bootstrap2)
+    Y -> value + on_value Y
 
-    A -> b + p A + q u,      u -> v if h else u
+These are ``gae_xp._pieces.FIELDS`` (value, on_value, edge, on_bootstrap,
+product): a piece's summary is the map of its steps. A map is a 9-tuple
+``(edge, product, on_bootstrap, edge2, product2, on_bootstrap2, value,
+on_value, ends)``; a kernel keeps only the fields its structure uses live
+(``Fields``), the others stay at the identity's constants and vanish at
+compile time. ``ends`` (1.0 or 0.0) marks a run that holds a segment's
+boundary (its end in a reverse recurrence, its start in a forward one):
+composing stops there, so the map of a run is that of its steps up to the
+boundary (a segmented scan). Composition, near after far::
 
-(h: the segment has a real step, v: V at its first real step, q: the
-coefficient of u in the delta of its last real step). Composition, near after
-far (``near o far``)::
+    edge  = edge_n + product_n edge_f + on_bootstrap_n value_f        product = product_n product_f
+    on_bootstrap = product_n on_bootstrap_f + on_bootstrap_n on_value_f
+    value = value_n + on_value_n value_f                               on_value = on_value_n on_value_f
 
-    b = b_n + p_n b_f + (q_n v_f if h_f else 0)      p = p_n p_f
-    q = p_n q_f + (0 if h_f else q_n)                h = h_n or h_f,  v = v_n if h_n else v_f
+with exact products (``mul0``: 0 when either factor is 0, so NaN or inf
+never crosses a cut) and products of coefficients that keep an underflow of
+non-zero factors at the smallest subnormal (``times``: only a true zero
+cuts, so a NaN travels as far back as in the serial loop).
 
-with selects: ``p_n == 0`` (a cut) drops the far segment exactly, NaN and inf
-included; ``q_n == 0`` drops v_f. A product of non-zero coefficients that
-underflows is kept at the smallest subnormal (``_times``), so only a true zero
-cuts and non-finite values travel as far back as in the serial loop.
+**Tiles.** A block loads its tile with *striped* loads (thread ``tid`` reads
+steps ``k * threads + tid``: a warp's load instruction reads 32 consecutive
+elements of a C-contiguous row) into shared memory, and reads its own
+``ITEMS`` consecutive steps back (CUB's block-load transpose; the shared
+index is padded so that the reads do not collide in banks). Outputs go the
+same way back: blocked writes to shared memory, striped stores. Each thread
+folds its steps into a map, a double-buffered Hillis-Steele scan in shared
+memory composes the threads' maps (one barrier per step; no warp
+intrinsics, so numba's simulator runs the same code), and the final pass
+rescans every thread's steps from the state entering it.
 
-Only the numba.cuda subset that the simulator also runs: shared-memory block
-scans (Hillis-Steele, double-buffered), local arrays indexed by unrolled
-loops, ``syncthreads``; no warp intrinsics, no cooperative groups. Kernels are
-built per (dtype, structure) by the ``*_kernel`` factories below, which
-return the Python function and its explicit signature: the backend compiles
-them with ``cuda.jit(signature, cache=True)`` and the compile test with
-``cuda.compile_ptx``.
+**Carries.** ``carry_kernel`` (launch 2 of a long row) composes the maps of
+a row's tiles in recurrence order and writes, for every tile, the map
+entering it from its neighbours (the first tile's is the identity).
+
+Global loads and stores of the streamed arrays carry cache hints
+(``ld.global.cg`` where launch 3 reads the data again, ``ld.global.cs`` and
+``st.global.cs`` where it is read or written once), which also makes them
+the ``.global`` instructions of the PTX; the simulator indexes plainly.
+Kernels are built by factories in the family modules, returned as
+``KernelSpec`` (function, explicit signature, a stable name); the backend
+compiles them with ``cuda.jit(signature)``, the compile test with
+``cuda.compile_ptx``. Absent arrays are ``None`` (typed ``none``, one
+pointer-sized parameter): ``if x is None`` branches are pruned at compile
+time, so a structure pays only for the arrays it has.
 """
 
 from __future__ import annotations
 
-import os
+import functools
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import cuda, types
 
-SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-#: Most threads of a tile block, steps per thread, threads of the carry kernel, granularity of a block's size.
-#: Tiny under the simulator, which runs Python per thread: a few steps already make several tiles there.
-THREADS, ITEMS, CARRY_THREADS, WARP = (4, 3, 4, 1) if SIMULATED else (256, 8, 128, 32)
+from ._cuda_import import cuda, types
+from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS
 
-#: Bits of the ``options`` argument of the GAE tile kernel: which optional arrays are present.
-TERMINATED, TRUNCATED, GAMMA_STEPS, LAM_STEPS, FILL_MASKED = 1, 2, 4, 8, 16
-#: Bit of the ``options`` argument of the scan tile kernel.
-A_STEPS = 1
-
-#: Rows of the summary array of a tile (b, p, q, h, v) with and without the value carry.
-SUMMARY_ROWS = {True: 5, False: 2}
-
-IO_DTYPES = ("float16", "float32", "float64")
+#: The element types of the per-step arrays a kernel reads: bfloat16 arrives as its bits (uint16).
+IO_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: Names of the nine slots of a map, in tuple order.
+SLOTS = ("edge", "product", "on_bootstrap", "edge2", "product2", "on_bootstrap2", "value", "on_value", "ends")
+#: Bits of a step's flag byte: its flags (exchanged through shared memory), then where it lies in its segment:
+#: BOUNDARY = where the state is reset (a reverse recurrence: the segment's last step; a forward one: its first),
+#: LAST = the segment's last step in a forward recurrence (where its boundary gradients leave it).
+TERMINATED, TRUNCATED, REAL, BOUNDARY, LAST = 1, 2, 4, 8, 16
 
 
 class KernelSpec(NamedTuple):
-    """A kernel before compilation: its Python function, explicit signature and a name for tables."""
+    """A kernel before compilation: a stable name (tables, the PTX), its Python function, its signature, and its
+    launch bounds (most threads per block, fewest blocks per SM: a cap on registers that ptxas keeps)."""
 
     name: str
     function: Callable
     signature: object
+    launch_bounds: tuple[int, int] | None = None
+
+
+def tile_bounds(io: str, heavy: bool = False) -> tuple[int, int]:
+    """A tile kernel's launch bounds: blocks of up to THREADS threads, two per SM (at most 128 registers a
+    thread), or one for float64 and for ``heavy`` structures (a per-step critic_lam), whose eight steps per
+    thread of every input do not fit 128 registers without spilling."""
+    return (THREADS, 1 if io == "float64" or heavy else 2)
 
 
 def compute_dtype(io: str) -> str:
-    """float64 for float64 data, float32 otherwise (float16 is computed in float32)."""
+    """float64 for float64 data, float32 otherwise (float16 and bfloat16 are computed in float32)."""
     return "float64" if io == "float64" else "float32"
 
 
-def _constants(io: str):
-    np_type = np.dtype(compute_dtype(io)).type
-    return getattr(types, compute_dtype(io)), np_type(0), np_type(1), np.finfo(np_type).smallest_subnormal
+def element_type(io: str):
+    """The numba type of an io array's elements (bfloat16: its 16 bits)."""
+    return types.uint16 if io == "bfloat16" else getattr(types, io)
 
 
-def _array(dtype: str, ndim: int, layout: str = "A"):
-    return types.Array(getattr(types, dtype) if dtype != "bool" else types.boolean, ndim, layout)
+def array(dtype, ndim: int, layout: str = "A"):
+    """``types.Array`` of a dtype name or numba type."""
+    return types.Array(getattr(types, dtype) if isinstance(dtype, str) else dtype, ndim, layout)
+
+
+def optional(present: bool, kind):
+    """An argument's type: ``kind`` when the structure has the array, else ``none``."""
+    return kind if present else types.none
+
+
+class Constants(NamedTuple):
+    dtype: type
+    zero: object
+    one: object
+    tiny: object
+
+
+def constants(io: str) -> Constants:
+    t = np.dtype(compute_dtype(io)).type
+    return Constants(t, t(0), t(1), np.finfo(t).smallest_subnormal)
+
+
+# --- bfloat16 bits ---------------------------------------------------------------------------------------------
+
+if SIMULATED:
+    def _float_of_bits(bits):
+        return np.uint32(bits).view(np.float32)
+
+    def _bits_of_float(x):
+        return np.float32(x).view(np.uint32)
+else:
+    libdevice = cuda.libdevice
+
+    @cuda.jit(device=True)
+    def _float_of_bits(bits):
+        return libdevice.int_as_float(np.int32(bits))
+
+    @cuda.jit(device=True)
+    def _bits_of_float(x):
+        return np.uint32(libdevice.float_as_int(x))
+
+
+def bfloat16_to_float32(bits):
+    """The float32 of a bfloat16's 16 bits: the same bits, 16 zero bits below (exact)."""
+    return _float_of_bits(np.uint32(bits) << np.uint32(16))
+
+
+def float32_to_bfloat16(x):
+    """The bfloat16 bits nearest a float32 (ties to even; NaN stays NaN with its sign, made quiet)."""
+    bits = _bits_of_float(x)
+    if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((bits >> np.uint32(16)) | np.uint32(0x40))
+    rounding = np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return np.uint16((bits + rounding) >> np.uint32(16))
+
+
+_bfloat16_to_float32 = cuda.jit(device=True)(bfloat16_to_float32)
+_float32_to_bfloat16 = cuda.jit(device=True)(float32_to_bfloat16)
 
 
 @cuda.jit(device=True)
-def _times(x, y, zero, tiny):
-    """x * y, which is 0 only when x or y is: an underflow is kept at +-tiny, since only a true zero cuts."""
-    z = x * y
-    if z == zero and x != zero and y != zero:
-        z = -tiny if (x < zero) != (y < zero) else tiny
-    return z
+def _as_stored(x):
+    return x
+
+
+@functools.lru_cache(maxsize=None)
+def conversions(io: str):
+    """(to_compute, to_io) device functions for one io dtype; a float store casts by itself, bfloat16 rounds here."""
+    if io == "bfloat16":
+        return _bfloat16_to_float32, _float32_to_bfloat16
+    compute = constants(io).dtype
+
+    @cuda.jit(device=True)
+    def to_compute(x):
+        return compute(x)
+
+    return to_compute, _as_stored
+
+
+# --- global loads and stores of streamed arrays ------------------------------------------------------------------
+
+if SIMULATED:
+    @cuda.jit(device=True)
+    def load_again(a, row, t):
+        return a[row, t]
+
+    load_once = load_again
+
+    @cuda.jit(device=True)
+    def store_once(a, row, t, value):
+        a[row, t] = value
+else:
+    @cuda.jit(device=True)
+    def load_again(a, row, t):
+        """A load that launch 3 repeats: cached in L2 only (ld.global.cg)."""
+        return cuda.ldcg(a, (np.int64(row), np.int64(t)))
+
+    @cuda.jit(device=True)
+    def load_once(a, row, t):
+        """A last read: streaming, evict first (ld.global.cs)."""
+        return cuda.ldcs(a, (np.int64(row), np.int64(t)))
+
+    @cuda.jit(device=True)
+    def store_once(a, row, t, value):
+        """An output: streaming store (st.global.cs)."""
+        cuda.stcs(a, (np.int64(row), np.int64(t)), value)
+
+
+# --- tiles and the shared-memory exchange ------------------------------------------------------------------------
+
+@cuda.jit(device=True)
+def tile_id():
+    """This block's tile over a 2-D grid (``_cuda_plan.grid``)."""
+    return np.int64(cuda.blockIdx.x) + np.int64(cuda.blockIdx.y) * np.int64(cuda.gridDim.x)
 
 
 @cuda.jit(device=True)
-def _compose(b_n, p_n, q_n, h_n, v_n, b_f, p_f, q_f, h_f, v_f, zero, tiny):
-    """``near o far`` of two segment maps (see the module docstring); selects, never 0 * x."""
-    b = b_n
-    q = zero if h_f else q_n
-    if p_n != zero:
-        b = b + p_n * b_f
-        q = q + p_n * q_f
-    if h_f and q_n != zero:
-        b = b + q_n * v_f
-    return b, _times(p_n, p_f, zero, tiny), q, h_n or h_f, v_n if h_n else v_f
+def tile_place(geometry, tile):
+    """(first row, first step, steps) of a tile (``_cuda_plan.tile_of``)."""
+    rows, length, tiles_per_row, rows_per_tile, tile_steps, _ = geometry
+    if tiles_per_row > 1:
+        row = tile // tiles_per_row
+        start = (tile - row * tiles_per_row) * tile_steps
+        return row, start, min(tile_steps, length - start)
+    row = tile * rows_per_tile
+    return row, np.int64(0), min(rows_per_tile, rows - row) * length
 
 
 @cuda.jit(device=True)
-def _apply(b, p, q, h, v, a, u, zero):
-    """The state (A, u) after a segment of map (b, p, q, h, v), given the state (a, u) entering it."""
-    out = b
-    if p != zero:
-        out = out + p * a
-    if q != zero:
-        out = out + q * u
-    return out, v if h else u
+def locate(i, row0, start, geometry):
+    """(row, step) of the tile's i-th step (whole rows per tile: a 32-bit division by T)."""
+    length, tiles_per_row = geometry[1], geometry[2]
+    if tiles_per_row > 1:
+        return row0, start + i
+    q = np.int64(np.uint32(i) // np.uint32(length))
+    return row0 + q, i - q * length
 
 
-@cuda.jit(device=True)
-def _block_scan(shared, b, p, q, h, v, rows, reverse, zero, tiny):
-    """Inclusive scan of the threads' maps in recurrence order; every thread gets the composite of itself and
-    the threads its recurrence comes from (higher ids if ``reverse``).
+def shared_size(compute: str, fields: int) -> int:
+    """Elements of a tile kernel's shared float buffer: the padded tile, or the block scan's two buffers."""
+    tile = THREADS * ITEMS
+    return max(tile + (tile >> pad_shift(compute)) + 1, 2 * fields * THREADS)
 
-    ``shared`` is (2, rows, blockDim.x): two buffers, so one barrier per step. ``rows`` is 5 with the value
-    carry (b, p, q, h, v) and 2 without (b, p; q = 0, h = True). Returns the composite and the buffer
-    that holds every thread's composite afterwards.
+
+def pad_shift(compute: str) -> int:
+    """log2 of the words between two pads: blocked reads of ITEMS consecutive words hit distinct banks."""
+    return 4 if compute == "float64" else 5
+
+
+@functools.lru_cache(maxsize=None)
+def exchange(io: str, again: bool):
+    """Device functions moving one array between global memory (striped) and a thread's steps (blocked).
+
+    ``again``: launch 3 reads the same data later (loads cached in L2), else these are its last reads.
     """
-    tid = cuda.threadIdx.x
-    threads = cuda.blockDim.x
-    buf = 0
-    shared[0, 0, tid] = b
-    shared[0, 1, tid] = p
-    if rows == 5:
-        shared[0, 2, tid] = q
-        shared[0, 3, tid] = 1 if h else 0
-        shared[0, 4, tid] = v
-    cuda.syncthreads()
-    step = 1
-    while step < threads:
-        partner = tid + step if reverse else tid - step
-        if 0 <= partner < threads:
-            far_q, far_h, far_v = zero, True, zero
-            if rows == 5:
-                far_q, far_h, far_v = shared[buf, 2, partner], shared[buf, 3, partner] != 0, shared[buf, 4, partner]
-            b, p, q, h, v = _compose(b, p, q, h, v, shared[buf, 0, partner], shared[buf, 1, partner],
-                                     far_q, far_h, far_v, zero, tiny)
-        buf = 1 - buf
-        shared[buf, 0, tid] = b
-        shared[buf, 1, tid] = p
-        if rows == 5:
-            shared[buf, 2, tid] = q
-            shared[buf, 3, tid] = 1 if h else 0
-            shared[buf, 4, tid] = v
+    to_compute, to_io = conversions(io)
+    shift = pad_shift(compute_dtype(io))
+    load = load_again if again else load_once
+
+    @cuda.jit(device=True)
+    def pad(i):
+        return i + (i >> shift)
+
+    @cuda.jit(device=True)
+    def to_shared(shared, a, row0, start, steps, geometry):
+        """Striped loads of a tile of ``a`` into ``shared`` (converted to the compute dtype)."""
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        for k in range(ITEMS):
+            i = k * threads + tid
+            if i < steps:
+                row, t = locate(i, row0, start, geometry)
+                shared[pad(i)] = to_compute(load(a, row, t))
+
+    @cuda.jit(device=True)
+    def flags_to_shared(shared, terminated, truncated, mask, row0, start, steps, geometry):
+        """Striped loads of the bool flags (as uint8) into one byte per step: TERMINATED | TRUNCATED | REAL."""
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        for k in range(ITEMS):
+            i = k * threads + tid
+            if i < steps:
+                row, t = locate(i, row0, start, geometry)
+                bits = REAL
+                if terminated is not None:
+                    if load(terminated, row, t) != 0:
+                        bits |= TERMINATED
+                if truncated is not None:
+                    if load(truncated, row, t) != 0:
+                        bits |= TRUNCATED
+                if mask is not None:
+                    if load(mask, row, t) == 0:
+                        bits -= REAL
+                shared[i] = np.uint8(bits)
+
+    @cuda.jit(device=True)
+    def from_shared(a, shared, row0, start, steps, geometry):
+        """Striped stores of a tile held in ``shared`` (compute dtype) to ``a`` (its io dtype)."""
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        for k in range(ITEMS):
+            i = k * threads + tid
+            if i < steps:
+                row, t = locate(i, row0, start, geometry)
+                store_once(a, row, t, to_io(shared[pad(i)]))
+
+    return _Exchange(pad, to_shared, flags_to_shared, from_shared)
+
+
+class _Exchange(NamedTuple):
+    pad: object
+    to_shared: object
+    flags_to_shared: object
+    from_shared: object
+
+
+# --- segments ----------------------------------------------------------------------------------------------------
+
+@cuda.jit(device=True)
+def segment_of(offsets, t):
+    """The segment holding step t: the largest i with offsets[i] <= t (empty segments are never chosen)."""
+    lo, hi = np.int64(0), np.int64(offsets.shape[0] - 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= t:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+# --- maps --------------------------------------------------------------------------------------------------------
+
+class Fields(NamedTuple):
+    """Which slots of a map a structure keeps live: the value chain, the second chain, the segment flag."""
+
+    value: bool
+    critic: bool
+    segmented: bool
+
+    def live(self) -> tuple[str, ...]:
+        names = ["edge", "product"]
+        if self.value:
+            names.append("on_bootstrap")
+        if self.critic:
+            names += ["edge2", "product2"] + (["on_bootstrap2"] if self.value else [])
+        if self.value:
+            names += ["value", "on_value"]
+        if self.segmented:
+            names.append("ends")
+        return tuple(names)
+
+    def state(self) -> tuple[str, ...]:
+        """The slots that hold a state: the map's image of the zero state (X, X2, Y)."""
+        return tuple(n for n in ("edge", "edge2", "value") if n in self.live())
+
+
+@functools.lru_cache(maxsize=None)
+def algebra(io: str, fields: Fields):
+    """Device functions of the maps of one structure (see the module docstring), as a namespace."""
+    c = constants(io)
+    zero, one, tiny = c.zero, c.one, c.tiny
+    value_chain, critic, segmented = fields
+    live = fields.live()
+    count = len(live)
+    index = {name: live.index(name) if name in live else -1 for name in SLOTS}
+    i_b, i_p, i_q, i_b2, i_p2, i_q2, i_v, i_o, i_e = (index[name] for name in SLOTS)
+
+    @cuda.jit(device=True)
+    def mul0(x, y):
+        """x * y, exactly 0 when either is 0 (a cut drops NaN and inf)."""
+        if x == zero or y == zero:
+            return zero
+        return x * y
+
+    @cuda.jit(device=True)
+    def times(x, y):
+        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
+        z = x * y
+        if z == zero and x != zero and y != zero:
+            z = -tiny if (x < zero) != (y < zero) else tiny
+        return z
+
+    @cuda.jit(device=True)
+    def identity():
+        return (zero, one, zero, zero, one, zero, zero, one, zero)
+
+    @cuda.jit(device=True)
+    def compose(n, f):
+        """``n o f``: the map of a run ``n`` after the run ``f`` that its state comes from."""
+        nb, np_, nq, nb2, np2, nq2, nv, no, ne = n
+        fb, fp, fq, fb2, fp2, fq2, fv, fo, fe = f
+        if segmented and ne != zero:
+            return n
+        b = nb + mul0(np_, fb)
+        q = zero
+        b2, p2, q2 = zero, one, zero
+        v, o = zero, one
+        if value_chain:
+            b += mul0(nq, fv)
+            q = mul0(np_, fq) + mul0(nq, fo)
+            v = nv + mul0(no, fv)
+            o = times(no, fo)
+        if critic:
+            b2 = nb2 + mul0(np2, fb2)
+            p2 = times(np2, fp2)
+            if value_chain:
+                b2 += mul0(nq2, fv)
+                q2 = mul0(np2, fq2) + mul0(nq2, fo)
+        e = zero
+        if segmented:
+            e = fe
+        return (b, times(np_, fp), q, b2, p2, q2, v, o, e)
+
+    @cuda.jit(device=True)
+    def apply(m, x, x2, y):
+        """The state (X, X2, Y) after a run of map ``m``, given the state entering it."""
+        b, p, q, b2, p2, q2, v, o, _ = m
+        out = b + mul0(p, x)
+        out2 = zero
+        out_y = zero
+        if value_chain:
+            out += mul0(q, y)
+            out_y = v + mul0(o, y)
+        if critic:
+            out2 = b2 + mul0(p2, x2)
+            if value_chain:
+                out2 += mul0(q2, y)
+        return out, out2, out_y
+
+    @cuda.jit(device=True)
+    def constant(x, x2, y):
+        """The map that sets the state to (x, x2, y) whatever enters: a boundary value."""
+        return (x, zero, zero, x2, zero, zero, y, zero, zero)
+
+    @cuda.jit(device=True)
+    def put(buffer, base, stride, m):
+        """The live slots of m at buffer[base + k * stride]."""
+        b, p, q, b2, p2, q2, v, o, e = m
+        buffer[base + i_b * stride] = b
+        buffer[base + i_p * stride] = p
+        if value_chain:
+            buffer[base + i_q * stride] = q
+            buffer[base + i_v * stride] = v
+            buffer[base + i_o * stride] = o
+        if critic:
+            buffer[base + i_b2 * stride] = b2
+            buffer[base + i_p2 * stride] = p2
+            if value_chain:
+                buffer[base + i_q2 * stride] = q2
+        if segmented:
+            buffer[base + i_e * stride] = e
+
+    @cuda.jit(device=True)
+    def get(buffer, base, stride):
+        """The map whose live slots are at buffer[base + k * stride] (the others: the identity's)."""
+        b = buffer[base + i_b * stride]
+        p = buffer[base + i_p * stride]
+        q, b2, p2, q2, v, o, e = zero, zero, one, zero, zero, one, zero
+        if value_chain:
+            q = buffer[base + i_q * stride]
+            v = buffer[base + i_v * stride]
+            o = buffer[base + i_o * stride]
+        if critic:
+            b2 = buffer[base + i_b2 * stride]
+            p2 = buffer[base + i_p2 * stride]
+            if value_chain:
+                q2 = buffer[base + i_q2 * stride]
+        if segmented:
+            e = buffer[base + i_e * stride]
+        return (b, p, q, b2, p2, q2, v, o, e)
+
+    @cuda.jit(device=True)
+    def block_scan(shared, m, reverse):
+        """Inclusive scan of the threads' maps in recurrence order (from higher ids when ``reverse``); returns
+        this thread's composite and the buffer holding every thread's composite (for ``exclusive``)."""
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        put(shared, tid, threads, m)
         cuda.syncthreads()
-        step *= 2
-    return b, p, q, h, v, buf
+        buf = 0
+        step = 1
+        while step < threads:
+            partner = tid + step if reverse else tid - step
+            if 0 <= partner < threads:
+                m = compose(m, get(shared, buf * count * threads + partner, threads))
+            buf = 1 - buf
+            put(shared, buf * count * threads + tid, threads, m)
+            cuda.syncthreads()
+            step *= 2
+        return m, buf
+
+    @cuda.jit(device=True)
+    def exclusive(shared, buf, reverse):
+        """The composite of the threads before this one in recurrence order (the identity for the first)."""
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        partner = tid + 1 if reverse else tid - 1
+        if partner < 0 or partner >= threads:
+            return identity()
+        return get(shared, buf * count * threads + partner, threads)
+
+    @cuda.jit(device=True)
+    def write(maps, column, m):
+        """The live slots of m into column ``column`` of a (live slots, n) array."""
+        b, p, q, b2, p2, q2, v, o, e = m
+        maps[i_b, column] = b
+        maps[i_p, column] = p
+        if value_chain:
+            maps[i_q, column] = q
+            maps[i_v, column] = v
+            maps[i_o, column] = o
+        if critic:
+            maps[i_b2, column] = b2
+            maps[i_p2, column] = p2
+            if value_chain:
+                maps[i_q2, column] = q2
+        if segmented:
+            maps[i_e, column] = e
+
+    @cuda.jit(device=True)
+    def read(maps, column):
+        """The map in column ``column`` of a (live slots, n) array."""
+        b = maps[i_b, column]
+        p = maps[i_p, column]
+        q, b2, p2, q2, v, o, e = zero, zero, one, zero, zero, one, zero
+        if value_chain:
+            q = maps[i_q, column]
+            v = maps[i_v, column]
+            o = maps[i_o, column]
+        if critic:
+            b2 = maps[i_b2, column]
+            p2 = maps[i_p2, column]
+            if value_chain:
+                q2 = maps[i_q2, column]
+        if segmented:
+            e = maps[i_e, column]
+        return (b, p, q, b2, p2, q2, v, o, e)
+
+    @cuda.jit(device=True)
+    def write_summary(out, row, segment, m):
+        """A piece's summary in ``_pieces.FIELDS`` order: (value, on_value, edge, on_bootstrap, product)."""
+        b, p, q, _, _, _, v, o, _ = m
+        out[row, segment, 0] = v
+        out[row, segment, 1] = o
+        out[row, segment, 2] = b
+        out[row, segment, 3] = q
+        out[row, segment, 4] = p
+
+    return _Algebra(mul0, times, identity, compose, apply, constant, block_scan, exclusive, write, read,
+                    write_summary, count)
 
 
-@cuda.jit(device=True)
-def _neighbour(shared, buf, rows, reverse, one, zero):
-    """The composite of the threads before this one in recurrence order (the identity map for the first)."""
-    partner = cuda.threadIdx.x + 1 if reverse else cuda.threadIdx.x - 1
-    if partner < 0 or partner >= cuda.blockDim.x:
-        return zero, one, zero, False, zero
-    if rows == 5:
-        return (shared[buf, 0, partner], shared[buf, 1, partner], shared[buf, 2, partner],
-                shared[buf, 3, partner] != 0, shared[buf, 4, partner])
-    return shared[buf, 0, partner], shared[buf, 1, partner], zero, False, zero
+class _Algebra(NamedTuple):
+    mul0: object
+    times: object
+    identity: object
+    compose: object
+    apply: object
+    constant: object
+    block_scan: object
+    exclusive: object
+    write: object
+    read: object
+    write_summary: object
+    count: int
 
 
-def gae_tile_kernel(io: str, *, final: bool, masked: bool, with_next: bool) -> KernelSpec:
-    """Launch 1 (``final=False``: tile maps) or 3 (``final=True``: outputs) of GAE, for one dtype and structure.
+# --- launch 2: the carries between the tiles of a row ------------------------------------------------------------
 
-    Per real step t, with Vnext_t = next_values[t] (``with_next``), else V at the next real step (the
-    value carry, with ``masked``), else V_{t+1} (bootstrap after the last step)::
+def carry_kernel(io: str, fields: Fields, *, reverse: bool, complete: bool) -> KernelSpec:
+    """Launch 2: one block per row turns its tiles' maps into the map entering every tile.
 
-        delta_t = r_t + (0 if terminated_t else gamma_t Vnext_t) - V_t
-        a_t     = 0 if terminated_t or truncated_t else gamma_t lam_t
-        A_t     = delta_t if a_t == 0 else delta_t + a_t A_{t+1};      R_t = A_t + V_t
-
-    A masked step (``masked``, mask False) is the identity; its outputs are 0, or A and A + V_t with the
-    FILL_MASKED option. Terminated/truncated arrays, per-step gamma/lam and fill_masked are ``options``
-    bits (uniform branches); an absent array's argument is any array of its type and is never read.
-    The summary array is (5 or 2, rows, n_tiles) (see SUMMARY_ROWS); the carry array is (2 or 1, rows,
-    n_tiles): the state (A, u) entering each tile from the right.
+    Thread k composes a run of consecutive tiles serially, the block scans the
+    runs' maps, and every thread walks its run again from the map entering it,
+    writing each tile's entering map (the identity for the row's first tile in
+    recurrence order). With ``complete`` (piece summaries) a tile's open
+    segment (``open_segment[tile]`` >= 0: a segment that starts in the tile and
+    ends beyond it) has its partial summary, written by launch 1, composed with
+    the map entering the tile.
     """
-    compute, zero_c, one_c, tiny_c = _constants(io)
-    value_carry = masked and not with_next
-    rows = SUMMARY_ROWS[value_carry]
+    a = algebra(io, fields)
+    identity, compose, block_scan, exclusive, read, write, write_summary = (
+        a.identity, a.compose, a.block_scan, a.exclusive, a.read, a.write, a.write_summary)
+    c = constants(io)
+    zero, one, dtype = c.zero, c.one, c.dtype
+    compute = compute_dtype(io)
+    size_shared = 2 * a.count * CARRY_THREADS
 
-    def tile(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap,
-             gamma_scalar, lam_scalar, options, n_tiles, summary, carry, advantages, returns):
-        tid = cuda.threadIdx.x
-        row = cuda.blockIdx.x // n_tiles
-        tile_id = cuda.blockIdx.x % n_tiles
-        length = rewards.shape[1]
-        lo = (tile_id * cuda.blockDim.x + tid) * ITEMS
-        count = min(ITEMS, length - lo)
-        boot = compute(bootstrap[row])
-        delta = cuda.local.array(ITEMS, compute)
-        coeff = cuda.local.array(ITEMS, compute)
-        value = cuda.local.array(ITEMS, compute)
-        real = cuda.local.array(ITEMS, types.boolean)
-        # This thread's map, built step by step from its far edge. ``pending`` is the step whose Vnext is the
-        # value carried in (u); ``pending_r``, ``pending_v``, ``pending_g`` hold its r, V and gamma (0 if terminated)
-        # for when u is known
-        # (registers: reading value[pending] would index the local array dynamically and put it in memory).
-        b, p, q, h, v = zero_c, one_c, zero_c, False, zero_c
-        pending, pending_r, pending_v, pending_g = -1, zero_c, zero_c, zero_c
-        for i in range(ITEMS):
-            j = ITEMS - 1 - i
-            if j < count:
-                t = lo + j
-                v_t = compute(values[row, t])
-                value[j] = v_t
-                is_real = mask[row, t] if masked else True
-                real[j] = is_real
-                if is_real:
-                    r_t = compute(rewards[row, t])
-                    g = compute(gamma[row, t]) if options & GAMMA_STEPS else gamma_scalar
-                    lam_t = compute(lam[row, t]) if options & LAM_STEPS else lam_scalar
-                    ended = (options & TERMINATED) != 0 and terminated[row, t]
-                    cut = ended or ((options & TRUNCATED) != 0 and truncated[row, t])
-                    q_t = zero_c
-                    if with_next:
-                        following = compute(next_values[row, t])
-                    elif value_carry:
-                        following = v
-                        if not h:
-                            following, pending, pending_r, pending_v = zero_c, j, r_t, v_t
-                            pending_g = zero_c if ended else g
-                            q_t = pending_g
-                    else:
-                        following = compute(values[row, t + 1]) if t + 1 < length else boot
-                    d = (r_t + (zero_c if ended else g * following)) - v_t
-                    c = zero_c if cut else g * lam_t
-                    delta[j] = d
-                    coeff[j] = c
-                    if c == zero_c:
-                        b, p, q = d, zero_c, q_t
-                    else:
-                        b, p, q = d + c * b, _times(c, p, zero_c, tiny_c), q_t + c * q
-                    h, v = True, v_t
-        shared = cuda.shared.array((2, rows, THREADS), compute)
-        b, p, q, h, v, buf = _block_scan(shared, b, p, q, h, v, rows, True, zero_c, tiny_c)
-        if not final:
-            if tid == 0:
-                summary[0, row, tile_id] = b
-                summary[1, row, tile_id] = p
-                if value_carry:
-                    summary[2, row, tile_id] = q
-                    summary[3, row, tile_id] = one_c if h else zero_c
-                    summary[4, row, tile_id] = v
+    def carry(maps, geometry, entering, open_segment, summary):
+        rows, tiles_per_row = geometry[0], geometry[2]
+        row = tile_id()
+        if row >= rows:
             return
-        last = tile_id == n_tiles - 1
-        a_tile = zero_c if last else carry[0, row, tile_id]
-        u_tile = boot if last or not value_carry else carry[1, row, tile_id]
-        b, p, q, h, v = _neighbour(shared, buf, rows, True, one_c, zero_c)
-        following, u = _apply(b, p, q, h, v, a_tile, u_tile, zero_c)
-        fill = (options & FILL_MASKED) != 0
-        for i in range(ITEMS):
-            j = ITEMS - 1 - i
-            if j < count:
-                t = lo + j
-                if real[j]:
-                    d = delta[j]
-                    if value_carry and j == pending and pending_g != zero_c:
-                        d = (pending_r + pending_g * u) - pending_v
-                    c = coeff[j]
-                    following = d if c == zero_c else d + c * following
-                    advantages[row, t] = following
-                    returns[row, t] = following + value[j]
-                elif fill:
-                    advantages[row, t] = following
-                    returns[row, t] = following + value[j]
-                else:
-                    advantages[row, t] = zero_c
-                    returns[row, t] = zero_c
-
-    data, flags = _array(io, 2), _array("bool", 2)
-    signature = types.void(data, data, data, data, data, flags, flags, flags, _array(io, 1), compute, compute,
-                           types.int32, types.int64, _array(compute_dtype(io), 3, "C"),
-                           _array(compute_dtype(io), 3, "C"), _array(io, 2, "C"), _array(io, 2, "C"))
-    structure = ("mask" if masked else "") + ("+next" if with_next else "")
-    return KernelSpec(f"gae_{'final' if final else 'summary'}[{structure or 'plain'}]", tile, signature)
-
-
-def scan_tile_kernel(io: str, *, final: bool, reverse: bool) -> KernelSpec:
-    """Launch 1 or 3 of the scan primitive ``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward).
-
-    ``a_t == 0`` cuts exactly: ``y_t = x_t`` (a select). ``a`` is the array (A_STEPS option bit) or the
-    scalar argument. Summary (2, rows, n_tiles): the tiles' maps (b, p); carry (1, rows, n_tiles): the
-    value entering each tile from its neighbour in recurrence order.
-    """
-    compute, zero_c, one_c, tiny_c = _constants(io)
-
-    def tile(x, a, a_scalar, options, n_tiles, summary, carry, y):
-        tid = cuda.threadIdx.x
-        row = cuda.blockIdx.x // n_tiles
-        tile_id = cuda.blockIdx.x % n_tiles
-        length = x.shape[1]
-        lo = (tile_id * cuda.blockDim.x + tid) * ITEMS
-        count = min(ITEMS, length - lo)
-        term = cuda.local.array(ITEMS, compute)
-        coeff = cuda.local.array(ITEMS, compute)
-        b, p = zero_c, one_c
-        for i in range(ITEMS):
-            j = ITEMS - 1 - i if reverse else i
-            if j < count:
-                t = lo + j
-                d = compute(x[row, t])
-                c = compute(a[row, t]) if options & A_STEPS else a_scalar
-                term[j] = d
-                coeff[j] = c
-                if c == zero_c:
-                    b, p = d, zero_c
-                else:
-                    b, p = d + c * b, _times(c, p, zero_c, tiny_c)
-        shared = cuda.shared.array((2, 2, THREADS), compute)
-        b, p, q, h, v, buf = _block_scan(shared, b, p, zero_c, True, zero_c, 2, reverse, zero_c, tiny_c)
-        if not final:
-            if tid == (0 if reverse else cuda.blockDim.x - 1):
-                summary[0, row, tile_id] = b
-                summary[1, row, tile_id] = p
-            return
-        edge = tile_id == n_tiles - 1 if reverse else tile_id == 0
-        b, p, q, h, v = _neighbour(shared, buf, 2, reverse, one_c, zero_c)
-        state, u = _apply(b, p, zero_c, True, zero_c, zero_c if edge else carry[0, row, tile_id], zero_c, zero_c)
-        for i in range(ITEMS):
-            j = ITEMS - 1 - i if reverse else i
-            if j < count:
-                c = coeff[j]
-                state = term[j] if c == zero_c else term[j] + c * state
-                y[row, lo + j] = state
-
-    compute_name = compute_dtype(io)
-    signature = types.void(_array(io, 2), _array(io, 2), compute, types.int32, types.int64,
-                           _array(compute_name, 3, "C"), _array(compute_name, 3, "C"), _array(io, 2, "C"))
-    return KernelSpec(f"scan_{'final' if final else 'summary'}[{'reverse' if reverse else 'forward'}]", tile,
-                      signature)
-
-
-def carry_kernel(io: str, *, value_carry: bool, reverse: bool) -> KernelSpec:
-    """Launch 2: one block per row turns the tiles' maps into the state entering every tile.
-
-    Thread k composes a segment of consecutive tiles serially, the block scans the segments' maps, and
-    every thread walks its segment again from the state entering it, writing each tile's state: (A, u)
-    with the value carry, A alone without. The state entering the row's edge is A = 0 and u = bootstrap.
-    """
-    compute, zero_c, one_c, tiny_c = _constants(io)
-    rows = SUMMARY_ROWS[value_carry]
-
-    def carry(summary, bootstrap, out):
-        tid = cuda.threadIdx.x
-        row = cuda.blockIdx.x
-        n = summary.shape[2]
-        span = (n + cuda.blockDim.x - 1) // cuda.blockDim.x
-        lo = min(tid * span, n)
-        size = min(span, n - lo)
-        b, p, q, h, v = zero_c, one_c, zero_c, False, zero_c
+        tid, threads = cuda.threadIdx.x, cuda.blockDim.x
+        first = row * tiles_per_row
+        span = (tiles_per_row + threads - 1) // threads
+        lo = min(tid * span, tiles_per_row)
+        size = min(span, tiles_per_row - lo)
+        m = identity()
         for i in range(size):
             k = lo + size - 1 - i if reverse else lo + i
-            near_q, near_h, near_v = zero_c, True, zero_c
-            if value_carry:
-                near_q, near_h, near_v = summary[2, row, k], summary[3, row, k] != zero_c, summary[4, row, k]
-            b, p, q, h, v = _compose(summary[0, row, k], summary[1, row, k], near_q, near_h, near_v,
-                                     b, p, q, h, v, zero_c, tiny_c)
-        shared = cuda.shared.array((2, rows, CARRY_THREADS), compute)
-        b, p, q, h, v, buf = _block_scan(shared, b, p, q, h, v, rows, reverse, zero_c, tiny_c)
-        b, p, q, h, v = _neighbour(shared, buf, rows, reverse, one_c, zero_c)
-        state, u = _apply(b, p, q, h, v, zero_c, compute(bootstrap[row]) if value_carry else zero_c, zero_c)
+            m = compose(read(maps, first + k), m)
+        shared = cuda.shared.array(size_shared, dtype)
+        m, buf = block_scan(shared, m, reverse)
+        m = exclusive(shared, buf, reverse)
         for i in range(size):
             k = lo + size - 1 - i if reverse else lo + i
-            out[0, row, k] = state
-            near_q, near_h, near_v = zero_c, True, zero_c
-            if value_carry:
-                out[1, row, k] = u
-                near_q, near_h, near_v = summary[2, row, k], summary[3, row, k] != zero_c, summary[4, row, k]
-            state, u = _apply(summary[0, row, k], summary[1, row, k], near_q, near_h, near_v, state, u, zero_c)
+            write(entering, first + k, m)
+            if complete:
+                segment = open_segment[first + k]
+                if segment >= 0:
+                    partial = (summary[row, segment, 2], summary[row, segment, 4], summary[row, segment, 3],
+                               zero, one, zero, summary[row, segment, 0], summary[row, segment, 1], zero)
+                    write_summary(summary, row, segment, compose(partial, m))
+            m = compose(read(maps, first + k), m)
 
-    compute_name = compute_dtype(io)
-    signature = types.void(_array(compute_name, 3, "C"), _array(io, 1), _array(compute_name, 3, "C"))
-    kind = "value" if value_carry else ("reverse" if reverse else "forward")
-    return KernelSpec(f"carry[{kind}]", carry, signature)
-
-
-def all_kernels():
-    """Every (io dtype, kernel) the backend can launch: what the compile test compiles for sm_80 and sm_90."""
-    for io in IO_DTYPES:
-        for final in (False, True):
-            for masked in (False, True):
-                for with_next in (False, True):
-                    yield io, gae_tile_kernel(io, final=final, masked=masked, with_next=with_next)
-            for reverse in (True, False):
-                yield io, scan_tile_kernel(io, final=final, reverse=reverse)
-        yield io, carry_kernel(io, value_carry=True, reverse=True)
-        for reverse in (True, False):
-            yield io, carry_kernel(io, value_carry=False, reverse=reverse)
+    maps = array(compute, 2, "C")
+    signature = types.void(maps, types.UniTuple(types.int64, 6), maps,
+                           optional(complete, array("int64", 1, "C")), optional(complete, array(compute, 3, "C")))
+    name = "carry[" + ",".join((*fields.live(), "reverse" if reverse else "forward",
+                                *(["summaries"] if complete else []))) + "]"
+    return KernelSpec(name, carry, signature)

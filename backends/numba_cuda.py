@@ -1,37 +1,40 @@
-"""CUDA arrays (CuPy, PyTorch): GAE and the scan primitive in fused numba-CUDA kernels.
+"""CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
-``gae()`` takes at most three launches whatever the options (see
-``_cuda_kernels``): (1) per tile of a row, delta and the coefficients in
-registers and the tile's map written out; (2) per row, the carries between
-tiles; (3) per tile again, the rescan from the carry and the outputs. A row of
-one tile takes launch 3 alone. "V at the next real step" under a mask, the
-bootstrap value and ``next_values`` are handled inside the same launches (the
-value carry is a second, tiny summary per tile). Nothing of the size of the
-inputs is allocated besides the two outputs; the summaries and carries are a
-few numbers per tile. ``scan()`` (``discounted_cumsum`` and the estimators
-built on it) uses the same three launches for ``y_t = x_t + a_t y_{t-+1}``.
+A call lays its arrays out as (rows, T) views and runs the launch plan of
+``_cuda_plan``: **one launch** when a row fits a tile (T <= 2048; several
+rows share a tile), **three** for longer rows (tile maps, carries between
+the tiles of each row, final pass). The kernels (``_cuda_gae``: GAE,
+V-trace, lambda-returns, discounted returns and piece summaries, reverse in
+time; ``_cuda_backward``: the adjoint of GAE and the forward scan) read every
+input once per tile launch with coalesced (striped) loads, compute in
+registers, and write each output once; nothing the size of the inputs is
+allocated besides the outputs, and no coefficient array is materialised (a
+per-step or per-row gamma or lam is read in place, broadcast views included).
 
-* Data: float16, float32 or float64 arrays, computed in float32 (float16,
-  float32) or float64, outputs in the problem's dtype. (bfloat16 has no CUDA
-  array interface typestr: the array library widens it to float32 first.)
-  Strided and broadcast (stride-0) inputs are read in place: an input is
-  flattened to (rows, T) by ``reshape``, which copies only when its batch axes
-  cannot be merged into one stride. Time-major layouts (T, B) are correct but
-  read at a fraction of the bandwidth (a warp's loads span rows).
-* Arrays are taken zero-copy through ``__cuda_array_interface__`` without
-  synchronizing the stream they name; kernels run on the caller's current
-  stream (CuPy's or torch's), on the arrays' device; no host synchronization,
-  no copy to the host. Outputs and summaries come from the array library's
-  allocator.
-* Kernels are compiled on first use per (dtype, structure) with explicit
-  signatures and cached on disk (``cache=True``): a process pays the
-  compilation once per option set, later processes load it.
-* ``chunk_size`` has no effect here: a tile is ``ITEMS`` steps per thread.
+* Packed sequences (``offsets``): a sequence's end is a cut inside a tile,
+  with its own bootstrap value (and incoming ``carry``); empty sequences
+  give no output. Device offsets are read by the kernels themselves (a
+  binary search per thread); the only host read of them is ``prepare``'s
+  validation (one small device-to-host copy, none when the caller gives
+  host offsets as a list or NumPy array).
+* Pieces (CP shards, Dask blocks of CuPy arrays): ``summarize`` is launch 1
+  (and 2 for long rows) writing every segment's summary; ``pieces`` also
+  keeps the tiles' maps so that the fix-up is launch 3 alone.
+* ``critic_lam``: the second chain runs in the same launches (+1 output).
+* bfloat16 and float16 arrays are read as they are (bfloat16 as its 16 bits,
+  rounded back to nearest-even on output), computed in float32, and the
+  outputs keep the problem's dtype.
+* ``gae_backward``: the adjoint, three launches (one for short rows) of the
+  forward-in-time kernels; with ``critic_lam`` one such pass per chain.
 
-With ``NUMBA_ENABLE_CUDASIM=1`` (set before numba is imported) the same
-kernels run in numba's CUDA simulator on NumPy arrays, which is how they are
-tested on machines without a GPU; the simulator has no external streams, so
-the stream hand-off is skipped there.
+Arrays are taken zero-copy (torch tensors by their pointer, shape and
+strides; CuPy arrays through ``__cuda_array_interface__``) without
+synchronizing any stream; kernels run on the caller's current CuPy or torch
+stream, on the arrays' device; no host synchronization, no copy to the host.
+Kernels compile on first use per (dtype, structure) with explicit signatures
+and are cached on disk; absent arrays are passed as ``None`` (one integer
+parameter, nothing to marshal). With ``NUMBA_ENABLE_CUDASIM=1`` (set before
+numba is imported) the same kernels run in numba's simulator on NumPy arrays.
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ import numpy as np
 
 from gae_xp._compat import device_of, is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
 
+from . import _cuda_plan
+
 NAME = "numba-cuda"
+#: The slots of a map that launch 1 writes per tile (see ``_cuda_kernels.Fields``), by (value chain, critic);
+#: one more, ``ends``, for the segment flag. Repeated here so that the traffic model does not import numba.
+_LIVE = {(False, False): 2, (True, False): 5, (False, True): 4, (True, True): 8}
 
 
 @functools.cache
@@ -63,10 +71,11 @@ def simulated() -> bool:
 
 class NumbaCUDABackend:
     name = NAME
-    segments = False
+    segments = True
     uses_chunk_size = False
-    critic_lam = False
-    summarize = None
+    critic_lam = True
+    #: ``prepare`` may hand this backend float16/bfloat16 arrays as they are: the kernels widen them in registers.
+    narrow_floats = True
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
         # The arrays are asked first, numba last: NumPy or array-api-strict arrays never make numba load.
@@ -78,130 +87,188 @@ class NumbaCUDABackend:
             return _not_installed()
         if any(is_jax_array(a) for a in arrays):
             return "JAX arrays are not served by the numba-CUDA kernels: the 'xp' path serves them"
-        if not all(hasattr(a, "__cuda_array_interface__") for a in arrays):
+        if not all(is_torch_array(a) and a.device.type == "cuda" or hasattr(a, "__cuda_array_interface__")
+                   for a in arrays):
             return "the numba-CUDA kernels take CUDA arrays (CuPy arrays, torch CUDA tensors)"
         if any(getattr(a, "requires_grad", False) for a in arrays):
-            return "tensors that require grad need backend='xp' (the kernels have no autograd formula)"
-        if any(_dtype_name(a.dtype) == "bfloat16" for a in arrays):
-            return "bfloat16 has no CUDA array interface: widen it to float32 or use backend='xp'"
+            return "tensors that require grad need backend='xp' (or the autograd custom op, which calls gae_backward)"
         if _not_installed():
             return _not_installed()
-        from numba import cuda
+        from ._cuda_import import cuda
 
         if not cuda.is_available():
             return "numba-cuda finds no usable CUDA driver or GPU"
         return None
 
-    def scan(self, xp, x, a, *, reverse, chunk_size):
+    # --- forward families ----------------------------------------------------------------------------------
+
+    def gae(self, problem, *, chunk_size=None):
+        """(advantages, returns) of a problem (see ``gae_xp._problem.GaeProblem``), in its dtype."""
+        p = problem
+        if p.carry is not None and p.critic_lam is not None:
+            raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
+                             "own")
+        inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
+                                                     "terminated", "truncated", "mask")}
+        return _forward("gae", p, inputs, bootstrap=p.bootstrap, carry=p.carry, fill=bool(p.fill_masked),
+                        critic=p.critic_lam is not None)
+
+    def solve_discounted_returns(self, problem):
+        """``gae_xp.discounted_returns`` of a prepared problem: G_t = r_t + gamma_t (1 - done_t) G_{t+1}, G after a
+        segment = its bootstrap value; masked steps are skipped and give 0."""
+        p = problem
+        inputs = {name: getattr(p, name) for name in ("gamma", "terminated", "truncated", "mask")}
+        return _forward("returns", p, inputs, carry=p.bootstrap)[0]
+
+    def solve_lambda_returns(self, problem):
+        """``gae_xp.lambda_returns`` of a prepared problem (V' in ``problem.extra["next_values"]``)."""
+        p = problem
+        inputs = {name: getattr(p, name) for name in ("gamma", "lam", "terminated", "truncated", "mask")}
+        inputs["next_values"] = p.extra["next_values"]
+        return _forward("lambda", p, inputs)[0]
+
+    def solve_vtrace(self, problem, *, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold):
+        """``gae_xp.vtrace`` of a prepared problem (log-ratios in ``problem.extra["log_rhos"]``): (vs, pg)."""
+        p = problem
+        inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "terminated",
+                                                     "truncated", "mask")}
+        inputs["log_rhos"] = p.extra["log_rhos"]
+        clips = (clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold)
+        return _forward("vtrace", p, inputs, bootstrap=p.bootstrap, clips=clips)
+
+    # --- pieces ----------------------------------------------------------------------------------------------
+
+    def summarize(self, problem):
+        """Each segment's summary (``gae_xp._pieces.FIELDS``), (..., n, 5) in the compute dtype: launch 1, and
+        launch 2 for rows longer than a tile (one read of the inputs)."""
+        return self.pieces(problem).summary
+
+    def pieces(self, problem) -> Pieces:
+        """The summaries of a problem's segments, and a fix-up that reuses the same pass: ``finish(bootstrap,
+        carry)`` is launch 3 alone (see ``Pieces``)."""
+        return _summarize(problem)
+
+    # --- the scan primitive --------------------------------------------------------------------------------
+
+    def scan(self, xp, x, a, *, reverse, chunk_size=None):
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
-        shape, length = tuple(x.shape), x.shape[-1]
-        io = _dtype_name(x.dtype)
-        y = xp.empty(shape, dtype=x.dtype, device=device_of(x))
-        rows = math.prod(shape[:-1])
-        if length == 0 or rows == 0:
-            return y
-        per_step = not isinstance(a, float)
-        coefficient = _rows(xp, xp.broadcast_to(_cast(xp, a, x.dtype), shape)) if per_step else _rows(xp, x)
-        threads, n_tiles = _tiling(length)
-        summary, carry = _scratch(xp, x, io, 2, 1, rows, n_tiles)
-        kernels = _scan_kernels(io, reverse)
-        with _Launch(x) as launch:
-            summary, carry = launch.array(summary, written=True), launch.array(carry, written=True)
-            args = (launch.array(_rows(xp, x)), launch.array(coefficient), _scalar(0.0 if per_step else a, io),
-                    np.int32(per_step), np.int64(n_tiles), summary, carry,
-                    launch.array(xp.reshape(y, (rows, length)), written=True))
-            if n_tiles > 1:
-                launch(kernels.summary, rows * n_tiles, threads, *args)
-                unread = launch.array(_rows(xp, x)[:, 0])  # the bootstrap argument: no value carry in a scan
-                launch(kernels.carry, rows, _carry_threads(n_tiles), summary, unread, carry)
-            launch(kernels.final, rows * n_tiles, threads, *args)
-        return y
+        from gae_xp._problem import GaeProblem
 
-    def gae(self, problem, *, chunk_size):
-        """(advantages, returns) of a prepared problem (duck-typed: see ``gae_xp`` GaeProblem), in its dtype."""
-        xp, r = problem.xp, problem.rewards
-        shape, length = tuple(r.shape), r.shape[-1]
-        io = _dtype_name(r.dtype)
-        advantages = xp.empty(shape, dtype=r.dtype, device=device_of(r))
-        returns = xp.empty(shape, dtype=r.dtype, device=device_of(r))
-        rows = math.prod(shape[:-1])
-        if length == 0 or rows == 0:
-            return advantages, returns
-        masked, with_next = problem.mask is not None, problem.next_values is not None
-        values = problem.values
-        if values is None:  # estimators without a value function: V = 0
-            values = xp.broadcast_to(xp.zeros((1,) * len(shape), dtype=r.dtype, device=device_of(r)), shape)
-        data = {name: _rows(xp, _cast(xp, array, r.dtype))
-                for name, array in (("rewards", r), ("values", values), ("next_values", problem.next_values),
-                                    ("gamma", _array_or_none(problem.gamma)), ("lam", _array_or_none(problem.lam)))
-                if array is not None}
-        flags = {name: _rows(xp, array) for name, array in (("terminated", problem.terminated),
-                                                             ("truncated", problem.truncated),
-                                                             ("mask", problem.mask)) if array is not None}
-        options = _options(problem)
-        bootstrap = xp.reshape(_cast(xp, problem.bootstrap, r.dtype), (rows,))
-        threads, n_tiles = _tiling(length)
-        summary, carry = _scratch(xp, r, io, _SUMMARY_ROWS[masked and not with_next],
-                                  _CARRY_ROWS[masked and not with_next], rows, n_tiles)
-        flag_stand_in = next(iter(flags.values()), None)
-        if flag_stand_in is None:
-            flag_stand_in = xp.empty((1, 1), dtype=xp.bool, device=device_of(r))
-        kernels = _gae_kernels(io, masked, with_next)
-        with _Launch(r) as launch:
-            floats = [launch.array(data.get(name, data["rewards"]))
-                      for name in ("rewards", "values", "next_values", "gamma", "lam")]
-            bools = [launch.array(flags.get(name, flag_stand_in)) for name in ("terminated", "truncated", "mask")]
-            summary, carry = launch.array(summary, written=True), launch.array(carry, written=True)
-            outputs = [launch.array(xp.reshape(out, (rows, length)), written=True) for out in (advantages, returns)]
-            args = (*floats, *bools, launch.array(bootstrap), _scalar(problem.gamma, io), _scalar(problem.lam, io),
-                    np.int32(options), np.int64(n_tiles), summary, carry, *outputs)
-            if n_tiles > 1:
-                launch(kernels.summary, rows * n_tiles, threads, *args)
-                launch(kernels.carry, rows, _carry_threads(n_tiles), summary, launch.array(bootstrap), carry)
-            launch(kernels.final, rows * n_tiles, threads, *args)
-        return advantages, returns
+        coefficient = a if isinstance(a, float) else xp.broadcast_to(_cast(xp, a, x.dtype), tuple(x.shape))
+        if reverse:  # discounted returns without flags, boundaries or bootstrap
+            p = GaeProblem(xp=xp, rewards=x, values=None, gamma=coefficient, lam=1.0, bootstrap=None)
+            return _forward("returns", p, {"gamma": coefficient})[0]
+        return _forward_in_time("scan", xp, x, {"grad_advantages": x, "gamma": coefficient},
+                                scalars=(coefficient if isinstance(coefficient, float) else 0.0, 0.0))["rewards"]
+
+    # --- gradients -----------------------------------------------------------------------------------------
+
+    def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
+        """The gradients of ``gae(problem)``'s (advantages, returns) to its inputs, given theirs (either may be
+        None: no gradient from that output).
+
+        Returns ``{"rewards", "values", "next_values", "bootstrap", "carry"}``,
+        each shaped like the problem's array (time last; ``next_values`` and
+        ``carry`` None when the problem has none), the per-step ones in the
+        problem's dtype, the bootstrap's and the carry's in the compute dtype
+        (as ``_numba_backward.gae_backward`` on the CPU). This is the adjoint of the forward
+        scan (``_cuda_backward``): a forward scan of the upstream gradients
+        with the same coefficients, cut at the same places. Per-step gamma
+        and lam are coefficients here: they get no gradient. With
+        ``critic_lam`` the two chains are two passes, summed.
+        """
+        p = problem
+        if p.critic_lam is not None:
+            first = self.gae_backward(p.replace(critic_lam=None), grad_advantages, None)
+            second = self.gae_backward(p.replace(lam=p.critic_lam, critic_lam=None), None, grad_returns)
+            return {name: None if first[name] is None else first[name] + second[name] for name in first}
+        xp = p.xp
+        inputs = {"grad_advantages": grad_advantages, "grad_returns": grad_returns, "gamma": p.gamma, "lam": p.lam,
+                  "terminated": p.terminated, "truncated": p.truncated, "mask": p.mask}
+        grads = _forward_in_time("adjoint", xp, p.rewards, inputs, problem=p,
+                                 scalars=tuple(v if isinstance(v, float) else 0.0 for v in (p.gamma, p.lam)))
+        grads["bootstrap"] = xp.reshape(grads["bootstrap"], tuple(p.bootstrap.shape))
+        grads["carry"] = None if p.carry is None else xp.reshape(grads["carry"], tuple(p.carry.shape))
+        grads.setdefault("next_values", None)
+        return grads
 
 
-#: Rows of a tile's summary and carry (see ``_cuda_kernels.SUMMARY_ROWS``), keyed by "has the value carry";
-#: repeated here so that the traffic model does not import numba.
-_SUMMARY_ROWS = {True: 5, False: 2}
-_CARRY_ROWS = {True: 2, False: 1}
+class Pieces:
+    """A problem's segment summaries (``summary``, (..., n, 5)) and its fix-up from the boundary values.
+
+    ``finish(bootstrap, carry)`` returns (advantages, returns) of the problem
+    with those (..., n) boundary values: for rows longer than a tile it is
+    launch 3 alone, reading the tiles' maps that the summary pass left (so a
+    shard's summary and fix-up read its inputs twice in all: 3 launches plus
+    the all-gather between them).
+    """
+
+    def __init__(self, problem, summary, plan, entering):
+        self.problem, self.summary, self._plan, self._entering = problem, summary, plan, entering
+
+    def finish(self, bootstrap, carry):
+        p = self.problem.replace(bootstrap=bootstrap, carry=carry)
+        if self._entering is None:
+            return BACKEND.gae(p)
+        inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "terminated",
+                                                     "truncated", "mask")}
+        return _forward("gae", p, inputs, bootstrap=bootstrap, carry=carry, fill=bool(p.fill_masked),
+                        entering=self._entering, value_chain=True)
 
 
-def traffic(problem) -> dict[str, tuple[int, int]]:
-    """Bytes that each launch of ``gae(problem)`` moves in device memory, from the kernels' code.
+# --- traffic ------------------------------------------------------------------------------------------------
 
-    ``{launch: (streamed, per_tile)}``, both read plus written: ``streamed``
-    grows with the elements (every input read once per tile launch, 1 and 3,
-    the two outputs written once by launch 3; a row of one tile has launch 3
-    only); ``per_tile`` is a few numbers per tile: the tile's map (written by
-    launch 1, read by launch 2), its carry (written by launch 2, read by
-    launch 3), the bootstrap value and, without a mask and next_values, V at
-    the first step of the next tile. An array counts the bytes it spans: a
-    per-step gamma broadcast over rows counts one row. ``problem`` needs only
-    shapes, dtypes and strides (NumPy arrays or stand-ins will do).
+
+def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
+    """Bytes that each launch of a call moves in device memory, from the kernels' code.
+
+    ``{launch: (streamed, per_tile)}``, read plus written, launches named
+    ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
+    ``final`` only. ``streamed`` grows with the elements: every per-step input
+    once per tile launch (an array counts the bytes its view spans, so a
+    per-step gamma broadcast over rows counts one row; a bool flag one byte a
+    step), the outputs once. ``per_tile`` is a few numbers per tile: launch 1
+    writes each tile's map (its live slots, see ``_cuda_kernels.Fields``),
+    launch 2 reads them and writes the maps entering the tiles, launch 3 reads
+    those and the boundary values (bootstrap, carry) of the segments it
+    resets. ``family`` is "gae", "vtrace", "lambda", "returns" (a problem of
+    ``gae_xp._problem.GaeProblem``'s fields; V-trace's log-ratios and
+    lambda's V' count as one more array like rewards) or "adjoint"
+    (``gae_backward``: two upstream gradients in, the gradients out; rewards
+    and values are not read). ``problem`` needs shapes, dtypes and strides
+    only (NumPy arrays or stand-ins will do; absent fields count as None).
     """
     r = problem.rewards
     length, rows = r.shape[-1], math.prod(r.shape[:-1])
     item = r.dtype.itemsize
     compute = 8 if item == 8 else 4
-    value_carry = problem.mask is not None and problem.next_values is None
-    _, n_tiles = _tiling(length, threads=256, items=8)
-    tiles = rows * n_tiles
-    inputs = sum(_stored_bytes(a) for a in (r, problem.values, problem.next_values, _array_or_none(problem.gamma),
-                                            _array_or_none(problem.lam), problem.terminated, problem.truncated,
-                                            problem.mask) if a is not None)
-    edge = 0 if problem.mask is not None or problem.next_values is not None else item
-    per_tile = tiles * (item + edge)  # the bootstrap value and V at the next tile's first step
-    summary, carry = tiles * _SUMMARY_ROWS[value_carry] * compute, tiles * _CARRY_ROWS[value_carry] * compute
-    outputs = 2 * rows * length * item
-    if n_tiles == 1:
-        return {"final": (inputs + outputs, per_tile)}
-    return {
-        "summary": (inputs, per_tile + summary),
-        "carry": (0, summary + carry + (rows * item if value_carry else 0)),
-        "final": (inputs + outputs, per_tile + carry),
-    }
+    field = {name: getattr(problem, name, None) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
+                                                           "terminated", "truncated", "mask", "offsets", "carry")}
+    per_step = ("gamma", "lam", "terminated", "truncated", "mask")
+    if family == "adjoint":
+        read = 2 * _stored_bytes(r)
+        outputs = (2 + (field["next_values"] is not None)) * rows * length * item
+    else:
+        read = _stored_bytes(r) * (1 + (family in ("vtrace", "lambda")))
+        per_step += ("values", "next_values", "critic_lam") if family in ("gae", "vtrace") else ()
+        outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
+    read += sum(_stored_bytes(field[name]) for name in per_step
+                if field[name] is not None and not isinstance(field[name], float))
+    p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
+    segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
+    bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
+    boundary = (bounds + (family == "adjoint") * (1 + (field["carry"] is not None))) * rows * segments * compute
+    if not p.long_rows:
+        return {"final": (read + outputs, boundary)}
+    if family == "adjoint":
+        value_chain, critic = field["next_values"] is None, False
+    else:
+        value_chain = family in ("gae", "vtrace") and field["next_values"] is None or (
+            family == "lambda" and field["mask"] is not None)
+        critic = family == "gae" and field["critic_lam"] is not None
+    maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
+    return {"tiles": (read, maps), "carry": (0, 2 * maps),
+            "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
 
 
 def _stored_bytes(array) -> int:
@@ -214,42 +281,211 @@ def _stored_bytes(array) -> int:
     return min(span, math.prod(array.shape) * item)
 
 
-def _tiling(length: int, threads: int | None = None, items: int | None = None) -> tuple[int, int]:
-    """(threads per tile block, tiles per row): as many threads as the row needs, in warps, at most THREADS."""
-    if threads is None or items is None:
-        kernels = _kernels_module()
-        threads, items, warp = kernels.THREADS, kernels.ITEMS, kernels.WARP
-    else:
-        warp = 32
-    needed = -(-length // items)
-    threads = min(threads, -(-needed // warp) * warp)
-    return threads, -(-length // (threads * items))
+# --- launching ---------------------------------------------------------------------------------------------------
 
 
-def _carry_threads(n_tiles: int) -> int:
-    kernels = _kernels_module()
-    return min(kernels.CARRY_THREADS, -(-n_tiles // kernels.WARP) * kernels.WARP)
+#: The per-step arguments of the reverse-in-time kernels after rewards, in their order.
+_ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask")
 
 
-def _options(problem) -> int:
-    k = _kernels_module()
-    bits = ((problem.terminated is not None, k.TERMINATED), (problem.truncated is not None, k.TRUNCATED),
-            (not isinstance(problem.gamma, float), k.GAMMA_STEPS), (not isinstance(problem.lam, float), k.LAM_STEPS),
-            (bool(problem.fill_masked), k.FILL_MASKED))
-    return sum(bit for present, bit in bits if present)
+def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
+             entering=None, value_chain=None):
+    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
+    xp, r = p.xp, p.rewards
+    shape = tuple(r.shape)
+    length, rows = shape[-1], math.prod(shape[:-1])
+    device = device_of(r)
+    results = [xp.empty(shape, dtype=r.dtype, device=device) for _ in range(2 if family in ("gae", "vtrace") else 1)]
+    if length == 0 or rows == 0:
+        return tuple(results)
+    io = _dtype_name(r.dtype)
+    present = tuple(name for name in _ORDER if (a := inputs.get(name)) is not None and not isinstance(a, float))
+    plan = _plan(rows, length)
+    reuse = entering is not None
+    tiles, carrying, final, fields_count = _forward_kernels(family, io, present, p.offsets is not None,
+                                                            carry is not None, fill, critic, value_chain,
+                                                            plan.long_rows, reuse)
+    compute = _compute(xp, io)
+    scalars = _scalars(io, (inputs.get("gamma", 1.0), inputs.get("lam", 1.0), inputs.get("critic_lam", 0.0), *clips))
+    with _Launch(r) as launch:
+        arrays = [launch.array(_steps(xp, r, r.dtype, rows, length))]
+        arrays += [launch.array(_steps(xp, inputs[name], r.dtype, rows, length)) if name in present else None
+                   for name in _ORDER]
+        bounds = [launch.array(_per_segment(xp, value, rows, compute)) if value is not None and family in _USES[name]
+                  else None for name, value in (("bootstrap", bootstrap), ("carry", carry))]
+        offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
+        geometry = plan.geometry()
+        if tiles is not None:
+            maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
+            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
+            launch(tiles, plan.grid, plan.threads, *arrays, None, None, offsets, scalars, geometry, maps, None,
+                   None, None, None)
+            launch(carrying, plan.carry_grid, plan.carry_threads, maps, geometry, entering, None, None)
+        outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
+        launch(final, plan.grid, plan.threads, *arrays, *bounds, offsets, scalars, geometry, None,
+               entering if plan.long_rows else None, None, *outs, *([None] * (2 - len(outs))))
+    return tuple(results)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_chain, long_rows, reuse):
+    """(launch 1, launch 2, launch 3, map slots) of a reverse-in-time call: launches 1 and 2 None for a row that
+    fits a tile, or when the maps entering the tiles are given (``reuse``: a piece's fix-up)."""
+    from . import _cuda_gae
+
+    if value_chain is None:
+        value_chain = _cuda_gae.value_chain(family, present)
+    final = _cuda_gae.Structure(family, "final", frozenset(present), offsets=offsets, carry=carry, entering=long_rows,
+                                fill=fill, critic=critic, value_chain=value_chain)
+    slots = _LIVE[value_chain, critic] + 1
+    if not long_rows or reuse:
+        return None, None, _compiled("gae", io, final), slots
+    tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
+    return _compiled("gae", io, tiles), _carry(io, value_chain, critic, True, False), _compiled("gae", io, final), slots
+
+
+#: The families that read each per-segment boundary array (see ``_cuda_gae.signature``).
+_USES = {"bootstrap": ("gae", "vtrace"), "carry": ("gae", "returns")}
+
+
+def _summarize(p) -> Pieces:
+    """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up."""
+    from . import _cuda_gae
+
+    if p.critic_lam is not None:
+        raise ValueError("pieces solve one advantage chain: summarize critic_lam's returns as a problem of their own")
+    xp, r = p.xp, p.rewards
+    shape, length = tuple(r.shape), r.shape[-1]
+    rows = math.prod(shape[:-1])
+    count = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
+    io = _dtype_name(r.dtype)
+    compute = _compute(xp, io)
+    identity = xp.asarray([0.0, 1.0, 0.0, 0.0, 1.0], dtype=compute, device=device_of(r))
+    summary = xp.broadcast_to(identity, (rows, count, 5)) + xp.zeros((rows, count, 5), dtype=compute,
+                                                                     device=device_of(r))
+    if length == 0 or rows == 0:
+        return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), None, None)
+    inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "terminated", "truncated",
+                                                 "mask")}
+    present = {name: a for name, a in inputs.items() if a is not None and not isinstance(a, float)}
+    plan = _plan(rows, length)
+    structure = _cuda_gae.Structure("gae", "tiles", frozenset(present), offsets=p.offsets is not None,
+                                    summaries=True, value_chain=True)
+    fields_count = _LIVE[True, False] + 1
+    entering = None
+    with _Launch(r) as launch:
+        steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
+        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
+                  ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated",
+                   "mask"))]
+        offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
+        geometry = plan.geometry()
+        scalars = tuple(_scalar(v, io) for v in (p.gamma, p.lam, 0.0, 1.0, 1.0, 1.0))
+        maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)), written=True)
+        opened = launch.array(xp.full((plan.tiles,), -1, dtype=xp.int64, device=device_of(r)), written=True)
+        out = launch.array(summary, written=True)
+        launch(_compiled("gae", io, structure), plan.grid, plan.threads, *arrays, None, None, offsets, scalars,
+               geometry, maps, None, opened, out, None)
+        if plan.long_rows:
+            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
+                                    written=True)
+            launch(_carry(io, True, False, True, True), plan.carry_grid, plan.carry_threads, maps, geometry,
+                   entering, opened, out)
+    return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering)
+
+
+def _forward_in_time(family, xp, like, inputs, *, problem=None, scalars):
+    """Run a forward-in-time family (``_cuda_backward``): {"rewards": y} for the scan, the gradients for the
+    adjoint."""
+    from . import _cuda_backward
+
+    shape, length = tuple(like.shape), like.shape[-1]
+    rows = math.prod(shape[:-1])
+    adjoint = family == "adjoint"
+    has_next = adjoint and problem.next_values is not None
+    has_carry = adjoint and problem.carry is not None
+    names = ["rewards"] + (["values"] if adjoint else []) + (["next_values"] if has_next else [])
+    results = {name: xp.empty(shape, dtype=like.dtype, device=device_of(like)) for name in names}
+    io = _dtype_name(like.dtype)
+    compute = _compute(xp, io)
+    count = 1 if problem is None or problem.offsets is None else int(problem.offsets.shape[0]) - 1
+    if adjoint:
+        results["bootstrap"] = xp.zeros((rows, count), dtype=compute, device=device_of(like))
+        if has_carry:
+            results["carry"] = xp.zeros((rows, count), dtype=compute, device=device_of(like))
+    if length == 0 or rows == 0:
+        return results
+    present = {name: a for name, a in inputs.items() if a is not None and not isinstance(a, float)}
+    plan = _plan(rows, length)
+    structure = _cuda_backward.Structure(
+        family, "final", frozenset("coefficient" if name == "gamma" and not adjoint else name for name in present
+                                   if name != "grad_advantages" or adjoint),
+        offsets=problem is not None and problem.offsets is not None, entering=plan.long_rows,
+        fill=adjoint and bool(problem.fill_masked), next_values=has_next, carry=has_carry)
+    with _Launch(like) as launch:
+        steps = {name: launch.array(_steps(xp, a, like.dtype)) for name, a in present.items()}
+        arrays = [steps.get(name) for name in ("grad_advantages", "grad_returns", "gamma", "lam", "terminated",
+                                               "truncated", "mask")]
+        offsets = None if structure.offsets is False else launch.array(_offsets(xp, problem.offsets))
+        geometry = plan.geometry()
+        scalars_t = tuple(_scalar(v, io) for v in scalars)
+        entering = None
+        if plan.long_rows:
+            fields_count = _LIVE[structure.value_chain, False] + 1
+            maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
+                                written=True)
+            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
+                                    written=True)
+            tiles = _compiled("backward", io, structure._replace(phase="tiles", entering=False, fill=structure.fill))
+            launch(tiles, plan.grid, plan.threads, *arrays, offsets, scalars_t, geometry, maps, None, None, None, None,
+                   None, None)
+            launch(_carry(io, structure.value_chain, False, False, False), plan.carry_grid, plan.carry_threads, maps,
+                   geometry, entering, None, None)
+        outs = [launch.array(_steps(xp, results[name], like.dtype), written=True) for name in names]
+        outs += [None] * (3 - len(outs))
+        per_segment = [launch.array(results["bootstrap"], written=True) if adjoint and not has_next else None,
+                       launch.array(results["carry"], written=True) if has_carry else None]
+        launch(_compiled("backward", io, structure), plan.grid, plan.threads, *arrays, offsets, scalars_t, geometry,
+               None, entering, *outs, *per_segment)
+    return results
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(rows: int, length: int) -> _cuda_plan.Plan:
+    return _cuda_plan.plan(rows, length)
+
+
+def _scalars(io: str, values: tuple) -> tuple:
+    """The kernels' ``scalars`` argument (floats; an array's slot 0), remembered per (dtype, values)."""
+    key = (io, *(v if isinstance(v, float) else None for v in values))
+    scalars = _SCALARS.get(key)
+    if scalars is None:
+        scalars = _SCALARS[key] = tuple(_scalar(v, io) for v in values)
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+    return scalars
+
+
+_SCALARS: dict = {}
 
 
 def _scalar(value, io: str):
-    """A kernel's scalar argument, typed as its signature says (the compute dtype); 0 for an array's slot."""
+    """A kernel's scalar argument in the compute dtype (0 for an array's slot)."""
     return (np.float64 if io == "float64" else np.float32)(value if isinstance(value, float) else 0.0)
 
 
-def _array_or_none(value):
-    return None if isinstance(value, float) else value
+_DTYPE_NAMES: dict = {}
 
 
 def _dtype_name(dtype) -> str:
-    return str(dtype).rsplit(".", 1)[-1]
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).rsplit(".", 1)[-1]
+    return name
+
+
+def _compute(xp, io: str):
+    return xp.float64 if io == "float64" else xp.float32
 
 
 def _cast(xp, array, dtype):
@@ -261,12 +497,79 @@ def _rows(xp, array):
     return xp.reshape(array, (math.prod(array.shape[:-1]), array.shape[-1]))
 
 
-def _scratch(xp, like, io: str, summary_rows: int, carry_rows: int, rows: int, n_tiles: int):
-    """The tiles' maps and carries (a stand-in of one element each when a row is one tile)."""
-    dtype = xp.float64 if io == "float64" else xp.float32
-    shape_s, shape_c = ((summary_rows, rows, n_tiles), (carry_rows, rows, n_tiles)) if n_tiles > 1 else ((1, 1, 1),) * 2
-    return (xp.empty(shape_s, dtype=dtype, device=device_of(like)),
-            xp.empty(shape_c, dtype=dtype, device=device_of(like)))
+def _steps(xp, array, dtype, rows: int | None = None, length: int | None = None):
+    """A per-step array as the kernels read it: (rows, T), bool as uint8, bfloat16 as its bits, floats in ``dtype``.
+
+    A reshape (a view unless the batch axes cannot merge into one stride) of the array, or of its cast when its
+    dtype is another float's.
+    """
+    if rows is None:
+        rows, length = math.prod(array.shape[:-1]), array.shape[-1]
+    if array.dtype == dtype:
+        view = array if array.ndim == 2 else array.reshape(rows, length)
+        return _bits(view, "uint16") if _dtype_name(dtype) == "bfloat16" else view
+    if _dtype_name(array.dtype) == "bool":
+        return _bits(array.reshape(rows, length), "uint8")
+    return _steps(xp, xp.astype(array, dtype), dtype, rows, length)
+
+
+def _bits(array, kind: str):
+    """The same memory read as unsigned integers of the same width (zero-copy)."""
+    if is_torch_array(array):
+        import torch
+
+        return array.view(torch.uint8 if kind == "uint8" else torch.int16)  # int16: torch < 2.3 has no uint16
+    return array.view(np.dtype(kind)) if is_numpy_array(array) else array.view(kind)
+
+
+def _per_segment(xp, value, rows: int, compute):
+    """A (..., n) boundary array as (rows, n) in the compute dtype (broadcast views stay views)."""
+    return xp.reshape(_cast(xp, value, compute), (rows, value.shape[-1]))
+
+
+def _offsets(xp, offsets):
+    return _cast(xp, offsets, xp.int64)
+
+
+class _NoneArgument:
+    """numba-cuda launch extension: an absent array (``None``, typed ``none``) is one pointer-sized 0."""
+
+    def prepare_args(self, ty, val, stream=None, retr=None):
+        from ._cuda_import import types
+
+        if isinstance(ty, types.NoneType):
+            return types.uint64, 0
+        return ty, val
+
+
+_EXTENSIONS = [_NoneArgument()]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(module: str, io: str, structure):
+    """A kernel of ``_cuda_gae`` ("gae") or ``_cuda_backward`` ("backward"), compiled for its signature."""
+    if module == "gae":
+        from ._cuda_gae import forward_kernel
+    else:
+        from ._cuda_backward import forward_kernel
+    return _jit(forward_kernel(io, structure))
+
+
+@functools.lru_cache(maxsize=None)
+def _carry(io: str, value_chain: bool, critic: bool, reverse: bool, complete: bool):
+    from ._cuda_kernels import Fields, carry_kernel
+
+    return _jit(carry_kernel(io, Fields(value_chain, critic, True), reverse=reverse, complete=complete))
+
+
+def _jit(spec):
+    """A kernel compiled for its signature (cached on disk; the simulator takes the function as it is)."""
+    from ._cuda_import import cuda
+
+    if simulated():
+        return cuda.jit(spec.signature)(spec.function)
+    bounds = {} if spec.launch_bounds is None else {"launch_bounds": spec.launch_bounds}
+    return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS, **bounds)(spec.function)
 
 
 class _Launch(contextlib.AbstractContextManager):
@@ -280,7 +583,7 @@ class _Launch(contextlib.AbstractContextManager):
 
     def __enter__(self):
         if not self._sim:
-            from numba import cuda
+            from ._cuda_import import cuda
 
             self._context = cuda.gpus[_device_index(self._like)]
             self._context.__enter__()
@@ -291,26 +594,46 @@ class _Launch(contextlib.AbstractContextManager):
         return self._context.__exit__(*exc)
 
     def array(self, array, *, written: bool = False):
-        """A numba device array on the same memory, without synchronizing the stream it names.
+        """A numba device array on the same memory, without synchronizing any stream (None stays None).
 
         Under the simulator: the NumPy array itself if the kernels write it, else marked as input only (the
         simulator copies every other argument back, which a read-only broadcast view refuses). The simulator
         copies arguments in one piece, so a strided view is made contiguous there first (a broadcast stays).
         """
-        from numba import cuda
+        if array is None:
+            return None
+        from ._cuda_import import cuda
 
         if not self._sim:
-            return cuda.as_cuda_array(array, sync=False)
+            return _device_array(array)
         if written:
             return array
         one_piece = 0 in array.strides or array.flags.c_contiguous or array.flags.f_contiguous
         return cuda.In(array if one_piece else array.copy())
 
-    def __call__(self, kernel, blocks: int, threads: int, *args):
+    def __call__(self, kernel, grid, threads: int, *args):
         if self._sim:
-            kernel[blocks, threads](*args)
+            kernel[grid, threads](*args)
         else:
-            kernel[blocks, threads, self.stream](*args)
+            kernel[grid, threads, self.stream](*args)
+
+
+#: ``__cuda_array_interface__`` type strings of the dtypes the kernels read (bfloat16: its bits, as unsigned).
+_TYPESTRS = {"float16": "<f2", "float32": "<f4", "float64": "<f8", "uint8": "|u1", "int16": "<u2", "int64": "<i8"}
+
+
+def _device_array(array):
+    """A numba device array on a CUDA array's memory. A torch tensor is described from its pointer, shape and
+    strides (faster than its ``__cuda_array_interface__``, which also refuses tensors that require grad)."""
+    from ._cuda_import import cuda
+
+    if is_torch_array(array):
+        item = array.element_size()
+        description = {"shape": tuple(array.shape), "strides": tuple(s * item for s in array.stride()),
+                       "typestr": _TYPESTRS[_dtype_name(array.dtype)], "data": (array.data_ptr(), False),
+                       "version": 3}
+        return cuda.from_cuda_array_interface(description, owner=array, sync=False)
+    return cuda.as_cuda_array(array, sync=False)
 
 
 def _device_index(array) -> int:
@@ -322,53 +645,31 @@ def _device_index(array) -> int:
 
 
 def _current_stream(array):
-    """The caller's current stream on the array's device, as a numba stream: CuPy's or torch's."""
-    from numba import cuda
+    """The caller's current stream on the array's device, as a numba stream: CuPy's or torch's (one numba object
+    per stream, remembered)."""
+    from ._cuda_import import cuda
 
     if is_cupy_array(array):
         import cupy
 
         with array.device:
-            return cuda.external_stream(cupy.cuda.get_current_stream().ptr)
-    if is_torch_array(array):
+            pointer = cupy.cuda.get_current_stream().ptr
+    elif is_torch_array(array):
         import torch
 
-        return cuda.external_stream(torch.cuda.current_stream(array.device).cuda_stream)
-    return cuda.default_stream()
+        pointer = torch.cuda.current_stream(array.device).cuda_stream
+    else:
+        return cuda.default_stream()
+    key = (_device_index(array), pointer)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) > 64:
+            _STREAMS.clear()
+        stream = _STREAMS[key] = cuda.external_stream(pointer)
+    return stream
 
 
-def _kernels_module():
-    """The kernels' module (numba is imported here, on first use)."""
-    from gae_xp.backends import _cuda_kernels
-
-    return _cuda_kernels
-
-
-class _Kernels:
-    def __init__(self, summary, carry, final):
-        self.summary, self.carry, self.final = summary, carry, final
-
-
-def _compile(spec):
-    from numba import cuda
-
-    return cuda.jit(spec.signature, cache=True)(spec.function)
-
-
-@functools.lru_cache(maxsize=None)
-def _gae_kernels(io: str, masked: bool, with_next: bool) -> _Kernels:
-    k = _kernels_module()
-    return _Kernels(_compile(k.gae_tile_kernel(io, final=False, masked=masked, with_next=with_next)),
-                    _compile(k.carry_kernel(io, value_carry=masked and not with_next, reverse=True)),
-                    _compile(k.gae_tile_kernel(io, final=True, masked=masked, with_next=with_next)))
-
-
-@functools.lru_cache(maxsize=None)
-def _scan_kernels(io: str, reverse: bool) -> _Kernels:
-    k = _kernels_module()
-    return _Kernels(_compile(k.scan_tile_kernel(io, final=False, reverse=reverse)),
-                    _compile(k.carry_kernel(io, value_carry=False, reverse=reverse)),
-                    _compile(k.scan_tile_kernel(io, final=True, reverse=reverse)))
+_STREAMS: dict = {}
 
 
 BACKEND = NumbaCUDABackend()

@@ -88,28 +88,44 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     one_boundary(bootstrap_value, next_values)
     out_dtype, dtype = compute_dtypes(xp, {"rewards": rewards, **per_step, "bootstrap_value": bootstrap_value},
                                       rewards)
+    # float16/bfloat16 per-step arrays stay as they are for a backend that widens them in registers (no copy)
+    steps = out_dtype if _reads_narrow(out_dtype, backend, xp, present, cu_seqlens is not None) else dtype
     batch_shape = shape[:axis] + shape[axis + 1:]
     problem = GaeProblem(
         xp=xp,
-        rewards=time_last(xp, rewards, dtype, axis),
-        values=None if values is None else time_last(xp, values, dtype, axis),
-        gamma=coefficient(xp, "gamma", gamma, shape, dtype, axis, bounds=(0.0, 1.0)),
-        lam=coefficient(xp, "lam", lam, shape, dtype, axis, bounds=(0.0, 1.0)),
-        critic_lam=None if critic_lam is None else coefficient(xp, "critic_lam", critic_lam, shape, dtype, axis,
+        rewards=time_last(xp, rewards, steps, axis),
+        values=None if values is None else time_last(xp, values, steps, axis),
+        gamma=coefficient(xp, "gamma", gamma, shape, steps, axis, bounds=(0.0, 1.0)),
+        lam=coefficient(xp, "lam", lam, shape, steps, axis, bounds=(0.0, 1.0)),
+        critic_lam=None if critic_lam is None else coefficient(xp, "critic_lam", critic_lam, shape, steps, axis,
                                                                bounds=(0.0, 1.0)),
         bootstrap=boundary(xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
                            batch_shape, dtype, rewards,
                            segments=sequences if offsets is None else int(offsets.shape[0]) - 1),
-        next_values=None if next_values is None else time_last(xp, next_values, dtype, axis),
+        next_values=None if next_values is None else time_last(xp, next_values, steps, axis),
         terminated=None if terminated is None else flag(xp, "terminated", terminated, shape, axis),
         truncated=None if truncated is None else flag(xp, "truncated", truncated, shape, axis),
         mask=None if mask is None else flag(xp, "mask", mask, shape, axis),
         fill_masked=fill_masked,
-        extra={name: time_last(xp, value, dtype, axis) for name, value in extra.items()},
+        extra={name: time_last(xp, value, steps, axis) for name, value in extra.items()},
         offsets=offsets,
         host_offsets=host_offsets,
     )
     return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis)
+
+
+def _reads_narrow(out_dtype, backend, xp, arrays, segments: bool) -> bool:
+    """True when the output dtype is float16/bfloat16 and the backend that will serve these arrays reads such
+    arrays itself (``narrow_floats``): the problem then keeps them (its bootstrap stays in the compute dtype)."""
+    if str(out_dtype).rsplit(".", 1)[-1] not in ("float16", "bfloat16"):
+        return False
+    from . import backends
+
+    try:
+        solver = backends.select(backend, xp, list(arrays.values()), segments=segments)
+    except ValueError:  # a forced backend that cannot run: backends.solver says why
+        return False
+    return getattr(solver, "narrow_floats", False)
 
 
 def prepare_scan(x, discount, *, axis, reverse, initial, chunk_size, backend, name: str = "discount",

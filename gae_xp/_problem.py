@@ -33,7 +33,9 @@ class GaeProblem:
     """A ``gae()`` call (or an estimator's), checked and laid out for a backend.
 
     Every float array is in the compute dtype (float32 or float64), with time
-    on the last axis. ``gamma``, ``lam`` and ``critic_lam`` are Python floats or
+    on the last axis; for a backend that reads float16/bfloat16 itself
+    (``narrow_floats``) the per-step arrays may keep that dtype (``bootstrap``
+    and ``carry`` stay in the compute dtype). ``gamma``, ``lam`` and ``critic_lam`` are Python floats or
     arrays shaped like ``rewards``; ``critic_lam`` None means the returns use
     ``lam`` too (otherwise ``returns = A(critic_lam) + V``, the decoupled GAE of
     VAPO: the same deltas and cuts, another coefficient).

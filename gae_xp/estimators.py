@@ -293,6 +293,8 @@ def discounted_returns(rewards: Array, *, gamma: Coefficient = 0.99, terminated:
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
                             lam=1.0, needs_values=False, cu_seqlens=cu_seqlens)
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_discounted_returns"):  # a fused kernel: no coefficient arrays materialised
+        return call.restore(solver.solve_discounted_returns(p))
     if p.rewards.shape[-1] == 0:
         return call.restore(p.xp.zeros_like(p.rewards))
     pick = Picker(p, p.rewards, p.bootstrap)
@@ -345,6 +347,8 @@ def lambda_returns(rewards: Array, next_values: Array, *, gamma: Coefficient = 0
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
                             needs_values=False, cu_seqlens=cu_seqlens)
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_lambda_returns"):
+        return call.restore(solver.solve_lambda_returns(p))
     xp = p.xp
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(p.rewards))
@@ -423,6 +427,9 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
     p, solver = call.problem, backends.solver(call)
+    if hasattr(solver, "solve_vtrace"):
+        vs, pg = solver.solve_vtrace(p, **thresholds)
+        return call.restore(vs), call.restore(pg)
     xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))

@@ -1,11 +1,15 @@
 """Every numba-CUDA kernel and signature compiled for real hardware on a machine without a GPU.
 
 ``numba.cuda.compile_ptx`` (NVVM from the CUDA toolkit wheels of
-``numba-cuda[cu12]``) compiles each kernel of ``gae_xp.backends._cuda_kernels``
-for sm_80 (A100) and sm_90 (H100/H200), and ``ptxas`` from the
+``numba-cuda[cu12]``) compiles each kernel of the catalog
+(``gae_xp.backends._cuda_catalog``: every family and phase, its plainest and
+its fullest structure, every carry kernel) for sm_80 (A100) and sm_90
+(H100/H200) with its launch bounds, and ``ptxas`` from the
 ``nvidia-cuda-nvcc`` wheel assembles it to SASS. This catches what the
 simulator cannot: typing errors, accidental float64 arithmetic in the float32
-kernels, register spills and local-memory arrays.
+kernels, register spills and local-memory arrays; the PTX shows the
+coalesced pattern (striped ``ld.global``/``st.global`` with cache hints and
+the shared-memory exchange).
 
 numba-cuda asks the current device for a compute capability when it types a
 call to a device function, even inside ``compile_ptx``; the tests answer with
@@ -75,30 +79,35 @@ pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=str(_unavaila
 def _kernels():
     if _unavailable() is not None:
         return []
-    from gae_xp.backends import _cuda_kernels
+    from gae_xp.backends import _cuda_catalog
 
-    return list(_cuda_kernels.all_kernels())
+    return list(_cuda_catalog.all_kernels())
 
 
 KERNELS = _kernels()
 
 
-def compile_kernel(io: str, spec, arch: str, workdir: Path) -> dict:
-    """PTX for ``arch`` and ptxas's verdict on it: registers, shared memory, stack, spills, float64 instructions."""
+@functools.cache
+def compile_kernel(io: str, spec, arch: str) -> dict:
+    """PTX for ``arch`` and ptxas's verdict on it: registers, shared memory, stack, spills, instruction counts."""
+    import tempfile
+
     import numba.cuda.dispatcher
     from numba import cuda
 
     cc = ARCHS[arch]
     current = numba.cuda.dispatcher.get_current_device
     numba.cuda.dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    bounds = {} if spec.launch_bounds is None else {"launch_bounds": spec.launch_bounds}
     try:
-        ptx, _ = cuda.compile_ptx(spec.function, spec.signature, cc=cc)
+        ptx, _ = cuda.compile_ptx(spec.function, spec.signature, cc=cc, **bounds)
     finally:
         numba.cuda.dispatcher.get_current_device = current
-    source = workdir / f"{io}-{re.sub(r'[^a-z0-9]+', '_', spec.name)}-{arch}.ptx"
-    source.write_text(ptx)
-    done = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
-                          capture_output=True, text=True)
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / f"{io}-{re.sub(r'[^a-z0-9]+', '_', spec.name)}-{arch}.ptx"
+        source.write_text(ptx)
+        done = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
+                              capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     info = done.stderr
 
@@ -106,47 +115,84 @@ def compile_kernel(io: str, spec, arch: str, workdir: Path) -> dict:
         found = re.search(pattern, info)
         return int(found.group(1)) if found else 0
 
+    def count(pattern):
+        return len(re.findall(pattern, ptx))
+
     return {
         "registers": number(r"Used (\d+) registers"),
         "smem": number(r"(\d+) bytes smem"),
         "stack": number(r"(\d+) bytes stack frame"),
         "spill_stores": number(r"(\d+) bytes spill stores"),
         "spill_loads": number(r"(\d+) bytes spill loads"),
-        "f64": len(re.findall(r"\.f64\b", ptx)),
+        "f64": count(r"\.f64\b"),
+        "loads_again": count(r"ld\.global\.cg\."),
+        "loads_once": count(r"ld\.global\.cs\."),
+        "stores_once": count(r"st\.global\.cs\."),
+        "shared_stores": count(r"st\.shared\."),
+        "shared_loads": count(r"ld\.shared\."),
+        "barriers": count(r"bar\.sync"),
         "ptxas": info,
     }
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("io, spec", KERNELS, ids=[f"{io}-{spec.name}" for io, spec in KERNELS])
-def test_kernel_compiles_without_spills(io, spec, arch, tmp_path):
-    result = compile_kernel(io, spec, arch, tmp_path)
+def test_kernel_compiles_without_spills(io, spec, arch):
+    result = compile_kernel(io, spec, arch)
     assert result["spill_stores"] == 0 and result["spill_loads"] == 0, result["ptxas"]
     assert result["stack"] == 0, f"local memory in use (a local array indexed at run time?): {result['ptxas']}"
-    assert 0 < result["registers"] <= 128, result["ptxas"]
+    threads, blocks = spec.launch_bounds or (128, 1)
+    assert 0 < result["registers"] <= min(255, 65536 // (threads * blocks)), result["ptxas"]
     assert result["smem"] <= 48 * 1024, result["ptxas"]
     if io != "float64":
         assert result["f64"] == 0, "float64 arithmetic in a kernel that computes in float32"
 
 
-def table(workdir: Path) -> str:
+@pytest.mark.parametrize("io, spec", [(io, spec) for io, spec in KERNELS if not spec.name.startswith("carry")],
+                         ids=[f"{io}-{spec.name}" for io, spec in KERNELS if not spec.name.startswith("carry")])
+def test_tile_kernels_load_and_store_coalesced(io, spec):
+    """The streamed arrays move only through striped global loads and stores with cache hints (ITEMS of them per
+    array and thread, unrolled: a warp's instruction reads 32 consecutive elements) and a shared-memory exchange:
+    launch 1 (``tiles``) loads with ``ld.global.cg`` (launch 3 reads the data again), launch 3 (``final``) with
+    ``ld.global.cs`` and stores its outputs with ``st.global.cs``. The few numbers per tile or segment (maps,
+    boundary values, offsets) are plain loads and stores (read-only ones may become ``ld.global.nc``)."""
+    from gae_xp.backends._cuda_plan import ITEMS
+
+    result = compile_kernel(io, spec, "sm_90")
+    final = "_final[" in spec.name
+    options = set(spec.name[spec.name.index("[") + 1:-1].split(","))
+    arrays = len(options & STREAMED) + (0 if spec.name.startswith("adjoint") else 1)  # the rewards (the scan's x)
+    assert (result["loads_once"] if final else result["loads_again"]) >= ITEMS * arrays, result
+    assert (result["loads_again"] if final else result["loads_once"]) == 0, result
+    assert result["shared_stores"] >= ITEMS and result["shared_loads"] >= ITEMS, result
+    if final:
+        outputs = 3 if "next_values" in options and spec.name.startswith("adjoint") else 2 if spec.name.startswith(
+            ("gae", "vtrace", "adjoint")) else 1
+        assert result["stores_once"] >= ITEMS * outputs, result
+    else:
+        assert result["stores_once"] == 0, "launch 1 writes the tiles' maps only"
+
+
+#: The per-step arrays a tile kernel's name may list: each is streamed in with ITEMS striped loads per thread.
+STREAMED = {"values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask",
+            "grad_advantages", "grad_returns", "coefficient"}
+
+
+def table() -> str:
     """Markdown: registers per thread (sm_80 / sm_90) and static shared memory per block, per kernel and dtype."""
     dtypes = list(dict.fromkeys(io for io, _ in KERNELS))
     cells: dict[str, dict[str, str]] = {}
     for io, spec in KERNELS:
-        results = {arch: compile_kernel(io, spec, arch, workdir) for arch in ARCHS}
+        results = {arch: compile_kernel(io, spec, arch) for arch in ARCHS}
         registers = " / ".join(str(results[arch]["registers"]) for arch in ARCHS)
         cells.setdefault(spec.name, {})[io] = f"{registers} ({results['sm_90']['smem']} B)"
     lines = ["| kernel | " + " | ".join(f"{io}: registers sm_80 / sm_90 (shared memory)" for io in dtypes) + " |",
              "|---|" + "---|" * len(dtypes)]
-    lines += [f"| {name} | " + " | ".join(row[io] for io in dtypes) + " |" for name, row in cells.items()]
+    lines += [f"| `{name}` | " + " | ".join(row.get(io, "") for io in dtypes) + " |" for name, row in cells.items()]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    import tempfile
-
     if _unavailable():
         sys.exit(_unavailable())
-    with tempfile.TemporaryDirectory() as folder:
-        print(table(Path(folder)))
+    print(table())

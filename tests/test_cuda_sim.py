@@ -11,7 +11,6 @@ coefficient, and a masked step is the identity.
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -93,26 +92,70 @@ def test_narrow_dtypes_through_the_api(dtype, option):
         xp_assert_close(got, exact, like=HOST, dtype=np.dtype(dtype))
 
 
-@pytest.mark.parametrize("masked", [False, True])
-def test_float16_in_float16_out_on_the_kernels(masked):
-    """A problem whose arrays stay float16 (duck-typed, as the backend takes it): loads widened to float32 in
-    registers, outputs rounded to float16 once."""
+def narrow_problem(case, dtype):
+    """A GaeProblem whose per-step arrays stay in a 16-bit dtype (as ``prepare`` leaves them for this backend)."""
     import array_api_compat.numpy as xp
 
+    from gae_xp._problem import GaeProblem
+
+    def narrow(name):
+        value = case.get(name)
+        return value.astype(dtype) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+
+    return GaeProblem(xp=xp, rewards=narrow("rewards"), values=narrow("values"), gamma=case.get("gamma", 0.99),
+                      lam=case.get("lam", 0.95), bootstrap=case["bootstrap_value"][:, None].astype(np.float32),
+                      terminated=case.get("terminated"), truncated=case.get("truncated"), mask=case.get("mask"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("length", [37, 100])
+@pytest.mark.parametrize("masked", [False, True])
+def test_16_bit_floats_read_by_the_kernels(masked, length, dtype):
+    """A problem whose arrays stay 16-bit: loads widened to float32 in registers (bfloat16 from its bits), outputs
+    rounded to the problem's dtype once."""
     from gae_xp import backends
 
-    case = make_case(np.random.default_rng(9), (2, 37), holes=0.3 if masked else 0.0, dones=0.1, bootstrap=True)
-    half = {k: v.astype(np.float16) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
-            for k, v in case.items()}
-    problem = SimpleNamespace(xp=xp, rewards=half["rewards"], values=half["values"], gamma=0.99, lam=0.95,
-                              bootstrap=half["bootstrap_value"][:, None], next_values=None,
-                              terminated=case["terminated"], truncated=case["truncated"], mask=case.get("mask"),
-                              fill_masked=False, extra={})
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # NumPy's bfloat16 (installed with jax)
+    dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    case = make_case(np.random.default_rng(9), (2, length), holes=0.3 if masked else 0.0, dones=0.1, bootstrap=True)
+    problem = narrow_problem(case, dtype)
     advantages, returns = backends.load(BACKEND).gae(problem, chunk_size=None)
-    want_a, want_r = float64_loop(**half)
-    assert advantages.dtype == returns.dtype == np.float16
-    xp_assert_close(advantages, want_a, like=HOST, dtype=np.float16)
-    xp_assert_close(returns, want_r, like=HOST, dtype=np.float16)
+    wide = {k: (problem.rewards if k == "rewards" else problem.values).astype(np.float64)
+            if k in ("rewards", "values") else v for k, v in case.items()}
+    want_a, want_r = float64_loop(**wide)
+    assert advantages.dtype == returns.dtype == dtype
+    # one rounding to the output's 8 (bfloat16) or 11 (float16) significant bits, on float32 arithmetic
+    scale = 2.0 ** -7 if dtype.name == "bfloat16" else 2.0 ** -10
+    for got, want in ((advantages, want_a), (returns, want_r)):
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=scale, atol=scale * np.abs(want).max())
+
+
+def test_bfloat16_to_float32_is_exact_on_every_pattern():
+    from gae_xp.backends import _cuda_kernels
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bits = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    want = bits.view(ml_dtypes.bfloat16).astype(np.float32)
+    got = np.array([_cuda_kernels.bfloat16_to_float32(b) for b in bits], dtype=np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_float32_to_bfloat16_rounds_to_nearest_even():
+    """Every bfloat16 pattern widened, and nudged by every interesting low half (ties, one ulp either side), rounds
+    as ml_dtypes (torch's rule: nearest, ties to even); NaN stays NaN with its sign."""
+    from gae_xp.backends import _cuda_kernels
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    high = np.arange(2**16, dtype=np.uint32) << np.uint32(16)
+    lows = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=np.uint32)
+    patterns = (high[:, None] | lows[None, :]).ravel()
+    floats = patterns.view(np.float32)
+    want = floats.astype(ml_dtypes.bfloat16).view(np.uint16)
+    got = np.array([_cuda_kernels.float32_to_bfloat16(x) for x in floats], dtype=np.uint16)
+    nan = np.isnan(floats)
+    np.testing.assert_array_equal(got[~nan], want[~nan])
+    back = got[nan].view(ml_dtypes.bfloat16).astype(np.float32)
+    assert np.isnan(back).all() and np.array_equal(np.signbit(back), np.signbit(floats[nan]))
 
 
 VIEWS = {  # a view of a (40, 6) array and its time axis
@@ -262,3 +305,271 @@ def test_estimators_on_the_scan_kernels():
     for got, want in zip(gae_xp.vtrace(log_rhos, case["rewards"], case["values"], gamma=0.9, **flags, backend=BACKEND),
                          reference.vtrace_loop(log_rhos, case["rewards"], case["values"], gamma=0.9, **flags)):
         xp_assert_close(got, want, like=HOST)
+
+
+# --- float32: the common dtype, computed in float32 -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [1, 13, 37, 100])
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "next values with holes", "everything"])
+def test_float32_matrix(option, length):
+    case = make_case(np.random.default_rng(length), (3, length), dtype=np.float32, **OPTIONS[option])
+    case = {k: v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
+    advantages, returns = gae_xp.gae(**case, backend=BACKEND)
+    want_a, want_r = float64_loop(**case)
+    assert advantages.dtype == np.float32
+    xp_assert_close(advantages, want_a, like=HOST, dtype=np.float32)
+    xp_assert_close(returns, want_r, like=HOST, dtype=np.float32)
+
+
+# --- tiles: whole rows per tile (one launch) and rows over many tiles (three) ------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(7, 1), (5, 2), (4, 5), (3, 12), (2, 13), (2, 40)])
+def test_rows_share_tiles_or_span_them(shape):
+    """A tile is 12 steps under the simulator: T = 1, 2, 5 put several rows in one tile (and a thread's steps
+    cross rows), T = 12 one row per tile, T = 13 and 40 a row over 2 and 4 tiles."""
+    from gae_xp.backends import _cuda_plan
+
+    plan = _cuda_plan.plan(*shape)
+    assert plan.launches == (3 if shape[1] > _cuda_plan.THREADS * _cuda_plan.ITEMS else 1)
+    case = make_case(np.random.default_rng(sum(shape)), shape, holes=0.3, dones=0.1, bootstrap=True)
+    for got, want in zip(gae_xp.gae(**case, backend=BACKEND), float64_loop(**case)):
+        xp_assert_close(got, want, like=HOST)
+
+
+# --- packed sequences ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case_name", ["plain", "empty sequences", "dones+holes", "per-step gamma", "next_values"])
+@pytest.mark.parametrize("total, count", [(30, 6), (100, 9)])
+@pytest.mark.parametrize("host", [False, True])
+def test_packed_sequences(case_name, total, count, host):
+    """Sequences ending inside tiles and spanning several, empty ones, per-sequence bootstrap values; the offsets
+    given as an array or as a list (host offsets)."""
+    from test_packed import CASES, make_packed, per_sequence
+
+    offsets, case = make_packed(np.random.default_rng(total + count), (2,), total, count, **CASES[case_name])
+    cu_seqlens = offsets.tolist() if host else offsets
+    got = gae_xp.gae(**case, cu_seqlens=cu_seqlens, backend=BACKEND)
+    for out, want in zip(got, per_sequence(reference.gae_loop, offsets, case)):
+        xp_assert_close(out, want, like=HOST)
+
+
+# --- every estimator on the fused kernels ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("length", [5, 37, 100])
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "next values with holes"])
+def test_vtrace_fused(option, length):
+    rng = np.random.default_rng(length)
+    case = make_case(rng, (2, length), bootstrap=option == "plain", **{k: v for k, v in OPTIONS[option].items()})
+    log_rhos = rng.normal(0, 0.5, (2, length))
+    keys = ("gamma", "lam", "terminated", "truncated", "mask", "next_values", "bootstrap_value")
+    kw = {k: case[k] for k in keys if k in case}
+    kw["lam"] = 0.9
+    got = gae_xp.vtrace(log_rhos, case["rewards"], case["values"], clip_rho_threshold=1.2, clip_c_threshold=0.9,
+                        clip_pg_rho_threshold=1.1, **kw, backend=BACKEND)
+    want = reference.vtrace_loop(log_rhos, case["rewards"], case["values"], clip_rho_threshold=1.2,
+                                 clip_c_threshold=0.9, clip_pg_rho_threshold=1.1, **kw)
+    for out, exact in zip(got, want):
+        xp_assert_close(out, exact, like=HOST)
+
+
+@pytest.mark.parametrize("length", [1, 13, 37, 100])
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "per-step gamma, per-row lam"])
+def test_lambda_and_discounted_returns_fused(option, length):
+    rng = np.random.default_rng(length + 1)
+    case = make_case(rng, (2, length), **OPTIONS[option])
+    flags = {k: case[k] for k in ("gamma", "terminated", "truncated", "mask") if k in case}
+    next_values = rng.standard_normal((2, length))
+    bootstrap = rng.standard_normal(2)
+    xp_assert_close(gae_xp.discounted_returns(case["rewards"], **flags, bootstrap_value=bootstrap, backend=BACKEND),
+                    reference.discounted_returns_loop(case["rewards"], **flags, bootstrap_value=bootstrap), like=HOST)
+    lam = case.get("lam", 0.8)
+    xp_assert_close(gae_xp.lambda_returns(case["rewards"], next_values, lam=lam, **flags, backend=BACKEND),
+                    reference.lambda_returns_loop(case["rewards"], next_values, lam=lam, **flags), like=HOST)
+
+
+@pytest.mark.parametrize("holes", [0.0, 0.3])
+def test_packed_estimators_fused(holes):
+    from test_packed import make_packed, per_sequence
+
+    offsets, case = make_packed(np.random.default_rng(3), (2,), 100, 9, holes=holes, dones=0.03, next_values=True)
+    flags = {k: case[k] for k in ("terminated", "truncated", "mask") if k in case}
+    bootstrap = np.random.default_rng(4).standard_normal((2, 9))
+    got = gae_xp.discounted_returns(case["rewards"], gamma=0.9, **flags, bootstrap_value=bootstrap,
+                                    cu_seqlens=offsets, backend=BACKEND)
+    want = per_sequence(reference.discounted_returns_loop, offsets,
+                        dict(rewards=case["rewards"], gamma=0.9, **flags, bootstrap_value=bootstrap))[0]
+    xp_assert_close(got, want, like=HOST)
+    got = gae_xp.lambda_returns(case["rewards"], case["next_values"], **flags, cu_seqlens=offsets, backend=BACKEND)
+    want = per_sequence(reference.lambda_returns_loop, offsets,
+                        dict(rewards=case["rewards"], next_values=case["next_values"], **flags))[0]
+    xp_assert_close(got, want, like=HOST)
+
+
+@pytest.mark.parametrize("length", [5, 37, 100])
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "everything"])
+@pytest.mark.parametrize("per_step", [False, True])
+def test_critic_lam_in_the_same_launches(option, length, per_step):
+    rng = np.random.default_rng(length + 2)
+    case = make_case(rng, (2, length), **OPTIONS[option])
+    critic_lam = rng.uniform(0.5, 1.0, (2, length)) if per_step else 1.0
+    got = gae_xp.gae(**case, critic_lam=critic_lam, backend=BACKEND)
+    for out, want in zip(got, reference.gae_loop(**case, critic_lam=critic_lam)):
+        xp_assert_close(out, want, like=HOST)
+
+
+# --- pieces: summaries and the fix-up ---------------------------------------------------------------------------
+
+
+def prepared(case, cu_seqlens=None):
+    from gae_xp import _prepare
+
+    return _prepare.prepare(**case, cu_seqlens=cu_seqlens, backend=BACKEND).problem
+
+
+@pytest.mark.parametrize("cuts", [None, [0, 5, 5, 20, 37], [0, 1, 2, 3, 30, 30, 37], [0, 0, 37, 37]])
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "next values with holes", "sparse mask"])
+@pytest.mark.parametrize("length", [8, 37])
+def test_piece_summaries_and_fix_up(option, cuts, length):
+    """Each segment's five numbers equal the generic path's (read off its scan); the fix-up with (b, c) entering
+    every segment equals the float64 loop on each segment with those boundary values, whether it reruns all
+    three launches (``gae`` with a carry) or only the last (``pieces(...).finish``)."""
+    from gae_xp import _pieces, backends
+
+    if cuts is not None and cuts[-1] != length:
+        cuts = [min(c, length) for c in cuts]
+    rng = np.random.default_rng(length + len(option))
+    case = make_case(rng, (2, length), **OPTIONS[option])
+    case.pop("bootstrap_value", None)
+    p = prepared(case, cuts)
+    kernels = backends.load(BACKEND)
+    summary = kernels.summarize(p)
+    xp_assert_close(summary, _pieces._summarize_on_scan(p, backends.load("xp").scan, None), like=HOST)
+    n = summary.shape[-2]
+    b, c = rng.standard_normal((2, n)), rng.standard_normal((2, n))
+    offsets = np.array([0, length] if cuts is None else cuts)
+    want = piecewise_loop(case, offsets, b, c)
+    for got in (kernels.gae(p.replace(bootstrap=b, carry=c)), kernels.pieces(p).finish(b, c)):
+        for out, exact in zip(got, want):
+            xp_assert_close(out, exact, like=HOST)
+
+
+def piecewise_loop(case, offsets, bootstrap, carry):
+    """The float64 loop per segment with its bootstrap value b and incoming advantage c. The loop has no carry, so
+    one real step is appended to the segment: value b (so the segment's last real step sees V = b after it) and
+    reward c + b with nothing after it (its delta, so its advantage, is c); with next_values, value 0 and reward c."""
+    outputs = [np.zeros(case["rewards"].shape) for _ in range(2)]
+    length = case["rewards"].shape[-1]
+    for i in range(len(offsets) - 1):
+        lo, hi = offsets[i], offsets[i + 1]
+        if lo == hi:
+            continue
+        with_next = "next_values" in case
+        appended = {"rewards": carry[:, i:i + 1] + (0.0 if with_next else bootstrap[:, i:i + 1]),
+                    "values": np.zeros((2, 1)) if with_next else bootstrap[:, i:i + 1], "mask": np.ones((2, 1), bool)}
+        piece = {key: np.concatenate([value[:, lo:hi], appended.get(key, np.zeros((2, 1), value.dtype))], axis=1)
+                 if isinstance(value, np.ndarray) and value.shape[-1] == length else value
+                 for key, value in case.items()}
+        for out, part in zip(outputs, reference.gae_loop(**piece)):
+            out[:, lo:hi] = part[:, :-1]
+    return outputs
+
+
+# --- the adjoint: gradients on the fused kernels ---------------------------------------------------------------
+
+BACKWARD_CASES = {
+    "plain": (None, {}),
+    "dones and holes": (None, dict(holes=0.3, dones=0.1)),
+    "packed, empty sequences": ([0, 5, 5, 20, 37], dict(holes=0.3, dones=0.1)),
+    "next values": (None, dict(next_values=True, holes=0.3, dones=0.1)),
+    "per-step gamma": ([0, 1, 2, 3, 30, 30, 37], dict(per_step_gamma=True, holes=0.2)),
+    "fill_masked": (None, dict(holes=0.4, fill=True)),
+    "critic_lam": (None, dict(holes=0.3, dones=0.1, critic=True)),
+    "carry": ([0, 10, 37], dict(carry=True, holes=0.2)),
+}
+
+
+@pytest.mark.parametrize("length", [11, 37])
+@pytest.mark.parametrize("name", BACKWARD_CASES)
+def test_gae_backward_equals_autograd_through_the_generic_path(name, length):
+    """gae_backward against torch.autograd through backend="xp" (float64, torch CPU): every input's gradient."""
+    torch = pytest.importorskip("torch")
+    from gae_xp import _prepare, backends
+    from gae_xp.estimators import solve_gae
+
+    cuts, options = BACKWARD_CASES[name]
+    options = dict(options)
+    critic, fill, with_carry = (options.pop(key, False) for key in ("critic", "fill", "carry"))
+    cuts = None if cuts is None else [min(c, length) for c in cuts]
+    rng = np.random.default_rng(length + len(name))
+    case = make_case(rng, (2, length), **options)
+    count = 1 if cuts is None else len(cuts) - 1
+    if "next_values" not in case:
+        case["bootstrap_value"] = rng.standard_normal((2, count) if cuts else (2,))
+    keywords = dict(cu_seqlens=cuts, fill_masked=fill, critic_lam=0.6 if critic else None)
+    p = _prepare.prepare(**case, **keywords, backend=BACKEND).problem
+    carry = rng.standard_normal((2, count)) if with_carry else None
+    p = p.replace(carry=carry)
+    upstream = rng.standard_normal((2, length)), rng.standard_normal((2, length))
+    got = backends.load(BACKEND).gae_backward(p, *upstream)
+
+    leaves = {k: torch.tensor(v, requires_grad=True) for k, v in case.items()
+              if k in ("rewards", "values", "next_values", "bootstrap_value")}
+    tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    generic = _prepare.prepare(**{**tensors, **leaves}, **keywords, backend="xp").problem
+    if with_carry:
+        leaves["carry"] = torch.tensor(carry, requires_grad=True)
+        generic = generic.replace(carry=leaves["carry"])
+    advantages, returns = solve_gae(generic, backends.load("xp"), None)
+    ((advantages * torch.tensor(upstream[0])).sum() + (returns * torch.tensor(upstream[1])).sum()).backward()
+    for mine, theirs in (("rewards", "rewards"), ("values", "values"), ("next_values", "next_values"),
+                         ("bootstrap", "bootstrap_value"), ("carry", "carry")):
+        if theirs in leaves:
+            want = leaves[theirs].grad.numpy()
+            xp_assert_close(np.reshape(got[mine], want.shape), want, like=HOST)
+    assert {name for name, value in got.items() if value is not None} == {"rewards", "values", "bootstrap"} | (
+        {"next_values"} & set(leaves)) | ({"carry"} if with_carry else set())
+
+
+@pytest.mark.parametrize("name", ["dones and holes", "packed, empty sequences", "next values"])
+def test_gradcheck_on_the_simulator(name):
+    """torch.autograd.gradcheck (float64) of a torch Function whose forward is the kernels' gae and whose backward
+    is their gae_backward: finite differences agree with the adjoint."""
+    torch = pytest.importorskip("torch")
+    from gae_xp import _prepare, backends
+
+    kernels = backends.load(BACKEND)
+    cuts, options = BACKWARD_CASES[name]
+    rng = np.random.default_rng(len(name))
+    length = 14  # two tiles under the simulator: the carries between tiles are differentiated too
+    cuts = None if cuts is None else [min(c, length) for c in cuts]
+    case = make_case(rng, (1, length), **options)
+    count = 1 if cuts is None else len(cuts) - 1
+    differentiable = ["rewards", "values", "next_values" if "next_values" in case else "bootstrap_value"]
+    if "next_values" not in case:
+        case["bootstrap_value"] = rng.standard_normal((1, count) if cuts else (1,))
+
+    def problem(arrays):
+        return _prepare.prepare(**{**case, **arrays}, cu_seqlens=cuts, backend=BACKEND).problem
+
+    class Gae(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *tensors):
+            arrays = dict(zip(differentiable, (t.detach().numpy() for t in tensors)))
+            ctx.arrays = arrays
+            return tuple(torch.from_numpy(np.ascontiguousarray(out)) for out in kernels.gae(problem(arrays)))
+
+        @staticmethod
+        def backward(ctx, grad_a, grad_r):
+            p = problem(ctx.arrays)
+            grads = kernels.gae_backward(p, grad_a.numpy(), grad_r.numpy())
+            names = {"bootstrap_value": "bootstrap"}
+            return tuple(torch.from_numpy(np.reshape(grads[names.get(k, k)], ctx.arrays[k].shape).copy())
+                         for k in differentiable)
+
+    inputs = tuple(torch.tensor(case[k], requires_grad=True) for k in differentiable)
+    assert torch.autograd.gradcheck(Gae.apply, inputs, fast_mode=True)

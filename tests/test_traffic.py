@@ -170,7 +170,7 @@ def test_ptx_traffic_matches_the_model(case):
 @needs_ptx
 def test_ptx_of_a_short_row_is_one_launch():
     launches = traffic.ptx_launches("constant", length=2048, samples="middle")
-    assert [launch.kernel for launch in launches] == ["gae_final[plain]"]
+    assert [launch.kernel for launch in launches] == ["gae_final[values]"]
     assert launches[0].bytes_per_element == pytest.approx(16, abs=0.01)
 
 

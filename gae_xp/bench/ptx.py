@@ -771,6 +771,8 @@ def load(ptx: str, arguments: list[tuple[str, object]], fill: dict[str, Callable
 
 
 def _flatten(name: str, value, memory: Memory, fill) -> list[object]:
+    if value is None:  # an absent array: one pointer-sized 0 (the backend's launch extension)
+        return [0]
     if isinstance(value, tuple):
         return [item for part in value for item in _flatten(name, part, memory, fill)]
     if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "ndim", len(value.shape)) > 0:

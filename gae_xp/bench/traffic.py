@@ -227,12 +227,12 @@ def recorded_launches(problem) -> list[tuple]:
             names = list(inspect.signature(kernel.function).parameters)
             launches.append((kernel, blocks, threads, list(zip(names, args))))
 
-    caches = [numba_cuda._gae_kernels, numba_cuda._scan_kernels]
+    caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels]
     for cache in caches:
         cache.cache_clear()
     try:
         with mock.patch.object(numba_cuda, "_Launch", Recorder), \
-                mock.patch.object(numba_cuda, "_compile", lambda spec: spec):
+                mock.patch.object(numba_cuda, "_jit", lambda spec: spec):
             numba_cuda.BACKEND.gae(problem, chunk_size=None)
     finally:
         for cache in caches:
@@ -253,7 +253,7 @@ def ptx_launches(case: str, *, length: int = SHAPE[1], dtype=np.float32, samples
     for spec, blocks, threads, arguments in recorded_launches(problem):
         source = _compile_ptx(spec)
         program = ptx.load(source, arguments, fill=PTX_FILL)
-        blocks, threads = int(blocks), int(threads)
+        blocks, threads = math.prod(blocks) if isinstance(blocks, tuple) else int(blocks), int(threads)
         middle = blocks // 2
         weights = {middle: blocks} if samples == "middle" or blocks == 1 else \
             {0: 1, blocks - 1: 1} if blocks == 2 else {0: 1, middle: blocks - 2, blocks - 1: 1}

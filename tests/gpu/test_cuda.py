@@ -8,6 +8,7 @@ reference is computed once per case and shared by the libraries and paths.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -146,3 +147,165 @@ def test_no_copy_to_the_host_and_no_synchronization(gpu, monkeypatch):
             gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend="numba-cuda")
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+# --- every call on the fused kernels (issue 18) ------------------------------------------------------------------
+
+
+def host(array):
+    """A NumPy copy of a CUDA array (tests only)."""
+    return array.get() if hasattr(array, "get") else array.detach().cpu().numpy()
+
+
+@pytest.mark.parametrize("where", ["device", "host list", "host numpy"])
+@pytest.mark.parametrize("case_name", ["plain", "empty sequences", "dones+holes", "next_values"])
+def test_packed_sequences_on_the_kernels(gpu, where, case_name):
+    """64 sequences (some empty) over 2^16 tokens: sequences end inside tiles and span many; offsets on the device
+    or on the host."""
+    from test_packed import CASES, make_packed, per_sequence
+
+    require_kernels(gpu)
+    offsets, case = make_packed(np.random.default_rng(6), (2,), 2**16, 64, **CASES[case_name])
+    arrays = converted(gpu, case)
+    cu_seqlens = {"device": gpu.asarray(offsets), "host list": offsets.tolist(), "host numpy": offsets}[where]
+    got = gae_xp.gae(**arrays, cu_seqlens=cu_seqlens, backend="numba-cuda")
+    for out, want in zip(got, per_sequence(reference.gae_loop, offsets, case)):
+        xp_assert_close(out, want, like=like(gpu))
+
+
+def test_host_offsets_do_not_synchronize_and_device_offsets_once(gpu):
+    """Host offsets (a list, a NumPy array) need no device-to-host read; device offsets are read once, by the
+    validation in prepare."""
+    require_kernels(gpu)
+    if gpu.name != "torch:cuda":
+        pytest.skip("torch's sync-debug mode counts synchronizations")
+    import torch
+    from test_packed import make_packed
+
+    offsets, case = make_packed(np.random.default_rng(7), (2,), 50_000, 40, holes=0.1)
+    arrays = converted(gpu, case)
+    gae_xp.gae(**arrays, cu_seqlens=offsets, backend="numba-cuda")  # compile first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        gae_xp.gae(**arrays, cu_seqlens=offsets, backend="numba-cuda")
+        gae_xp.gae(**arrays, cu_seqlens=offsets.tolist(), backend="numba-cuda")
+        with pytest.raises(RuntimeError):
+            gae_xp.gae(**arrays, cu_seqlens=gpu.asarray(offsets), backend="numba-cuda")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("length", [1000, 70_000])
+def test_every_estimator_on_the_kernels(gpu, length):
+    require_kernels(gpu)
+    rng = np.random.default_rng(length)
+    case = make_case(rng, (3, length), holes=0.2, dones=0.01, bootstrap=True)
+    flags = {k: case[k] for k in ("terminated", "truncated", "mask")}
+    arrays = converted(gpu, case)
+    gpu_flags = {k: arrays[k] for k in flags}
+    log_rhos, next_values = rng.normal(0, 0.5, (3, length)), rng.standard_normal((3, length))
+    got = gae_xp.vtrace(gpu.asarray(log_rhos), arrays["rewards"], arrays["values"], lam=0.9, **gpu_flags,
+                        bootstrap_value=arrays["bootstrap_value"], backend="numba-cuda")
+    want = reference.vtrace_loop(log_rhos, case["rewards"], case["values"], lam=0.9, **flags,
+                                 bootstrap_value=case["bootstrap_value"])
+    for out, exact in zip(got, want):
+        xp_assert_close(out, exact, like=like(gpu))
+    xp_assert_close(gae_xp.lambda_returns(arrays["rewards"], gpu.asarray(next_values), **gpu_flags,
+                                          backend="numba-cuda"),
+                    reference.lambda_returns_loop(case["rewards"], next_values, **flags), like=like(gpu))
+    xp_assert_close(gae_xp.discounted_returns(arrays["rewards"], **gpu_flags, bootstrap_value=arrays["bootstrap_value"],
+                                              backend="numba-cuda"),
+                    reference.discounted_returns_loop(case["rewards"], **flags,
+                                                      bootstrap_value=case["bootstrap_value"]), like=like(gpu))
+    for got_a, want_a in zip(gae_xp.gae(**arrays, critic_lam=1.0, backend="numba-cuda"),
+                             reference.gae_loop(**case, critic_lam=1.0)):
+        xp_assert_close(got_a, want_a, like=like(gpu))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("length", [100, 70_000])
+def test_16_bit_inputs_are_read_directly(gpu, dtype, length):
+    """bfloat16/float16 in, computed in float32, out in the input's dtype, and no widened copy of the inputs."""
+    require_kernels(gpu)
+    if dtype == "bfloat16" and gpu.name != "torch:cuda":
+        pytest.skip("bfloat16 arrays: torch")
+    import torch
+
+    case = make_case(np.random.default_rng(8), (4, length), holes=0.2, dones=0.01, bootstrap=True)
+    narrow = getattr(torch, dtype) if gpu.name == "torch:cuda" else getattr(gpu.xp, dtype)
+    arrays = converted(gpu, case, narrow)
+    rounded = {k: host(gpu.xp.astype(arrays[k], gpu.xp.float32)).astype(np.float64)
+               if k in ("rewards", "values", "bootstrap_value") else v for k, v in case.items()}
+    want = reference.gae_loop(**rounded)
+    if gpu.name == "torch:cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+    got = gae_xp.gae(**arrays, backend="numba-cuda")
+    if gpu.name == "torch:cuda":
+        extra = torch.cuda.max_memory_allocated() - before
+        outputs = 2 * math.prod(case["rewards"].shape) * 2
+        assert extra < outputs + 2 * math.prod(case["rewards"].shape) * 4 / 8, "a widened copy of the inputs"
+    scale = 2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -10
+    for out, exact in zip(got, want):
+        assert out.dtype == narrow
+        np.testing.assert_allclose(host(gpu.xp.astype(out, gpu.xp.float64)), exact, rtol=scale,
+                                   atol=scale * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("cuts", [None, [0, 1000, 1000, 50_000, 70_000]])
+def test_piece_summaries_and_fix_up(gpu, cuts):
+    """The summaries and the fix-up of pieces on the kernels equal the numba CPU backend's on host copies."""
+    require_kernels(gpu)
+    from gae_xp import _prepare, backends
+
+    case = make_case(np.random.default_rng(9), (2, 70_000), holes=0.2, dones=0.001)
+    kernels, cpu = backends.load("numba-cuda"), backends.load("numba")
+    p = _prepare.prepare(**converted(gpu, case), cu_seqlens=cuts, backend="numba-cuda").problem
+    q = _prepare.prepare(**case, cu_seqlens=cuts, backend="numba").problem
+    pieces = kernels.pieces(p)
+    xp_assert_close(pieces.summary, cpu.summarize(q), like=like(gpu))
+    n = pieces.summary.shape[-2]
+    b, c = np.random.default_rng(10).standard_normal((2, 2, n))
+    want = cpu.gae(q.replace(bootstrap=b, carry=c), chunk_size=None)
+    for got in (pieces.finish(gpu.asarray(b), gpu.asarray(c)),
+                kernels.gae(p.replace(bootstrap=gpu.asarray(b), carry=gpu.asarray(c)))):
+        for out, exact in zip(got, want):
+            xp_assert_close(out, exact, like=like(gpu))
+
+
+@pytest.mark.parametrize("length", [700, 70_000])
+def test_gae_backward_on_the_kernels(gpu, length):
+    """The kernels' adjoint on the GPU against torch autograd through the generic path on CPU float64 copies."""
+    require_kernels(gpu)
+    torch = pytest.importorskip("torch")
+    from gae_xp import _prepare, backends
+    from gae_xp.estimators import solve_gae
+
+    rng = np.random.default_rng(11)
+    case = make_case(rng, (2, length), holes=0.2, dones=0.001, bootstrap=True)
+    upstream = rng.standard_normal((2, length)), rng.standard_normal((2, length))
+    p = _prepare.prepare(**converted(gpu, case), backend="numba-cuda").problem
+    got = backends.load("numba-cuda").gae_backward(p, *(gpu.asarray(u) for u in upstream))
+    leaves = {k: torch.tensor(case[k], requires_grad=True) for k in ("rewards", "values", "bootstrap_value")}
+    tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    generic = _prepare.prepare(**{**tensors, **leaves}, backend="xp").problem
+    advantages, returns = solve_gae(generic, backends.load("xp"), None)
+    ((advantages * torch.tensor(upstream[0])).sum() + (returns * torch.tensor(upstream[1])).sum()).backward()
+    for mine, theirs in (("rewards", "rewards"), ("values", "values"), ("bootstrap", "bootstrap_value")):
+        want = leaves[theirs].grad.numpy()
+        xp_assert_close(gpu.xp.reshape(got[mine], want.shape), want, like=like(gpu))
+
+
+def test_dask_arrays_of_gpu_blocks_use_the_kernels(gpu):
+    require_kernels(gpu)
+    if gpu.name != "cupy":
+        pytest.skip("Dask arrays of CuPy blocks")
+    da = pytest.importorskip("dask.array")
+    case = make_case(np.random.default_rng(12), (2, 30_000), holes=0.2, dones=0.01)
+    lazy = {k: da.from_array(gpu.asarray(v), chunks=(2, 7_000)) if isinstance(v, np.ndarray) else v
+            for k, v in case.items()}
+    got = gae_xp.gae(**lazy)
+    for out, want in zip(got, reference.gae_loop(**case)):
+        xp_assert_close(out.compute(), want, like=like(gpu))

@@ -1,0 +1,221 @@
+"""The tables of docs/gpu.md's design part, generated from the code (no GPU involved).
+
+    python docs/gpu_tables.py traffic      # launches and bytes per element per case (numba_cuda.traffic)
+    python docs/gpu_tables.py arguments    # arrays, absent arrays and scalars per launch (the kernels' signatures)
+    python docs/gpu_tables.py registers    # registers and shared memory per kernel (ptxas, numba-cuda[cu12])
+    python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
+    python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
+
+``traffic`` and ``arguments`` are deterministic (``check()`` compares them with
+the page); ``registers`` takes the compile test's time; ``host`` is a timing.
+
+``arguments`` and ``host`` run the backend with its launches recorded instead
+of made (``Recorder``): every array view, plan and kernel choice happens as on
+a GPU; numba's own marshalling of the arguments and the driver call do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import re
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+SHAPE = (256, 131072)
+BANDWIDTH = 4.8e12  # an H200's HBM3e, bytes per second
+
+
+def _spec(shape, dtype):
+    dtype = np.dtype(dtype)
+    strides = tuple(int(np.prod(shape[i + 1:])) * dtype.itemsize for i in range(len(shape)))
+    return SimpleNamespace(shape=shape, dtype=dtype, strides=strides)
+
+
+def traffic_cases():
+    """(case, family, problem stand-in): the cases issue 18 and 19 name."""
+    f32, f16, flags = (functools.partial(_spec, dtype=dtype) for dtype in (np.float32, np.float16, np.bool_))
+    packed = (1, 2**20)
+    offsets = SimpleNamespace(shape=(1025,))
+    short = (32768, 32)
+    return [
+        ("constant", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
+        ("dones+mask", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE), terminated=flags(SHAPE), mask=flags(SHAPE))),
+        ("packed: 1024 sequences, 2^20 tokens", "gae", dict(rewards=f32(packed), values=f32(packed), offsets=offsets)),
+        ("CP shard: summary, all-gather, fix-up", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
+        ("critic_lam (a float)", "gae", dict(rewards=f32(SHAPE), values=f32(SHAPE), critic_lam=1.0)),
+        ("16-bit (bfloat16, float16) in and out, constant", "gae", dict(rewards=f16(SHAPE), values=f16(SHAPE))),
+        ("V-trace", "vtrace", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
+        ("lambda-returns", "lambda", dict(rewards=f32(SHAPE))),
+        ("discounted returns", "returns", dict(rewards=f32(SHAPE))),
+        ("backward (gae_backward), constant", "adjoint", dict(rewards=f32(SHAPE), values=f32(SHAPE))),
+        ("short rows: 32768 x 32, constant", "gae", dict(rewards=f32(short), values=f32(short))),
+    ]
+
+
+def traffic_table() -> str:
+    from gae_xp.backends import numba_cuda
+
+    base = None
+    lines = ["| case | shape | launches | bytes/element | x the padded constant case | predicted ms at 4.8 TB/s |",
+             "|---|---|---|---|---|---|"]
+    for case, family, fields in traffic_cases():
+        problem = SimpleNamespace(**fields)
+        launches = numba_cuda.traffic(problem, family)
+        elements = math.prod(problem.rewards.shape)
+        per_element = sum(a + b for a, b in launches.values()) / elements
+        base = base or per_element
+        shape = " x ".join(str(n) for n in problem.rewards.shape)
+        lines.append(f"| {case} | {shape} | {len(launches)} | {per_element:.2f} | {per_element / base:.2f} | "
+                     f"{per_element * elements / BANDWIDTH * 1e3:.3f} |")
+    return "\n".join(lines)
+
+
+class Recorder:
+    """Stands in for ``numba_cuda._Launch``: arrays pass through, launches are recorded (kernel, grid, block, args)."""
+
+    launches: list = []
+
+    def __init__(self, like):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def array(self, array, *, written=False):
+        return array
+
+    def __call__(self, kernel, grid, threads, *args):
+        Recorder.launches.append((kernel, grid, threads, args))
+
+
+@contextlib.contextmanager
+def recorded():
+    """The backend with its kernels named instead of compiled and its launches recorded."""
+    from unittest import mock
+
+    from gae_xp.backends import numba_cuda
+
+    def compiled(module, io, structure):
+        return f"{structure.name}"
+
+    def carry(io, value_chain, critic, reverse, complete):
+        from gae_xp.backends._cuda_kernels import Fields
+
+        live = Fields(value_chain, critic, True).live()
+        return "carry[" + ",".join((*live, "reverse" if reverse else "forward", *(["summaries"] if complete else [])))\
+            + "]"
+
+    Recorder.launches = []
+    with mock.patch.object(numba_cuda, "_Launch", Recorder), mock.patch.object(numba_cuda, "_compiled", compiled), \
+            mock.patch.object(numba_cuda, "_carry", carry):
+        yield
+
+
+def _problem(xp, shape, dones_mask: bool, dtype=np.float32):
+    from gae_xp import _prepare
+
+    rng = np.random.default_rng(0)
+    case = {"rewards": rng.standard_normal(shape).astype(dtype), "values": rng.standard_normal(shape).astype(dtype)}
+    if dones_mask:
+        case["terminated"] = rng.random(shape) < 0.01
+        case["mask"] = rng.random(shape) > 0.2
+    case = {k: xp.asarray(v) for k, v in case.items()}
+    return case, _prepare.prepare(**case, backend="xp").problem
+
+
+def arguments_table() -> str:
+    from gae_xp.backends import numba_cuda
+
+    lines = ["| case | launch | arrays | absent (None) | scalars and tuples |", "|---|---|---|---|---|"]
+    for case, shape, dones_mask in (("plain", (256, 131072), False), ("dones+mask", (256, 131072), True),
+                                    ("plain, short rows", (4096, 64), False),
+                                    ("dones+mask, short rows", (4096, 64), True)):
+        _, p = _problem(np, (2, shape[1]), dones_mask)
+        with recorded():
+            numba_cuda.BACKEND.gae(p)
+            for kernel, _, _, args in Recorder.launches:
+                arrays = sum(isinstance(a, np.ndarray) for a in args)
+                absent = sum(a is None for a in args)
+                lines.append(f"| {case} | `{kernel}` | {arrays} | {absent} | {len(args) - arrays - absent} |")
+    return "\n".join(lines)
+
+
+def host_table(repeat: int = 2000) -> str:
+    """Microseconds of Python per call up to the launches (torch CPU tensors stand in for CUDA ones: the same
+    views and checks), median of ``repeat`` calls after a warm-up: ``prepare`` (the checks, on the generic route),
+    and the backend (views, plan, structures, scratch arrays) with its launches recorded."""
+    import torch
+
+    from gae_xp import _prepare
+    from gae_xp.backends import numba_cuda
+
+    lines = ["| case (torch CPU stand-ins) | prepare (us) | backend up to the launches (us) | launches |",
+             "|---|---|---|---|"]
+    for case, shape, dones_mask in (("plain, 4096 x 32", (4096, 32), False),
+                                    ("dones+mask, 4096 x 32", (4096, 32), True),
+                                    ("plain, 256 x 131072", (256, 131072), False)):
+        arrays, p = _problem(torch, shape, dones_mask)
+        prepare_times, backend_times = [], []
+        with recorded():
+            for _ in range(repeat):
+                start = time.perf_counter()
+                _prepare.prepare(**arrays, backend="xp")
+                middle = time.perf_counter()
+                numba_cuda.BACKEND.gae(p)
+                prepare_times.append(middle - start)
+                backend_times.append(time.perf_counter() - middle)
+            launches = len(Recorder.launches) // repeat
+        lines.append(f"| {case} | {np.median(prepare_times) * 1e6:.1f} | {np.median(backend_times) * 1e6:.1f} | "
+                     f"{launches} |")
+    return "\n".join(lines)
+
+
+def registers_table() -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import test_cuda_compile
+
+    reason = test_cuda_compile._unavailable()
+    if reason:
+        sys.exit(reason)
+    return test_cuda_compile.table()
+
+
+TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table}
+PAGE = Path(__file__).resolve().parent / "gpu.md"
+
+
+def fill(text: str, name: str, table: str) -> str:
+    """``text`` with ``table`` between the page's markers of ``name``."""
+    start = re.search(rf"<!-- gpu_tables:{name} .*?-->\n", text)
+    end = text.index(f"<!-- gpu_tables:{name} end -->")
+    return text[:start.end()] + table + "\n" + text[end:]
+
+
+def check(names=("traffic", "arguments")) -> list[str]:
+    """The deterministic tables that docs/gpu.md does not hold as generated (empty: the page is current)."""
+    text = PAGE.read_text()
+    return [name for name in names if fill(text, name, TABLES[name]()) != text]
+
+
+if __name__ == "__main__":
+    arguments = sys.argv[1:]
+    write = "--write" in arguments
+    names = [name for name in arguments if name != "--write"] or ["traffic", "arguments"]
+    text = PAGE.read_text()
+    for name in names:
+        table = TABLES[name]()
+        if write:
+            text = fill(text, name, table)
+        else:
+            print(table, end="\n\n")
+    if write:
+        PAGE.write_text(text)
