@@ -18,6 +18,8 @@ import importlib
 import threading
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, values_are_readable
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
@@ -162,5 +164,7 @@ def is_single_threaded() -> bool:
 
 def _kind(xp, arrays):
     """What auto's choice depends on: the namespace, the arrays' types, the first one's device, autograd."""
-    return (xp, tuple(type(a) for a in arrays), str(device_of(arrays[0])),
-            any(getattr(a, "requires_grad", False) for a in arrays))
+    types = tuple(map(type, arrays))
+    if all(kind is np.ndarray for kind in types):  # the common case: NumPy arrays live on the CPU, without autograd
+        return xp, types
+    return (xp, types, str(device_of(arrays[0])), any(getattr(a, "requires_grad", False) for a in arrays))

@@ -180,7 +180,10 @@ def _segments(p, shape):
     count = offsets.shape[0] - 1
 
     def per_segment(value):
-        return _rows(np.broadcast_to(_host(value), (*batch, count))).astype(np.float64)
+        value = _host(value)
+        if value.shape != (*batch, count):  # a row's bootstrap comes shaped (..., 1): no broadcast (2 us) needed
+            value = np.broadcast_to(value, (*batch, count))
+        return _rows(value).astype(np.float64)
 
     carry = np.empty((0, 0), dtype=np.float64) if p.carry is None else per_segment(p.carry)
     return per_segment(p.bootstrap), carry, offsets

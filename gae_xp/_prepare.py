@@ -192,7 +192,7 @@ def check_same_device(arrays: dict[str, Any], anchor: str) -> None:
 
 
 def check_axis(axis, ndim: int, name: str = "rewards") -> int:
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+    if type(axis) is not int and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
     if ndim == 0:
         raise ValueError(f"{name} must have at least one dimension (time)")
@@ -266,7 +266,7 @@ def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
 def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[float, float]):
     """A discount-like argument within ``bounds``: a Python float, or an array broadcast to ``shape``, time last."""
     low, high = bounds
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if type(value) is float or isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = float(value)
         if not low <= value <= high:  # NaN fails too
             raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")
@@ -292,7 +292,9 @@ def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | 
     (``segments`` = their count), one value per sequence: then ``value``
     broadcasts to the batch shape plus a trailing axis of ``segments``.
     """
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if type(value) is float or isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if type(like) is np.ndarray:  # the common case, without array-api-compat's device checks
+            return np.full((*batch_shape, segments or 1), float(value), dtype=dtype)
         return xp.full((*batch_shape, segments or 1), float(value), dtype=dtype, device=device_of(like))
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
