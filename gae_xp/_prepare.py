@@ -151,10 +151,10 @@ def one_boundary(bootstrap_value, next_values) -> None:
 def namespace_of(arrays: dict[str, Any]):
     """The array namespace shared by the named arrays (the arguments that are arrays); TypeError naming the odd
     one out."""
+    if all(type(value) is np.ndarray for value in arrays.values()):
+        return _numpy_namespace()  # the common case (arrays, none a MaskedArray), without array_namespace's tour
     for name, value in arrays.items():
         require_array(name, value)
-    if all(type(value) is np.ndarray for value in arrays.values()):
-        return _numpy_namespace()  # the common case, without array_namespace's tour of the libraries
     try:
         return array_namespace(*arrays.values())
     except TypeError:
@@ -403,12 +403,13 @@ def flag(xp, name: str, value, shape, axis: int):
     """
     require_array(name, value)
     same_shape(name, value, shape)
-    if not xp.isdtype(value.dtype, "bool"):
+    if value.dtype != xp.bool and not xp.isdtype(value.dtype, "bool"):  # the first test spares isdtype's lookups
         raise TypeError(f"{name} must have dtype bool ({_FLAG_MEANINGS[name]}), got {value.dtype}: convert it "
                         f"with {name} != 0 if that is what it means")
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
 
 
 def time_last(xp, value, dtype, axis: int):
-    value = xp.astype(value, dtype, copy=False)
+    if value.dtype != dtype:  # astype(copy=False) would return value itself, after array-api-compat's checks
+        value = xp.astype(value, dtype, copy=False)
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
