@@ -14,17 +14,23 @@ apart (``gae_xp._pieces``), one per block:
 3. **fix-up**: one ``blockwise`` task per block solves the block again with
    what enters it (``_pieces.finish`` / ``_pieces.scan_finish``).
 
-The graph grows with the number of blocks, not with T/C, and nothing is
-computed while it is built (``prepare`` reads no value of a Dask array). The
-results are lazy Dask arrays chunked like the rewards. Dask is imported only
-here, when Dask arrays arrive. Packed sequences (``cu_seqlens``) are not
-supported on Dask arrays.
+Each stage is one layer of a ``HighLevelGraph`` (the chain's tasks are
+written out in one dictionary), so building the graph and computing it are
+linear in the number of blocks: the graph grows with the blocks, not with
+T/C, and no graph is merged once per block. Nothing is computed while it is
+built (``prepare`` reads no value of a Dask array). Blocks of no steps (as
+after boolean indexing and ``compute_chunk_sizes()``) let what enters them
+through. A decoupled ``critic_lam`` is a second chain in the same tasks (8
+numbers per row and block). The results are lazy Dask arrays chunked like
+the rewards. Dask is imported only here, when Dask arrays arrive. Packed
+sequences (``cu_seqlens``) are not supported on Dask arrays.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import string
 
 from gae_xp import _pieces
@@ -38,7 +44,7 @@ class DaskBackend:
     name = NAME
     segments = False  # packed sequences are refused; its blocks are joined by its own graph
     uses_chunk_size = False
-    critic_lam = False
+    critic_lam = True
     summarize = None
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
@@ -57,15 +63,16 @@ class DaskBackend:
         pairs = [x for array in arrays for x in (array, index)]
         spec = _Spec.of(names, p, chunk_size)
         dtype = p.rewards.dtype
-        # 1. one task per block: its summary, (..., 1, 5) per block
+        width = len(_pieces.FIELDS) + (0 if p.critic_lam is None else len(_pieces.CRITIC_FIELDS))
+        # 1. one task per block: its summary, (..., 1, 5) per block (8 with critic_lam)
         summaries = _blockwise(functools.partial(_summary_block, spec), index + "s", pairs, dtype,
-                               new_axes={"s": len(_pieces.FIELDS)}, adjust_chunks={index[-1]: 1})
-        # 2. the carry, one small task per block from the last one back
+                               new_axes={"s": width}, adjust_chunks={index[-1]: 1})
+        # 2. what enters each block, (..., 1, 1 + chains) per block: one small task per block from the last one back
         bootstrap = p.bootstrap[..., 0].rechunk(p.rewards.chunks[:-1])
-        b, c = _chain(p.xp, summaries, bootstrap)
+        entering = _chain(summaries, bootstrap, len(_pieces.chain_starts(width)))
         # 3. one task per block: the block again with (b, c) entering it
-        stacked = _blockwise(functools.partial(_finish_block, spec), "o" + index, [*pairs, b, index, c, index], dtype,
-                             new_axes={"o": 2})
+        stacked = _blockwise(functools.partial(_finish_block, spec), "o" + index, [*pairs, entering, index + "s"],
+                             dtype, new_axes={"o": 2})
         return stacked[0], stacked[1]
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
@@ -127,36 +134,52 @@ def _blockwise(function, out_index, pairs, dtype, **options):
                         concatenate=True, **options)
 
 
-def _chain(xp, summaries, bootstrap):
-    """(b, c), each (..., n_blocks) chunked 1 along blocks: ``_pieces.link`` from the last block back, one task each."""
-    import dask.array as da
-
-    count = summaries.shape[-2]
-    entering = [None] * count
-    entering[-1] = da.stack([bootstrap, da.zeros_like(bootstrap)], axis=-1).rechunk({bootstrap.ndim: 2})
-    for j in range(count - 2, -1, -1):
-        after = summaries[..., j + 1, :]
-        entering[j] = da.map_blocks(_link_block, after, entering[j + 1], dtype=summaries.dtype,
-                                    chunks=entering[j + 1].chunks)
-    b = da.stack([e[..., 0] for e in entering], axis=-1)
-    c = da.stack([e[..., 1] for e in entering], axis=-1)
-    return b, c
+def _chain(summaries, bootstrap, chains: int):
+    """(..., n_blocks, 1 + chains), chunked 1 along blocks: the (b, c[, critic_c]) entering each block, by
+    ``_pieces.link`` from the last block back: one task per block, all in one graph layer."""
+    count = summaries.numblocks[-2]
+    name = "gae-xp-chain-" + _token(summaries, bootstrap)
+    tasks = {}
+    for rows in itertools.product(*map(range, summaries.numblocks[:-2])):
+        tasks[(name, *rows, count - 1, 0)] = (_last_entering, (bootstrap.name, *rows), chains)
+        for j in range(count - 2, -1, -1):
+            tasks[(name, *rows, j, 0)] = (_link_block, (summaries.name, *rows, j + 1, 0), (name, *rows, j + 1, 0))
+    chunks = (*summaries.chunks[:-2], (1,) * count, (1 + chains,))
+    return _layer(name, tasks, [summaries, bootstrap], chunks, summaries)
 
 
 def _scan_chain(summaries, reverse: bool):
-    """Each block's incoming carry, (..., n_blocks) chunked 1 along blocks: one link task per block."""
-    import dask.array as da
-
-    count = summaries.shape[-2]
-    carries = [None] * count
+    """Each block's incoming carry, (..., n_blocks) chunked 1 along blocks: one link task per block, in one graph
+    layer."""
+    count = summaries.numblocks[-2]
+    name = "gae-xp-scan-chain-" + _token(summaries, reverse)
     first = count - 1 if reverse else 0
-    carries[first] = da.zeros_like(summaries[..., first, 0])
     order = range(count - 2, -1, -1) if reverse else range(1, count)
-    for j in order:
-        neighbour = j + 1 if reverse else j - 1
-        carries[j] = da.map_blocks(_scan_link_block, summaries[..., neighbour, 0], summaries[..., neighbour, 1],
-                                   carries[neighbour], dtype=summaries.dtype)
-    return da.stack(carries, axis=-1)
+    tasks = {}
+    for rows in itertools.product(*map(range, summaries.numblocks[:-2])):
+        tasks[(name, *rows, first)] = (_zero_carry, (summaries.name, *rows, first, 0))
+        for j in order:
+            neighbour = j + 1 if reverse else j - 1
+            tasks[(name, *rows, j)] = (_scan_link_block, (summaries.name, *rows, neighbour, 0),
+                                       (name, *rows, neighbour))
+    chunks = (*summaries.chunks[:-2], (1,) * count)
+    return _layer(name, tasks, [summaries], chunks, summaries)
+
+
+def _token(*parts) -> str:
+    from dask.base import tokenize
+
+    return tokenize(*parts)
+
+
+def _layer(name, tasks, dependencies, chunks, like):
+    """A Dask array made of one new graph layer of ``tasks`` over ``dependencies``."""
+    import dask.array as da
+    from dask.array.utils import meta_from_array
+    from dask.highlevelgraph import HighLevelGraph
+
+    graph = HighLevelGraph.from_collections(name, tasks, dependencies=dependencies)
+    return da.Array(graph, name, chunks, meta=meta_from_array(like, ndim=len(chunks)))
 
 
 def _whole(p: GaeProblem, chunk_size):
@@ -215,17 +238,28 @@ def _summary_block(spec: _Spec, *blocks):
 
 
 def _finish_block(spec: _Spec, *blocks):
-    *arrays, b, c = blocks
-    b = b[..., 0] if b.ndim == arrays[0].ndim else b
-    c = None if c is None else c[..., 0]
-    problem = _block_problem(spec, arrays, b, c)
-    return problem.xp.stack(_pieces.finish(problem, _solver(arrays), spec.chunk_size))
+    *arrays, entering = blocks
+    if entering is None:  # one block along time: the bootstrap value alone enters (``_whole``)
+        arrays, b = arrays[:-1], arrays[-1]
+        carries = [None, None]
+    else:  # (..., 1, 1 + chains)
+        b, *carries = (entering[..., 0, j] for j in range(entering.shape[-1]))
+        carries += [None] * (2 - len(carries))
+    problem = _block_problem(spec, arrays, b, carries[0])
+    critic = None if carries[1] is None else problem.xp.expand_dims(carries[1], axis=-1)
+    return problem.xp.stack(_pieces.finish(problem, _solver(arrays), spec.chunk_size, critic))
+
+
+def _last_entering(bootstrap, chains: int):
+    """What enters the last block: the bootstrap value, and no advantage."""
+    xp = array_namespace(bootstrap)
+    return xp.stack([bootstrap, *([xp.zeros_like(bootstrap)] * chains)], axis=-1)[..., None, :]
 
 
 def _link_block(summary, entering):
     xp = array_namespace(summary)
-    b, c = _pieces.link(xp, summary, entering[..., 0], entering[..., 1])
-    return xp.stack([b, c], axis=-1)
+    linked = _pieces.link(xp, summary[..., 0, :], *(entering[..., 0, j] for j in range(entering.shape[-1])))
+    return xp.stack(linked, axis=-1)[..., None, :]
 
 
 def _scan_inputs(constant, blocks):
@@ -246,8 +280,13 @@ def _scan_summary_block(reverse, chunk_size, constant, *blocks):
     return xp.stack([edge, product], axis=-1)[..., None, :]  # (..., 1, 2)
 
 
-def _scan_link_block(edge, product, carry):
-    return _pieces.scan_link(array_namespace(edge), edge, product, carry)
+def _zero_carry(summary):
+    """No carry enters the block the recurrence starts from."""
+    return array_namespace(summary).zeros_like(summary[..., 0, 0:1])
+
+
+def _scan_link_block(summary, carry):
+    return _pieces.scan_link(array_namespace(summary), summary[..., 0, 0:1], summary[..., 0, 1:2], carry)
 
 
 def _scan_finish_block(reverse, chunk_size, constant, *blocks):

@@ -105,7 +105,7 @@ def _compiled():
         zero = jnp.zeros(like.shape[:-1], dtype=like.dtype)
         start = ((zero, zero) if decoupled else (zero,)) + (jnp.broadcast_to(bootstrap, like.shape[:-1]),)
         step = functools.partial(gae_step, fill_masked, decoupled, scalars)
-        _, outputs = jax.lax.scan(step, start, _time_major(steps), reverse=True)
+        _, outputs = jax.lax.scan(step, _varying_like(start, (steps, bootstrap)), _time_major(steps), reverse=True)
         outputs = [jnp.moveaxis(out, 0, -1) for out in outputs]
         advantages = outputs[0]
         returns = outputs[-1] + steps["values"]  # outside the loop, where XLA fuses it with the transpose
@@ -121,10 +121,37 @@ def _compiled():
     @functools.partial(jax.jit, static_argnames=("reverse",))
     def scan(x, a, reverse):
         start = jnp.zeros(x.shape[:-1], dtype=x.dtype)
-        _, y = jax.lax.scan(scan_step, start, _time_major((x, _per_step(a, x))), reverse=reverse)
+        steps = (x, _per_step(a, x))
+        _, y = jax.lax.scan(scan_step, _varying_like(start, steps), _time_major(steps), reverse=reverse)
         return jnp.moveaxis(y, 0, -1)
 
     return SimpleNamespace(gae=gae, scan=scan)
+
+
+def _varying_like(start, inputs):
+    """The loop's initial carry, varying over every manual axis its inputs vary over.
+
+    Inside ``jax.shard_map`` (context parallelism: ``gae_xp.distributed``) a
+    value that varies across the devices of an axis has another type than
+    one that does not, and ``lax.scan`` wants its carry's type unchanged by
+    a step; a carry started from constants would become varying.
+    """
+    import jax
+
+    if not hasattr(jax, "typeof") or not hasattr(jax.lax, "pcast"):
+        return start  # a JAX without these types
+
+    def axes(x):  # the axes x varies over: ``manual_axis_type.varying`` (JAX 0.10), ``vma`` before
+        kind = jax.typeof(x)
+        manual = getattr(kind, "manual_axis_type", None)
+        return frozenset(manual.varying if manual is not None else getattr(kind, "vma", ()))
+
+    varying = frozenset().union(*map(axes, jax.tree_util.tree_leaves(inputs)))
+    if not varying:
+        return start
+    return jax.tree_util.tree_map(
+        lambda s: s if not varying - axes(s) else jax.lax.pcast(s, tuple(sorted(varying - axes(s), key=str)),
+                                                               to="varying"), start)
 
 
 def _platform(array) -> str:

@@ -20,6 +20,8 @@ run registers    python tests/test_cuda_compile.py
 # beyond one device: packed sequences, context parallelism (4 gloo processes), Dask out of core and in memory
 run packed       env NUMBA_NUM_THREADS=1 python -m gae_xp.bench.scale packed
 run cp           python -m gae_xp.bench.scale cp
+run cp-packed    python -m gae_xp.bench.scale cp-packed
+run dask-graph   python -m gae_xp.bench.scale dask-graph
 run dask-ooc     python -m gae_xp.bench.scale dask-ooc --gib 4 --block-mib 64
 run dask-fits    python -m gae_xp.bench.scale dask-throughput
 # the default sweep, its plot, and the figures the bench quotes when numba is not installed (shipped in the package)

@@ -32,6 +32,11 @@ A piece that ends its sequence is ``close``d by whoever holds it: its own
 bootstrap and c = 0 go in, and its coefficients become 0, so nothing from
 its right crosses it.
 
+Decoupled lambda (``critic_lam``: the returns from ``gamma * critic_lam``)
+adds a second advantage chain over the same deltas, cuts and value chain:
+three more numbers per row and piece (``CRITIC_FIELDS``), joined like the
+first, so a summary of 8 numbers still crosses between pieces once.
+
 ``incoming`` solves both chains for all pieces at once with ``_scan.scan``
 over the pieces' axis (step 2 of the skeleton: context parallelism, after
 one all-gather of the summaries); ``link`` takes one step of them (Dask: one
@@ -56,18 +61,32 @@ from ._scan import cut_product, fold_boundary, neighbour, scan
 
 #: A piece's summary, in this order along the last axis.
 FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
+#: With a decoupled ``critic_lam`` the returns come from a second advantage chain over the same deltas and cuts
+#: (``gamma * critic_lam``): its (edge, on_bootstrap, product) follow ``FIELDS``, so such a summary has 8 numbers.
+CRITIC_FIELDS = ("critic_edge", "critic_on_bootstrap", "critic_product")
 
 
 def summarize(p: GaeProblem, solver, chunk_size: int | None = None):
-    """Each segment's summary as if nothing came after it: an array (..., n, 5) in the compute dtype.
+    """Each segment's summary as if nothing came after it: an array (..., n, 5) in the compute dtype, or
+    (..., n, 8) when the problem has a ``critic_lam`` (``CRITIC_FIELDS`` last).
 
     A backend with a ``summarize`` of its own (the numba kernel: one
     read-only pass) computes it; otherwise the summary is read off the
     backend's scan on three variants of the problem stacked on a new axis:
     the problem itself with b = c = 0, and zero rewards and values with
     b = 1, then c = 1 (the responses to unit inputs are the coefficients).
-    An empty segment's summary is the identity: (0, 1, 0, 0, 1).
+    An empty segment's summary is the identity: (0, 1, 0, 0, 1). The critic's
+    chain is summarised as the problem with ``lam = critic_lam`` (its value
+    chain is the same, so only its last three numbers are kept).
     """
+    if p.critic_lam is None:
+        return _summarize_chain(p, solver, chunk_size)
+    actor = _summarize_chain(p.replace(critic_lam=None), solver, chunk_size)
+    critic = _summarize_chain(p.replace(lam=p.critic_lam, critic_lam=None), solver, chunk_size)
+    return p.xp.concat([actor, critic[..., 2:]], axis=-1)
+
+
+def _summarize_chain(p: GaeProblem, solver, chunk_size):
     if solver.summarize is not None:
         return solver.summarize(p)
     return _summarize_on_scan(p, solver.scan, chunk_size)
@@ -106,47 +125,75 @@ def _summarize_on_scan(p: GaeProblem, solve, chunk_size):
     return xp.where(empty[:, None], identity, summary)
 
 
-def incoming(xp, summaries, bootstrap):
-    """(b, c), each (..., n): what enters every piece from its right, for pieces laid in time order.
+def chain_starts(width: int) -> range:
+    """Where each advantage chain's (edge, on_bootstrap, product) starts in a summary of ``width`` numbers."""
+    return range(2, width, 3)
 
-    ``summaries`` is (..., n, 5) (see ``FIELDS``); ``bootstrap`` (broadcastable
-    to (...,)) is the value after the last piece. Both chains are solved by
-    ``_scan.scan`` along the pieces' axis, exactly (a zero coefficient cuts).
-    A piece that ends a sequence is ``close``d first: nothing enters it.
+
+def incoming(xp, summaries, bootstrap):
+    """``(b, c)``, each (..., n): what enters every piece from its right, for pieces laid in time order; with
+    ``CRITIC_FIELDS`` in the summaries, ``(b, c, critic_c)``.
+
+    ``summaries`` is (..., n, 5) or (..., n, 8) (see ``FIELDS``); ``bootstrap``
+    (broadcastable to (...,)) is the value after the last piece. The chains
+    are solved by ``_scan.scan`` along the pieces' axis, exactly (a zero
+    coefficient cuts). A piece that ends a sequence is ``close``d first:
+    nothing enters it.
     """
-    value, on_value, edge, on_bootstrap, product = (summaries[..., j] for j in range(len(FIELDS)))
+    value, on_value = summaries[..., 0], summaries[..., 1]
     last = xp.broadcast_to(xp.asarray(bootstrap, dtype=value.dtype, device=device_of(value)), value.shape[:-1])
     last = xp.expand_dims(last, axis=-1)
     # z_k = value_k + on_value_k b_k with b_k = z_{k+1}: the value chain; b_{n-1} = bootstrap.
     z = scan(xp, fold_boundary(xp, value + xp.zeros_like(value), on_value, last, reverse=True), on_value,
              reverse=True)
     b = xp.concat([z[..., 1:], last], axis=-1)
-    # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: the advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
-    y = scan(xp, edge + cut_product(xp, on_bootstrap, b), product, reverse=True)
-    return b, neighbour(xp, y, reverse=True)
+    carries = []
+    for j in chain_starts(summaries.shape[-1]):
+        # y_k = edge_k + on_bootstrap_k b_k + product_k y_{k+1}: an advantage chain; c_k = y_{k+1}, c_{n-1} = 0.
+        edge, on_bootstrap, product = summaries[..., j], summaries[..., j + 1], summaries[..., j + 2]
+        y = scan(xp, edge + cut_product(xp, on_bootstrap, b), product, reverse=True)
+        carries.append(neighbour(xp, y, reverse=True))
+    return (b, *carries)
 
 
 def close(xp, summary, bootstrap):
-    """The summary (..., 5) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 in; nothing enters."""
-    value, on_value, edge, on_bootstrap, _ = (summary[..., j] for j in range(len(FIELDS)))
+    """The summary (..., 5 or 8) of a piece that ends its sequence: b = bootstrap (...,) and c = 0 in; nothing
+    enters."""
+    value, on_value = summary[..., 0], summary[..., 1]
     zero = xp.zeros_like(value)
-    return xp.stack([value + cut_product(xp, on_value, bootstrap), zero,
-                     edge + cut_product(xp, on_bootstrap, bootstrap), zero, zero], axis=-1)
+    fields = [value + cut_product(xp, on_value, bootstrap), zero]
+    for j in chain_starts(summary.shape[-1]):
+        fields += [summary[..., j] + cut_product(xp, summary[..., j + 1], bootstrap), zero, zero]
+    return xp.stack(fields, axis=-1)
 
 
-def link(xp, summary, b, c):
-    """(b, c) entering a piece, from the summary (..., 5) of the piece after it and the (b, c) entering that one."""
-    value, on_value, edge, on_bootstrap, product = (summary[..., j] for j in range(len(FIELDS)))
-    return value + cut_product(xp, on_value, b), edge + cut_product(xp, on_bootstrap, b) + cut_product(xp, product, c)
+def link(xp, summary, b, *carries):
+    """``(b, c)`` (or ``(b, c, critic_c)``) entering a piece, from the summary (..., 5 or 8) of the piece after it
+    and the numbers entering that one."""
+    value, on_value = summary[..., 0], summary[..., 1]
+    out = [value + cut_product(xp, on_value, b)]
+    for j, c in zip(chain_starts(summary.shape[-1]), carries):
+        edge, on_bootstrap, product = summary[..., j], summary[..., j + 1], summary[..., j + 2]
+        out.append(edge + cut_product(xp, on_bootstrap, b) + cut_product(xp, product, c))
+    return tuple(out)
 
 
-def finish(p: GaeProblem, solver, chunk_size):
+def finish(p: GaeProblem, solver, chunk_size, critic_carry=None):
     """(advantages, returns) of pieces whose b and c are known, as ``p.bootstrap`` and ``p.carry`` (..., n): the
-    backend's own gae once more. The backend must take segments and a carry (``Backend.segments``)."""
+    backend's own gae once more. The backend must take segments and a carry (``Backend.segments``).
+
+    With ``critic_lam`` the returns' chain has a carry of its own, ``critic_carry``
+    (..., n): two passes, the advantages with ``lam`` and the returns with
+    ``lam = critic_lam``, as ``estimators.solve_gae`` runs them.
+    """
     if not solver.segments:
         raise ValueError(f"backend {getattr(solver, 'name', solver)!r} cannot take an incoming carry: pieces are "
-                         "solved by a backend with segments (prepare(..., pieces=True) selects one)")
-    return solver.gae(p, chunk_size=chunk_size)
+                         "solved by a backend with segments (backends.solver(call, segments=True) selects one)")
+    if p.critic_lam is None:
+        return solver.gae(p, chunk_size=chunk_size)
+    advantages, _ = solver.gae(p.replace(critic_lam=None), chunk_size=chunk_size)
+    _, returns = solver.gae(p.replace(lam=p.critic_lam, critic_lam=None, carry=critic_carry), chunk_size=chunk_size)
+    return advantages, returns
 
 
 # --- the scan one level down (discounted_cumsum and the estimators' scans) ---------------------------------------
@@ -160,6 +207,9 @@ def scan_summary(xp, x, a, *, reverse: bool, solve, chunk_size=None):
     float or an array shaped like x.
     """
     length = x.shape[-1]
+    if length == 0:  # an empty piece (a Dask block of no steps) lets the carry through: (0, 1)
+        return xp.zeros(x.shape[:-1], dtype=x.dtype, device=device_of(x)), xp.ones(x.shape[:-1], dtype=x.dtype,
+                                                                                   device=device_of(x))
     y = solve(xp, x, a, reverse=reverse, chunk_size=chunk_size)
     edge = y[..., 0] if reverse else y[..., length - 1]
     if isinstance(a, float):
@@ -177,6 +227,8 @@ def scan_link(xp, edge, product, carry):
 
 def scan_finish(xp, x, a, carry, *, reverse: bool, solve, chunk_size=None):
     """The piece solved with the neighbour's carry (...,) entering through the step next to it."""
+    if x.shape[-1] == 0:
+        return x
     return solve(xp, fold_boundary(xp, x, a, carry[..., None], reverse=reverse), a, reverse=reverse,
                  chunk_size=chunk_size)
 

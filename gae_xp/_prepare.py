@@ -23,6 +23,7 @@ Conventions settled here, for every namespace:
 
 from __future__ import annotations
 
+import math
 import numbers
 import operator
 from typing import Any
@@ -260,6 +261,10 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
     """ValueError naming ``name`` unless it has ``anchor``'s shape."""
     if tuple(value.shape) != tuple(shape):
+        if any(isinstance(n, float) and math.isnan(n) for n in (*value.shape, *shape)):
+            raise ValueError(f"{name} and {anchor} have shapes {tuple(value.shape)} and {tuple(shape)} with unknown "
+                             "(NaN) chunk sizes, as after boolean indexing of a Dask array: call "
+                             ".compute_chunk_sizes() on both first")
         raise ValueError(f"{name} must have the shape of {anchor} {tuple(shape)}, got {tuple(value.shape)}")
 
 

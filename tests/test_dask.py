@@ -142,6 +142,79 @@ def test_estimators_equal_numpy(chunking):
         np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("fill_masked", [False, True])
+@pytest.mark.parametrize("chunking", ["60", "irregular with a 1-step block"])
+def test_decoupled_critic_lam_equals_numpy(chunking, fill_masked):
+    case = make_case(8, per_step_gamma=True)
+    want_a, want_r = gae_xp.gae(**case, critic_lam=1.0, fill_masked=fill_masked)
+    a, r = gae_xp.gae(**to_dask(case, CHUNKINGS[chunking]), critic_lam=1.0, fill_masked=fill_masked)
+    got_a, got_r = dask.compute(a, r, scheduler="synchronous")
+    np.testing.assert_allclose(got_a, want_a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got_r, want_r, rtol=0, atol=1e-12)
+    if not fill_masked:
+        np.testing.assert_allclose(got_r, gae_loop(**case, critic_lam=1.0)[1], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("blocks", [(10, 10, 0, 0), (0, 7, 0, 13), (0, 20)])
+def test_blocks_of_no_steps_let_everything_through(blocks):
+    """Time blocks of length 0 (boolean indexing, then compute_chunk_sizes()): every estimator as on NumPy."""
+    rng = np.random.default_rng(9)
+    shape = (2, 20)
+    r, v, nv, log_rhos = (rng.standard_normal(shape) for _ in range(4))
+    flags = {"mask": rng.random(shape) > 0.3, "terminated": rng.random(shape) < 0.1}
+    lazy = {name: da.from_array(x, chunks=(2, blocks)) for name, x in
+            {"r": r, "v": v, "nv": nv, "log_rhos": log_rhos, **flags}.items()}
+    lazy_flags = {name: lazy[name] for name in flags}
+    calls = {
+        "discounted_cumsum": (lambda m, x: m.discounted_cumsum(x["r"], 0.9),),
+        "discounted_cumsum forward": (lambda m, x: m.discounted_cumsum(x["r"], 0.9, reverse=False),),
+        "discounted_returns": (lambda m, x, f: m.discounted_returns(x["r"], gamma=0.9, **f),),
+        "lambda_returns": (lambda m, x, f: m.lambda_returns(x["r"], x["nv"], **f),),
+        "vtrace": (lambda m, x, f: m.vtrace(x["log_rhos"], x["r"], x["v"], **f),),
+        "gae": (lambda m, x, f: m.gae(x["r"], x["v"], **f),),
+        "gae critic_lam": (lambda m, x, f: m.gae(x["r"], x["v"], critic_lam=1.0, **f),),
+    }
+    eager = {"r": r, "v": v, "nv": nv, "log_rhos": log_rhos}
+    for name, (call,) in calls.items():
+        takes_flags = call.__code__.co_argcount == 3
+        want = call(gae_xp, eager, flags) if takes_flags else call(gae_xp, eager)
+        got = call(gae_xp, lazy, lazy_flags) if takes_flags else call(gae_xp, lazy)
+        want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+        for w, g in zip(want, dask.compute(*got, scheduler="synchronous")):
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-12, err_msg=name)
+
+
+def test_unknown_chunk_sizes_are_named():
+    rng = np.random.default_rng(10)
+    x = da.from_array(rng.random((2, 20)), chunks=(2, 5))
+    kept = x[:, x[0] > 0.3]  # chunk sizes unknown (NaN)
+    with pytest.raises(ValueError, match=r"unknown \(NaN\) chunk sizes.*compute_chunk_sizes\(\)"):
+        gae_xp.gae(kept, kept * 2)
+    eager = kept.compute()
+    # one array: nothing to compare, the graph runs as it is
+    np.testing.assert_allclose(gae_xp.gae(kept, kept)[0].compute(), gae_xp.gae(eager, eager)[0], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(gae_xp.discounted_cumsum(kept, 0.5).compute(), gae_xp.discounted_cumsum(eager, 0.5),
+                               rtol=0, atol=1e-12)
+    kept = kept.compute_chunk_sizes()
+    np.testing.assert_allclose(gae_xp.gae(kept, kept * 2)[0].compute(), gae_xp.gae(eager, eager * 2)[0], rtol=0,
+                               atol=1e-12)
+
+
+def test_each_stage_is_one_graph_layer():
+    """Building is linear in the blocks: the layers do not grow with them, the tasks grow by the same number per
+    block (a graph merged once per block made 4,000 blocks take 48 s to build)."""
+    def graph(blocks):
+        x = da.ones((2, 10 * blocks), chunks=(2, 10))
+        a, r = gae_xp.gae(x, x, mask=x > 0, critic_lam=1.0)
+        y = gae_xp.discounted_cumsum(x, 0.9)
+        return [(len(g.layers), len(dict(g))) for g in (a.__dask_graph__(), y.__dask_graph__())]
+
+    small, large, larger = graph(4), graph(40), graph(400)
+    for (layers_4, tasks_4), (layers_40, tasks_40), (layers_400, tasks_400) in zip(small, large, larger):
+        assert layers_4 == layers_40 == layers_400
+        assert tasks_400 - tasks_40 == 10 * (tasks_40 - tasks_4)
+
+
 def test_graph_grows_with_blocks_not_with_length():
     def tasks(length, chunk):
         x = da.ones((2, length), chunks=(2, chunk))
@@ -171,6 +244,8 @@ def test_packed_sequences_are_refused_on_dask():
     x = da.ones(10, chunks=5)
     with pytest.raises(ValueError, match="not supported on Dask"):
         gae_xp.gae(x, x, cu_seqlens=da.from_array(np.array([0, 4, 10])))
+    with pytest.raises(ValueError, match="not supported on Dask"):  # empty sequences too, host offsets too
+        gae_xp.gae(x, x, cu_seqlens=np.array([0, 0, 4, 4, 10]))
 
 
 def test_numpy_calls_do_not_import_dask():

@@ -102,3 +102,36 @@ def test_a_backend_without_a_carry_cannot_finish_a_piece():
     no_carry = type("NoCarry", (), {"name": "no-carry", "segments": False, "gae": backends.load("xp").gae})()
     with pytest.raises(ValueError, match="'no-carry' cannot take an incoming carry"):
         _pieces.finish(call.problem, no_carry, None)
+
+
+@pytest.mark.parametrize("backend", ROUTES)
+@pytest.mark.parametrize("fill_masked", [False, True])
+def test_the_critic_chain_joins_like_the_advantages(backend, fill_masked):
+    """With critic_lam a summary has 8 numbers (CRITIC_FIELDS last), and the returns' chain is joined (at once and
+    link by link) and finished like the advantages'."""
+    case = {**make_case("everything", np.random.default_rng(6)), "critic_lam": 1.0}
+    calls = pieces_of(case, fill_masked, backend)
+    summaries = np.concatenate([_pieces.summarize(problem, solver) for problem, solver in calls], axis=-2)
+    assert summaries.shape[-1] == len(_pieces.FIELDS) + len(_pieces.CRITIC_FIELDS)
+    bootstrap = calls[-1][0].bootstrap[..., 0]
+    b, c, critic = _pieces.incoming(np, summaries, bootstrap)
+    entering = (bootstrap, np.zeros_like(bootstrap), np.zeros_like(bootstrap))
+    for k in range(len(calls) - 2, -1, -1):
+        entering = _pieces.link(np, summaries[:, k + 1], *entering)
+        for got, want in zip(entering, (b, c, critic)):
+            np.testing.assert_allclose(got, want[:, k], rtol=0, atol=1e-12)
+    parts = [_pieces.finish(problem.replace(bootstrap=b[:, k:k + 1], carry=c[:, k:k + 1]), solver, None,
+                            critic[:, k:k + 1]) for k, (problem, solver) in enumerate(calls)]
+    want_a, want_r = gae_xp.gae(**case, fill_masked=fill_masked, backend="xp")
+    np.testing.assert_allclose(np.concatenate([p[0] for p in parts], -1), want_a, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate([p[1] for p in parts], -1), want_r, rtol=0, atol=1e-12)
+    closed = _pieces.close(np, summaries[:, 2], np.full(3, 5.0))
+    assert closed.shape == summaries[:, 2].shape and (closed[:, [1, 3, 4, 6, 7]] == 0).all()
+
+
+def test_an_empty_scan_piece_lets_the_carry_through():
+    solve = gae_xp.backends.load("xp").scan
+    edge, product = _pieces.scan_summary(np, np.zeros((2, 0)), np.zeros((2, 0)), reverse=True, solve=solve)
+    np.testing.assert_array_equal(edge, 0.0)
+    np.testing.assert_array_equal(product, 1.0)
+    assert _pieces.scan_finish(np, np.zeros((2, 0)), 0.5, np.ones(2), reverse=True, solve=solve).shape == (2, 0)

@@ -46,17 +46,22 @@ Deliberate differences from AReaL:
   checked with ``ShapeError`` (a ValueError and an AssertionError, as AReaL's
   asserts).
 * results equal up to rounding, not bitwise (a tree of sums, not a chain);
-  gamma/discount and lam must lie in [0, 1] (AReaL only asks lambda to be finite).
+  gamma/discount and lam must lie in [0, 1] (AReaL only asks lambda to be
+  finite) on the packed path and with a bool loss mask; a numeric loss
+  mask's blend takes them as given, as AReaL does.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import gae_xp
 from gae_xp._compat import array_namespace, device_of, is_array
-from gae_xp.adapters._util import ShapeError, float_dtype, no_grad, scan
+from gae_xp.adapters._util import Array, Coefficient, ShapeError, float_dtype, no_grad, scan
 
 
-def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
+def pygae1d_nolp_misalign(rewards: Array, values: Array, cu_seqlens: Array, bootstrap: Array, gamma: float,
+                          lam: float) -> tuple[Array, Array]:
     r"""(advantages, returns) of AReaL's packed GAE: [total] rewards, [total + N] values, N + 1 offsets.
 
     Within sequence i (tokens ``[o_i, o_{i+1})``, values ``[o_i + i, o_{i+1} + i + 1)``)::
@@ -128,10 +133,36 @@ def pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
         return gae_xp.gae(rewards, aligned, gamma=gamma, lam=lam, bootstrap_value=after, cu_seqlens=cu_seqlens)
 
 
-def cugae1d_nolp_misalign_func(rewards, values, cu_seqlens, truncate, gamma, lam):
-    """AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags.
+def cugae1d_nolp_misalign_func(rewards: Array, values: Array, cu_seqlens: Array, truncate: Array, gamma: float,
+                               lam: float) -> tuple[Array, Array]:
+    r"""AReaL's CUDA kernel's entry point: ``pygae1d_nolp_misalign`` with ``truncate`` as the bootstrap flags.
 
-    Parameters, returns and errors as ``pygae1d_nolp_misalign`` (``truncate``: bool, one flag per sequence).
+    The same recurrence, on any array library and device (the kernel selects with the flag, as this does).
+
+    Parameters
+    ----------
+    rewards : array, shape (total,)
+        Packed rewards of every sequence.
+    values : array, shape (total + N,)
+        Packed values, one extra slot (the value after the last token) per sequence.
+    cu_seqlens : integer array, shape (N + 1,)
+        Offsets into ``rewards``; a repeated offset is an empty sequence.
+    truncate : bool array, shape (N,)
+        AReaL's truncation flags: True bootstraps sequence i from its extra slot, False takes 0 after its end.
+    gamma, lam : float
+        In [0, 1].
+
+    Returns
+    -------
+    advantages, returns : arrays, shape (total,)
+        Of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError) as ``pygae1d_nolp_misalign``.
+    ValueError
+        For bad offsets, and gamma or lam outside [0, 1].
 
     Examples
     --------
@@ -145,7 +176,8 @@ def cugae1d_nolp_misalign_func(rewards, values, cu_seqlens, truncate, gamma, lam
     return pygae1d_nolp_misalign(rewards, values, cu_seqlens, truncate, gamma, lam)
 
 
-def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discount, gae_lambda):
+def compute_token_level_gae(rewards: Array, values: Array, loss_mask: Array, seq_no_eos_mask: Array, discount: float,
+                            gae_lambda: Coefficient) -> tuple[Array, Array]:
     r"""(advantages, returns) of AReaL's padded GAE block, for [bs, max_seqlen] arrays.
 
     For t = T-2 .. 0, with ``next = values[:, -1]`` for rows without EOS (else 0) before step T-2::
@@ -178,7 +210,7 @@ def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discoun
         (a ValueError and an AssertionError) for mismatched shapes, max_seqlen 0 or a lambda per row of the wrong
         length.
     ValueError
-        for discount or gae_lambda outside [0, 1].
+        for discount or gae_lambda outside [0, 1], with a bool ``loss_mask`` (a numeric one takes them unchecked).
 
     Examples
     --------
@@ -217,7 +249,7 @@ def compute_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discoun
         return advantages, advantages + v
 
 
-def _per_row(xp, gae_lambda, dtype, like):
+def _per_row(xp: Any, gae_lambda: Coefficient, dtype: Any, like: Array) -> Coefficient:
     """AReaL's lambda: a number, or one value per row ([bs]) as a column that broadcasts over time."""
     if not is_array(gae_lambda) or gae_lambda.ndim == 0:
         return gae_lambda
@@ -227,7 +259,7 @@ def _per_row(xp, gae_lambda, dtype, like):
     return xp.astype(gae_lambda, dtype)[:, None]
 
 
-def _blended(xp, r, v, m, bootstrap, gamma, lam):
+def _blended(xp: Any, r: Array, v: Array, m: Array, bootstrap: Array, gamma: float, lam: Coefficient) -> Array:
     """The loop's two recurrences for a numeric mask, every step blended by its mask value; bootstrap after the end."""
     if r.shape[1] == 0:
         return xp.zeros_like(r)

@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import gae_xp
 from gae_xp._compat import array_namespace
-from gae_xp.adapters._util import ShapeError, no_grad
+from gae_xp.adapters._util import Array, ShapeError, no_grad
 
 
-def compute_gae(rewards, values, dones, next_value, next_done, gamma=0.99, gae_lambda=0.95):
+def compute_gae(rewards: Array, values: Array, dones: Array, next_value: Array, next_done: Array, gamma: float = 0.99,
+                gae_lambda: float = 0.95) -> tuple[Array, Array]:
     r"""(advantages, returns) of CleanRL's loop, for time-major [num_steps, num_envs] arrays.
 
     ::
@@ -101,7 +102,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma=0.99, gae_l
                           bootstrap_value=xp.reshape(next_value, envs), axis=0)
 
 
-def normalize_advantages(mb_advantages):
+def normalize_advantages(mb_advantages: Array) -> Array:
     r"""CleanRL's ``norm_adv``: ``(mb_advantages - mean) / (std + 1e-8)``, std with Bessel's correction.
 
     Parameters

@@ -36,11 +36,59 @@ from __future__ import annotations
 
 import gae_xp
 from gae_xp._compat import array_namespace, device_of
-from gae_xp.adapters._util import float_dtype, no_grad
+from gae_xp.adapters._util import Array, float_dtype, no_grad
 
 
-def get_advantages_and_returns(values, rewards, action_mask, gamma, lambd):
-    """(advantages, returns) as OpenRLHF computes them, for [B, T] arrays or lists of [T_i] arrays."""
+def get_advantages_and_returns(values: Array | list[Array], rewards: Array | list[Array], action_mask: Array | None,
+                               gamma: float, lambd: float) -> tuple[Array, Array] | tuple[list[Array], list[Array]]:
+    r"""(advantages, returns) as OpenRLHF computes them, for [B, T] arrays or lists of [T_i] arrays.
+
+    With ``V = action_mask * values`` and ``r = action_mask * rewards`` (the mask's holes become zero-reward,
+    zero-value steps that still decay) and V after the last step 0::
+
+        delta_t = r_t + gamma V_{t+1} - V_t,   A_t = delta_t + gamma lambd A_{t+1},   returns = A + V
+
+    Parameters
+    ----------
+    values : array, shape (batch_size, response_size), or a list of arrays of shape (T_i,)
+        The critic's values of the action tokens; a list holds packed samples, one sequence each.
+    rewards : array or list of arrays
+        The per-token rewards, which may include OpenRLHF's KL penalty term; of ``values``' shape (or list).
+    action_mask : bool or numeric array, or None
+        OpenRLHF's action mask (1 for a generated token), multiplied into values and rewards; None for none.
+        With lists, the same mask is applied to every sample.
+    gamma : float
+        The discount factor, in [0, 1].
+    lambd : float
+        The GAE lambda, in [0, 1].
+
+    Returns
+    -------
+    advantages, returns : arrays of ``values``' shape, or lists of them
+        Of the inputs' library and device, in their floating dtype; ``returns = advantages + masked values``.
+
+    Raises
+    ------
+    ValueError
+        For gamma or lambd outside [0, 1], and values and rewards of different shapes (a mask that does not
+        broadcast to them raises the array library's own error, as in OpenRLHF).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.openrlhf import get_advantages_and_returns
+    >>> values, rewards = np.array([[0.5, 0.5, 0.5]]), np.array([[0.0, 1.0, 5.0]])
+    >>> advantages, returns = get_advantages_and_returns(values, rewards, np.array([[1.0, 1.0, 0.0]]), 1.0, 1.0)
+    >>> advantages.tolist(), returns.tolist()
+    ([[0.5, 0.5, 0.0]], [[1.0, 1.0, 0.0]])
+
+    Packed samples, one list entry each:
+
+    >>> advantages, _ = get_advantages_and_returns([np.array([0.5, 0.5]), np.array([1.0])],
+    ...                                            [np.array([0.0, 1.0]), np.array([2.0])], None, 1.0, 1.0)
+    >>> [a.tolist() for a in advantages]
+    [[0.5, 0.5], [1.0]]
+    """
     if isinstance(values, list):
         pairs = [get_advantages_and_returns(_unsqueeze(v), _unsqueeze(r), action_mask, gamma, lambd)
                  for v, r in zip(values, rewards)]
@@ -55,7 +103,8 @@ def get_advantages_and_returns(values, rewards, action_mask, gamma, lambd):
         return gae_xp.gae(rewards, values, gamma=gamma, lam=lambd)
 
 
-def normalize_advantages(advantages, action_mask, no_std_norm=False):
+def normalize_advantages(advantages: Array | list[Array], action_mask: Array | list[Array],
+                         no_std_norm: bool = False) -> Array | list[Array]:
     r"""OpenRLHF's normalisation of the experiences' advantages, together over their real tokens.
 
     ::
@@ -116,5 +165,5 @@ def normalize_advantages(advantages, action_mask, no_std_norm=False):
         return out if listed else out[0]
 
 
-def _unsqueeze(a):
+def _unsqueeze(a: Array) -> Array:
     return array_namespace(a).expand_dims(a, axis=0)

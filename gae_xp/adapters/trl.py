@@ -35,15 +35,18 @@ Deliberate differences from TRL:
 
 from __future__ import annotations
 
+from typing import Any
+
 import gae_xp
 from gae_xp._compat import array_namespace, device_of, values_are_readable
-from gae_xp.adapters._util import float_dtype, no_grad
+from gae_xp.adapters._util import Array, float_dtype, no_grad
 
 ZERO_SUM = ("The sum of the mask is zero, which can happen when `mini_batch_size=1`;"
             "try increase the `mini_batch_size` or `gradient_accumulation_steps`")
 
 
-def compute_advantages_and_returns(rewards, values, padding_mask, gamma=1.0, lam=0.95):
+def compute_advantages_and_returns(rewards: Array, values: Array, padding_mask: Array, gamma: float = 1.0,
+                                   lam: float = 0.95) -> tuple[Array, Array]:
     r"""(advantages, returns) of PPOTrainer's advantage block: the loop, then the advantages whitened and masked.
 
     ::
@@ -87,16 +90,17 @@ def compute_advantages_and_returns(rewards, values, padding_mask, gamma=1.0, lam
         return gae_xp.whiten(advantages, real, unbiased=True, eps=1e-8, masked_fill=0.0), returns
 
 
-def masked_mean(values, mask, axis=None):
+def masked_mean(values: Array, mask: Array, axis: int | None = None) -> Array:
     """TRL's ``masked_mean``: ``sum(values * mask, axis) / sum(mask, axis)``, masked entries left out.
 
     Parameters
     ----------
     values : array
+        The tensor to average.
     mask : bool or numeric array of ``values``' shape
         Weights (TRL multiplies by them); entries of weight 0 are left out with ``where``.
     axis : int or None
-        None: over every entry.
+        The axis to reduce; None: over every entry.
 
     Returns
     -------
@@ -116,10 +120,26 @@ def masked_mean(values, mask, axis=None):
     return xp.sum(xp.where(m != 0, values * m, zero), axis=axis) / xp.sum(m, axis=axis)
 
 
-def masked_var(values, mask, unbiased=True):
+def masked_var(values: Array, mask: Array, unbiased: bool = True) -> Array:
     """TRL's ``masked_var``: masked mean of the squared deviations, times ``n / (n - 1)`` when unbiased.
 
-    ``n = sum(mask)``. Parameters as ``masked_mean``; a 0-d array back.
+    ::
+
+        mean = masked_mean(values, mask),   var = masked_mean((values - mean)^2, mask) * n / (n - 1),   n = sum(mask)
+
+    Parameters
+    ----------
+    values : array
+        The tensor whose variance is taken, over every entry.
+    mask : bool or numeric array of ``values``' shape
+        Weights, as in ``masked_mean``.
+    unbiased : bool, default True
+        Apply Bessel's correction ``n / (n - 1)``.
+
+    Returns
+    -------
+    array
+        0-d, in ``values``' floating dtype.
 
     Raises
     ------
@@ -143,11 +163,25 @@ def masked_var(values, mask, unbiased=True):
     return variance * (total / (total - 1))
 
 
-def masked_whiten(values, mask, shift_mean=True):
+def masked_whiten(values: Array, mask: Array, shift_mean: bool = True) -> Array:
     """TRL's ``masked_whiten``: ``(values - mean) * rsqrt(var + 1e-8)``, unbiased var, mean kept if not shift_mean.
 
     Every entry is whitened, masked ones included, with the masked statistics (``gae_xp.whiten`` with the mask
     as weights, ``masked_fill=None``).
+
+    Parameters
+    ----------
+    values : array
+        The tensor to whiten.
+    mask : bool or numeric array of ``values``' shape
+        Weights, as in ``masked_mean``.
+    shift_mean : bool, default True
+        False adds the mean back (scale only), as TRL's ``shift_mean=False``.
+
+    Returns
+    -------
+    array
+        Shaped like ``values``, in its floating dtype.
 
     Raises
     ------
@@ -166,7 +200,7 @@ def masked_whiten(values, mask, shift_mean=True):
     return gae_xp.whiten(values, mask, unbiased=True, eps=1e-8, shift_mean=shift_mean, masked_fill=None)
 
 
-def _check_mask_sum(xp, mask):
+def _check_mask_sum(xp: Any, mask: Array) -> None:
     """TRL's masked_var raises for a mask summing to 0 (no real entry); read only where the values can be read."""
     if values_are_readable(mask) and not bool(xp.any(mask if xp.isdtype(mask.dtype, "bool") else mask != 0)):
         raise ValueError(ZERO_SUM)

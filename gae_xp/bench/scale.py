@@ -1,14 +1,20 @@
-"""``python -m gae_xp.bench.scale {packed,cp,dask-ooc,dask-throughput}``: GAE beyond one padded batch on one device.
+"""``python -m gae_xp.bench.scale {packed,cp,cp-packed,dask-ooc,dask-throughput,dask-graph}``: GAE beyond one padded
+batch on one device.
 
 * ``packed``: packed sequences (``cu_seqlens``) against one row of the same
   length and against the loops over sequences that packing users write;
 * ``cp``: context parallelism over ``torch.distributed`` (gloo, spawned
   processes): time per call and bytes sent per rank, ``gae_xp.distributed``
-  against gathering the sequence and running ``gae_xp.gae`` on every rank;
+  against gathering the sequence and running ``gae_xp.gae`` on every rank,
+  and whitening across ranks against gathering the entries;
+* ``cp-packed``: context parallelism over many packed sequences: the
+  Context's build and a call, both layouts;
 * ``dask-ooc``: rewards and values on disk, larger than memory, through the
   Dask backend block by block; wall time and peak resident memory;
 * ``dask-throughput``: a case that fits: NumPy in memory against the same
-  arrays as Dask arrays.
+  arrays as Dask arrays;
+* ``dask-graph``: the time to build (and to compute) the graph of ``gae()``
+  and ``discounted_cumsum`` against the number of blocks.
 
 Timings are medians over ``--repeat`` rounds, every case once per round,
 side by side in one process (in each process for ``cp``).
@@ -117,6 +123,7 @@ def _print_table(title, results, reference):
 
 
 def cp(options) -> dict:
+    """Spawn ``options.world`` gloo processes; each times the methods of its command side by side."""
     import multiprocessing
     import tempfile
 
@@ -139,15 +146,104 @@ def cp(options) -> dict:
                 report = payload
         for process in processes:
             process.join(timeout=30)
-    print(f"context parallelism: {options.world} processes (gloo, CPU), B={options.batch}, T={options.length}, "
-          f"float32; time per call: median over {options.repeat} rounds of the slowest rank; payload: the bytes a "
-          f"rank puts into the collectives; lo: bytes sent on the loopback interface per rank and call (all "
-          f"traffic of the machine's loopback, less that of the barriers around the window)")
+    shape = (f"B={options.batch}, T={options.length}" if options.command == "cp" else
+             f"B={options.batch}, {options.sequences} packed sequences, {options.length} tokens")
+    print(f"{options.command}: {options.world} processes (gloo, CPU), {shape}, float32; time per call: median over "
+          f"{options.repeat} rounds of the slowest rank; payload: the bytes a rank puts into the collectives; lo: "
+          f"bytes sent on the loopback interface per rank and call (all traffic of the machine's loopback, less that "
+          f"of the barriers around the window)")
     for method, row in report["methods"].items():
-        print(f"  {method:44s} {row['seconds'] * 1e3:10.2f} ms   payload per rank {row['payload_bytes']:>12,d} B"
+        print(f"  {method:58s} {row['seconds'] * 1e3:10.2f} ms   payload per rank {row['payload_bytes']:>12,d} B"
               f"   measured on lo per rank {row['lo_bytes_per_rank']:>14,.0f} B")
-    print(f"  max |difference| between the methods' advantages: {report['max_difference']:.3g}")
+    for name, value in report["checks"].items():
+        print(f"  {name}: {value:.3g}")
     return report
+
+
+def _cp_methods(options, rank, world):
+    """{name: (call, payload bytes per rank)} and {check: value} for this rank (imports torch)."""
+    import torch
+    import torch.distributed as dist
+
+    import gae_xp.distributed as context_parallel
+
+    batch, length = options["batch"], options["length"]
+    size = length // world
+    generator = torch.Generator().manual_seed(rank)
+    r = torch.randn(batch, size, generator=generator)
+    v = torch.randn(batch, size, generator=generator)
+
+    def context(**arguments):
+        """A Context on a group of its own: the exchange's capacity follows that method's payload alone."""
+        return context_parallel.Context(dist.new_group(list(range(world))), **arguments)
+
+    def sent(context):  # after a call: what its one all-gather carries per rank (header and summaries, float64)
+        return lambda: 8 * context.exchange().capacity
+
+    if options["command"] == "cp-packed":
+        rng = np.random.default_rng(0)
+        offsets = random_offsets(rng, options["sequences"], length)
+        halves = np.diff(random_offsets(rng, options["sequences"], length // (2 * world)))  # zigzag: 2W | lengths
+        zigzag_offsets = np.concatenate([[0], np.cumsum(2 * world * halves)])
+        contiguous = context(layout="contiguous", cu_seqlens=offsets)
+        zigzag = context(layout="zigzag", cu_seqlens=zigzag_offsets)
+        per_call = context_parallel.Context(dist.new_group(list(range(world))), cu_seqlens=offsets)
+        methods = {
+            "contiguous, Context built once": (lambda: context_parallel.gae(r, v, context=contiguous)[0],
+                                               sent(contiguous)),
+            "contiguous, Context built in the call": (
+                lambda: context_parallel.gae(r, v, context=context_parallel.Context(per_call.group,
+                                                                                    cu_seqlens=offsets))[0],
+                sent(per_call)),
+            "zigzag, Context built once": (lambda: context_parallel.gae(r, v, context=zigzag)[0], sent(zigzag)),
+            "Context built (contiguous, no call)": (lambda: context_parallel.Context(cu_seqlens=offsets), 0),
+        }
+        return methods, {}
+
+    def gather_then_gae():
+        # the sequence gathered onto every rank (one all-gather per array), gae() on all of it, own shard kept
+        full = []
+        for x in (r, v):
+            out = torch.empty(world * x.numel())
+            context_parallel.all_gather_flat(out, x.reshape(-1))
+            full.append(out.reshape(world, batch, size).permute(1, 0, 2).reshape(batch, length))
+        a, _ = gae_xp.gae(full[0], full[1])
+        return a[:, rank * size:(rank + 1) * size]
+
+    def allreduce_then_gae():
+        # slime: per sample, a zero-padded full-length buffer all-reduced (sum), then GAE on the whole sequence
+        full = [torch.zeros(batch, length), torch.zeros(batch, length)]
+        for out, x in zip(full, (r, v)):
+            for row in range(batch):
+                buffer = torch.zeros(length)
+                buffer[rank * size:(rank + 1) * size] = x[row]
+                dist.all_reduce(buffer)
+                out[row] = buffer
+        a, _ = gae_xp.gae(full[0], full[1])
+        return a[:, rank * size:(rank + 1) * size]
+
+    def gather_then_whiten():
+        out = torch.empty(world * r.numel())
+        context_parallel.all_gather_flat(out, r.reshape(-1))
+        return gae_xp.whiten(out)[rank * r.numel():(rank + 1) * r.numel()].reshape(r.shape)
+
+    contiguous, zigzag = context(layout="contiguous"), context(layout="zigzag")
+    methods = {
+        "gae_xp.distributed.gae (contiguous)": (lambda: context_parallel.gae(r, v, context=contiguous)[0],
+                                                sent(contiguous)),
+        "gae_xp.distributed.gae (zigzag)": (lambda: context_parallel.gae(r, v, context=zigzag)[0], sent(zigzag)),
+        "all-gather the sequence + gae() on every rank": (gather_then_gae, 2 * batch * size * 4),
+        "slime: all-reduce per sample + gae() on every rank": (allreduce_then_gae, 2 * batch * length * 4),
+        "gae_xp.distributed.whiten": (lambda: context_parallel.whiten(r), 8 * 8),
+        "all-gather the entries + gae_xp.whiten": (gather_then_whiten, batch * size * 4),
+    }
+    checks = {
+        "max |difference| between the CP methods' advantages": float(
+            (methods["gae_xp.distributed.gae (contiguous)"][0]() - gather_then_gae()).abs().max()),
+        "max |difference| between the whitening methods": float(
+            (context_parallel.whiten(r) - gather_then_whiten()).abs().max()),
+    }
+    return methods, checks
 
 
 def _cp_rank(rank, world, store, options, results):
@@ -164,56 +260,17 @@ def _cp_rank(rank, world, store, options, results):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=options["timeout"]))
-        batch, length = options["batch"], options["length"]
-        size = length // world
-        generator = torch.Generator().manual_seed(rank)
-        r = torch.randn(batch, size, generator=generator)
-        v = torch.randn(batch, size, generator=generator)
-
-        def gather_then_gae():
-            # the sequence gathered onto every rank (one all-gather per array), gae() on all of it, own shard kept
-            full = []
-            for x in (r, v):
-                out = torch.empty(world * x.numel())
-                context_parallel.all_gather_flat(out, x.reshape(-1))
-                full.append(out.reshape(world, batch, size).permute(1, 0, 2).reshape(batch, length))
-            a, _ = gae_xp.gae(full[0], full[1])
-            return a[:, rank * size:(rank + 1) * size]
-
-        def allreduce_then_gae():
-            # slime: per sample, a zero-padded full-length buffer all-reduced (sum), then GAE on the whole sequence
-            full = [torch.zeros(batch, length), torch.zeros(batch, length)]
-            for out, x in zip(full, (r, v)):
-                for row in range(batch):
-                    buffer = torch.zeros(length)
-                    buffer[rank * size:(rank + 1) * size] = x[row]
-                    dist.all_reduce(buffer)
-                    out[row] = buffer
-            a, _ = gae_xp.gae(full[0], full[1])
-            return a[:, rank * size:(rank + 1) * size]
-
-        methods = {
-            "gae_xp.distributed.gae (contiguous)": lambda: context_parallel.gae(r, v, layout="contiguous")[0],
-            "gae_xp.distributed.gae (zigzag)": lambda: context_parallel.gae(r, v, layout="zigzag")[0],
-            "all-gather the sequence + gae() on every rank": gather_then_gae,
-            "slime: all-reduce per sample + gae() on every rank": allreduce_then_gae,
-        }
-        payload = {
-            "gae_xp.distributed.gae (contiguous)": batch * 5 * 4,
-            "gae_xp.distributed.gae (zigzag)": batch * 2 * 5 * 4,
-            "all-gather the sequence + gae() on every rank": 2 * batch * size * 4,
-            "slime: all-reduce per sample + gae() on every rank": 2 * batch * length * 4,
-        }
-        difference = float((methods["gae_xp.distributed.gae (contiguous)"]() - gather_then_gae()).abs().max())
-        for call in methods.values():  # warm-up: compile, connect
+        methods, checks = _cp_methods(options, rank, world)
+        for call, _ in methods.values():  # warm-up: compile, connect, grow the exchange's capacity
             call()
         times = {name: [] for name in methods}
         for _ in range(options["repeat"]):
-            for name, call in methods.items():
+            for name, (call, _) in methods.items():
                 dist.barrier()
                 start = time.perf_counter()
                 call()
                 times[name].append(time.perf_counter() - start)
+
         def loopback_bytes(call, calls):
             """Bytes sent on the loopback interface by all ranks together while every rank calls ``call``."""
             dist.barrier()
@@ -226,14 +283,16 @@ def _cp_rank(rank, world, store, options, results):
 
         calls = 5
         barriers = statistics.median(loopback_bytes(lambda: None, calls) for _ in range(3))  # the window's own cost
-        lo = {name: (loopback_bytes(call, calls) - barriers) / calls / world for name, call in methods.items()}
+        lo = {name: (loopback_bytes(call, calls) - barriers) / calls / world for name, (call, _) in methods.items()}
         slowest = torch.tensor([[t for t in times[name]] for name in methods])
         everyone = torch.empty(world * slowest.numel(), dtype=slowest.dtype)
         context_parallel.all_gather_flat(everyone, slowest.reshape(-1))
         slowest = everyone.reshape(world, *slowest.shape).amax(dim=0)
-        report = {"world": world, "batch": batch, "length": length, "max_difference": difference, "methods": {
-            name: {"seconds": float(slowest[i].median()), "payload_bytes": payload[name],
-                   "lo_bytes_per_rank": lo[name]} for i, name in enumerate(methods)}}
+        report = {"world": world, "batch": options["batch"], "length": options["length"], "checks": checks,
+                  "methods": {name: {"seconds": float(slowest[i].median()),
+                                     "payload_bytes": payload() if callable(payload) else payload,
+                                     "lo_bytes_per_rank": lo[name]} for i, (name, (_, payload)) in
+                              enumerate(methods.items())}}
         dist.destroy_process_group()
         results.put((rank, report))
     except BaseException:
@@ -395,6 +454,37 @@ def dask_throughput(options) -> dict:
     return medians
 
 
+def dask_graph(options) -> dict:
+    """Seconds to build the graphs of gae() (dones and a mask) and discounted_cumsum, and to compute gae()'s, against
+    the number of time blocks."""
+    import dask
+    import dask.array as da
+
+    report = {}
+    for blocks in options.blocks:
+        rewards = da.ones((options.batch, blocks * options.block_steps), chunks=(options.batch, options.block_steps))
+        start = time.perf_counter()
+        advantages, returns = gae_xp.gae(rewards, rewards, mask=rewards > 0, terminated=rewards < 0)
+        built_gae = time.perf_counter() - start
+        start = time.perf_counter()
+        gae_xp.discounted_cumsum(rewards, 0.9)
+        built_scan = time.perf_counter() - start
+        start = time.perf_counter()
+        dask.compute(advantages, returns, scheduler="threads")
+        computed = time.perf_counter() - start
+        tasks = len(dict(advantages.__dask_graph__()))
+        report[blocks] = {"build_gae_seconds": built_gae, "build_cumsum_seconds": built_scan,
+                          "compute_gae_seconds": computed, "tasks": tasks}
+    print(f"dask graph: B={options.batch}, {options.block_steps} steps per block, float64; build = gae_xp.gae (dones, "
+          f"mask) or discounted_cumsum returning its lazy arrays; compute = gae()'s advantages and returns "
+          f"(threads scheduler)")
+    for blocks, row in report.items():
+        print(f"  {blocks:6d} blocks ({row['tasks']:6d} tasks): build gae {row['build_gae_seconds'] * 1e3:8.1f} ms, "
+              f"build discounted_cumsum {row['build_cumsum_seconds'] * 1e3:8.1f} ms, compute gae "
+              f"{row['compute_gae_seconds']:7.2f} s")
+    return report
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gae_xp.bench.scale", description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write the figures to this JSON file")
@@ -410,6 +500,13 @@ def main(argv=None) -> int:
     c.add_argument("--length", type=int, default=2**20)
     c.add_argument("--repeat", type=int, default=7)
     c.add_argument("--timeout", type=int, default=600)
+    k = commands.add_parser("cp-packed", help="context parallelism over many packed sequences, both layouts")
+    k.add_argument("--world", type=int, default=4)
+    k.add_argument("--batch", type=int, default=1)
+    k.add_argument("--length", type=int, default=2**17, help="tokens in all (every rank holds length / world)")
+    k.add_argument("--sequences", type=int, default=16384)
+    k.add_argument("--repeat", type=int, default=7)
+    k.add_argument("--timeout", type=int, default=600)
     o = commands.add_parser("dask-ooc", help="rewards and values on disk, larger than memory, through Dask")
     o.add_argument("--gib", type=float, default=4.0, help="size of each of rewards and values")
     o.add_argument("--block-mib", type=float, default=64.0)
@@ -423,8 +520,13 @@ def main(argv=None) -> int:
     t.add_argument("--block-mib", type=float, default=64.0)
     t.add_argument("--repeat", type=int, default=5)
     t.add_argument("--scheduler", default="threads")
+    g = commands.add_parser("dask-graph", help="building and computing the Dask graph against the number of blocks")
+    g.add_argument("--blocks", type=lambda text: [int(n) for n in text.split(",")], default=[400, 2400, 4000])
+    g.add_argument("--batch", type=int, default=2)
+    g.add_argument("--block-steps", type=int, default=16)
     options = parser.parse_args(argv)
-    run = {"packed": packed, "cp": cp, "dask-ooc": dask_ooc, "dask-throughput": dask_throughput}[options.command]
+    run = {"packed": packed, "cp": cp, "cp-packed": cp, "dask-ooc": dask_ooc, "dask-throughput": dask_throughput,
+           "dask-graph": dask_graph}[options.command]
     result = run(options)
     if options.json:
         with open(options.json, "w") as f:
