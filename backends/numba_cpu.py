@@ -143,7 +143,7 @@ def _like(result: np.ndarray, like):
 
 def _rows(a):
     """A (rows, T) view or copy of a (..., T) array."""
-    return np.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1]))
+    return a.reshape((math.prod(a.shape[:-1]), a.shape[-1]))  # the method: np.reshape's dispatch costs 0.3 us
 
 
 def _coefficient(value, dtype, shape):

@@ -1,6 +1,7 @@
 """``python -m gae_xp.bench.small_calls``: where the microseconds of a small ``gae()`` call go, stage by stage.
 
     python -m gae_xp.bench.small_calls [--B 8] [--T 128] [--cases constant,dones+mask] [--number 2000]
+    valgrind --tool=callgrind python -m gae_xp.bench.small_calls --calls N     (instructions, see below)
 
 Each stage of ``gae_xp.gae(rewards, values, ...)`` on NumPy arrays with
 ``backend="auto"`` is called on its own, ``--number`` times in a row, and
@@ -16,6 +17,13 @@ backend's own layout around its kernel, the kernel itself (called directly
 with the arguments the backend gives it), and the restoring of the
 caller's dtype and axis. docs/small-calls.md has the figures and what was
 cut.
+
+``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
+the first case, for an instruction count that no other work on the machine
+changes: the difference between ``valgrind --tool=callgrind`` runs with two
+values of N, divided by their difference, is the instructions per call (run
+each N twice: the first run under valgrind compiles the numba kernel for
+valgrind's CPU and caches it).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cases", default="constant,dones+mask")
     parser.add_argument("--number", type=int, default=2000, help="calls per batch")
     parser.add_argument("--repeat", type=int, default=7, help="batches; the best is kept")
+    parser.add_argument("--calls", type=int, default=None, help="only make this many calls (for valgrind)")
     return parser
 
 
@@ -123,6 +132,14 @@ def main(argv=None) -> int:
 
     from gae_xp.testing import make_case
 
+    if options.calls is not None:
+        import gae_xp
+
+        extra = {} if options.cases.split(",")[0] == "constant" else {"dones": 0.01, "holes": 0.2}
+        case = make_case(np.random.default_rng(0), (options.B, options.T), dtype=np.float32, **extra)
+        for _ in range(50 + options.calls):
+            gae_xp.gae(**case)
+        return 0
     print(f"NumPy, B={options.B}, T={options.T}, float32, backend='auto'; per call, the best of {options.repeat} "
           f"batches of {options.number} calls, CPU time of the calling thread (wall time for the whole call)\n")
     for case_name in [c for c in options.cases.split(",") if c]:
