@@ -148,7 +148,7 @@ def table(samples, targets, cases, cpu) -> list[dict]:
                     quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
                     rows.append({
                         "path": target, "case": "-" if case == COPY else case, "threads": threads, "load": load,
-                        "time": f"{median[key] * 1e3:.2f} ms",
+                        "time": f"{median[key] * 1e3:.3g} ms",
                         "spread": f"±{(quartiles[2] - quartiles[0]) / 2 / median[key]:.0%}",
                         "x copy floor": f"{median[key] / median[(COPY, COPY, threads, load)]:.1f}",
                         "vs 1 thread": f"{median[key] / median[(target, case, '1', load)]:.2f}",
