@@ -18,6 +18,8 @@ import importlib
 import threading
 from typing import Any, Callable, Protocol
 
+import numpy as np
+
 from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, is_torch_namespace, values_are_readable
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
@@ -191,4 +193,7 @@ def is_single_threaded() -> bool:
 def _kind(xp, arrays):
     """What auto's choice depends on: the namespace, the arrays' types, the first one's device (tensors that record
     autograd history never get here: ``select`` routes them first)."""
-    return xp, tuple(type(a) for a in arrays), str(device_of(arrays[0]))
+    types = tuple(map(type, arrays))
+    if all(kind is np.ndarray for kind in types):  # the common case: NumPy arrays live on the CPU
+        return xp, types
+    return xp, types, str(device_of(arrays[0]))

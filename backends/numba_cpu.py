@@ -158,7 +158,7 @@ def _like(result: np.ndarray, like):
 
 def _rows(a):
     """A (rows, T) view or copy of a (..., T) array."""
-    return a if a.ndim == 2 else np.reshape(a, (math.prod(a.shape[:-1]), a.shape[-1]))
+    return a if a.ndim == 2 else a.reshape((math.prod(a.shape[:-1]), a.shape[-1]))  # np.reshape's dispatch: 0.3 us
 
 
 def _steps(p, shape) -> tuple:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gae_xp._compat import calling_thread_only
 from gae_xp._recurrences import gae_on_scan
 from gae_xp._scan import scan
 
@@ -17,10 +18,12 @@ class ArrayAPIBackend:
         return None
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
-        return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+        with calling_thread_only(x):
+            return scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
 
     def gae(self, problem, *, chunk_size):
-        return gae_on_scan(problem, chunk_size=chunk_size, solve=self.scan)
+        with calling_thread_only(problem.rewards):
+            return gae_on_scan(problem, chunk_size=chunk_size, solve=self.scan)
 
 
 BACKEND = ArrayAPIBackend()

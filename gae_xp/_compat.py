@@ -7,6 +7,7 @@ have one answer.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import sys
@@ -29,7 +30,8 @@ from array_api_compat import device as device_of
 
 __all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
            "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "is_torch_namespace", "add_at",
-           "known_finite", "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
+           "known_finite", "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu",
+           "calling_thread_only"]
 
 
 def is_array(value) -> bool:
@@ -133,3 +135,44 @@ def add_at(x, index, y):
         x = x.clone()
     x[index] += y
     return x
+
+
+def calling_thread_only(x):
+    """A context in which PyTorch runs its operators on the calling thread alone, for an eager CPU tensor x.
+
+    PyTorch hands every elementwise operator of more than 32768 elements and
+    every matmul to its intra-op thread pool. The generic path runs hundreds
+    of such operators of a few microseconds to a millisecond each; when a
+    core is taken by other work, each hand-off waits for a pool thread that is
+    not running, and the pool's threads spin between operators: 2-15x slower
+    than one thread on a shared 2-core machine (``python -m gae_xp.bench.load``).
+    Within the context the calling thread's pool has one thread (restored
+    after); other threads keep their own settings (PyTorch keeps the count per
+    thread), and results do not depend on it. Nothing changes for other
+    libraries (NumPy's operators are single-threaded, and its matmuls are
+    sized for one thread: ``gae_xp._scan.kernel_product``), for tensors on
+    other devices, or while ``torch.compile`` traces.
+    """
+    if not is_torch_array(x) or x.device.type != "cpu":
+        return contextlib.nullcontext()
+    torch = sys.modules["torch"]
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _OneTorchThread(torch)
+
+
+class _OneTorchThread:
+    __slots__ = ("torch", "before")
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __enter__(self):
+        self.before = self.torch.get_num_threads()
+        if self.before != 1:
+            self.torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        if self.before != 1:
+            self.torch.set_num_threads(self.before)
+        return False

@@ -214,10 +214,10 @@ def one_boundary(bootstrap_value, next_values) -> None:
 def namespace_of(arrays: dict[str, Any]):
     """The array namespace shared by the named arrays (the arguments that are arrays); TypeError naming the odd
     one out."""
+    if all(type(value) is np.ndarray for value in arrays.values()):
+        return _numpy_namespace()  # the common case (arrays, none a MaskedArray), without array_namespace's tour
     for name, value in arrays.items():
         require_array(name, value)
-    if all(type(value) is np.ndarray for value in arrays.values()):
-        return _numpy_namespace()  # the common case, without array_namespace's tour of the libraries
     try:
         return array_namespace(*arrays.values())
     except TypeError:
@@ -255,7 +255,7 @@ def check_same_device(arrays: dict[str, Any], anchor: str) -> None:
 
 
 def check_axis(axis, ndim: int, name: str = "rewards") -> int:
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+    if type(axis) is not int and (isinstance(axis, bool) or not isinstance(axis, numbers.Integral)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
     if ndim == 0:
         raise ValueError(f"{name} must have at least one dimension (time)")
@@ -338,7 +338,7 @@ def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
 def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[float, float]):
     """A discount-like argument within ``bounds``: a Python float, or an array broadcast to ``shape``, time last."""
     low, high = bounds
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if type(value) is float or isinstance(value, numbers.Real) and not isinstance(value, bool):
         value = float(value)
         if not low <= value <= high:  # NaN fails too
             raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")
@@ -364,7 +364,9 @@ def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | 
     (``segments`` = their count), one value per sequence: then ``value``
     broadcasts to the batch shape plus a trailing axis of ``segments``.
     """
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if type(value) is float or isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if type(like) is np.ndarray:  # the common case, without array-api-compat's device checks
+            return np.full((*batch_shape, segments or 1), float(value), dtype=dtype)
         return xp.full((*batch_shape, segments or 1), float(value), dtype=dtype, device=device_of(like))
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
@@ -473,12 +475,13 @@ def flag(xp, name: str, value, shape, axis: int):
     """
     require_array(name, value)
     same_shape(name, value, shape)
-    if not xp.isdtype(value.dtype, "bool"):
+    if value.dtype != xp.bool and not xp.isdtype(value.dtype, "bool"):  # the first test spares isdtype's lookups
         raise TypeError(f"{name} must have dtype bool ({_FLAG_MEANINGS[name]}), got {value.dtype}: convert it "
                         f"with {name} != 0 if that is what it means")
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)
 
 
 def time_last(xp, value, dtype, axis: int):
-    value = xp.astype(value, dtype, copy=False)
+    if value.dtype != dtype:  # astype(copy=False) would return value itself, after array-api-compat's checks
+        value = xp.astype(value, dtype, copy=False)
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)

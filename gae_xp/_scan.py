@@ -7,22 +7,22 @@ It solves the first-order linear recurrence along the last axis
 
 (a boundary value is folded into x by the caller). A zero coefficient cuts
 the trace exactly: where ``a_t = 0``, ``y_t = x_t`` even if the neighbour is
-NaN or inf. With T steps cut into n pieces of C steps:
+NaN or inf. With T steps cut into n chunks of C steps:
 
-0. **pieces**: x zero-padded to n C steps and viewed piece by piece;
-1. **local scan** in every piece at once, as if nothing came into it; a
-   piece's summary is its solution at its far edge ``e_c`` (the step the
+0. **chunks**: x zero-padded to n C steps and viewed chunk by chunk;
+1. **local scan** in every chunk at once, as if nothing came into it; a
+   chunk's summary is its solution at its far edge ``e_c`` (the step the
    recurrence leaves it by) and the product of its coefficients ``P_c``;
-2. **carry** between pieces: ``carry_c = e_c + P_c carry_{c+-1}``, the same
+2. **carry** between chunks: ``carry_c = e_c + P_c carry_{c+-1}``, the same
    recurrence on n steps, solved by this scan one level up (so the number of
    array operations is O(log_C T) and ``jax.jit`` traces a short program).
    ``chunk_scan`` takes the step as a parameter; pieces that live apart
    (ranks, Dask blocks: ``gae_xp._pieces``) solve their carries with this
    scan over the pieces, and the fused CUDA kernels do all three steps in
    three launches;
-3. **fix-up**: the carry of the neighbouring piece enters every step,
+3. **fix-up**: the carry of the neighbouring chunk enters every step,
    ``y_t += D_t carry_{c+-1}`` with ``D_t`` the product of the coefficients
-   from t to the piece's edge (on the exact route a product of nonzero
+   from t to the chunk's edge (on the exact route a product of nonzero
    coefficients that underflows is kept at the smallest normal number, so
    that only a true zero cuts).
 
@@ -33,20 +33,24 @@ Two local scans:
   the exact w and then rounded (so no entry carries a power of w's rounding
   error). Step 1 is one matrix-vector product with the kernel's edge column.
   Step 3 lets the neighbour's carry *enter through the step next to it*
-  (``x_entry += w carry``) and then one matmul ``y = pieces @ K`` gives the
-  final values: O(T C) work, O(T + C^2) memory;
-* **time-varying coefficient** (an array), on pieces laid out as
-  (..., C, n), so that step j of every piece is one contiguous row: in host
+  (``x_entry += w carry``) and then one matmul ``y = chunks @ K`` gives the
+  final values: O(T C) work, O(T + C^2) memory. NumPy hands each product to
+  BLAS in blocks of at most ``BLAS_BLOCK`` elements (``kernel_product``),
+  too small for BLAS to wake its thread pool: the pool's threads stall
+  behind a busy core and spin after the call, which made the generic path
+  up to 10x slower on a shared machine, and every NumPy operation after it;
+* **time-varying coefficient** (an array), on chunks laid out as
+  (..., C, n), so that step j of every chunk is one contiguous row: in host
   memory, a sequential scan, C - 1 row operations ``y_j = x_j + a_j y_{j+-1}``
   and ``D_j = a_j D_{j+-1}`` (O(T) work, the fewest passes over memory;
-  written into the pieces' own arrays where a slice writes through, NumPy
+  written into the chunks' own arrays where a slice writes through, NumPy
   and PyTorch without autograd history, so no full-size temporaries); on
   an accelerator, a doubling (Hillis-Steele) scan of ceil(log2 C) whole-array
   steps (O(T log C) work, but a handful of kernel launches per level where the
   sequential scan would launch C).
 
 Non-finite values. A matmul multiplies the kernel's zeros with every entry of
-a piece, and ``0 * inf`` is NaN, so non-finite values must not meet it. When x
+a chunk, and ``0 * inf`` is NaN, so non-finite values must not meet it. When x
 is known to be finite (one reduction, on arrays in host memory whose values
 can be read now) the routes run as above. Otherwise (a NaN or inf in x, or
 values that cannot be read: ``jax.jit``, ``torch.compile``, GPU arrays, where
@@ -68,21 +72,30 @@ from typing import Callable
 import numpy as np
 
 from . import _compat
-from ._compat import add_at, device_of, is_jax_array, is_torch_array, known_finite, values_are_readable
+from ._compat import (
+    add_at,
+    device_of,
+    is_jax_array,
+    is_numpy_array,
+    is_torch_array,
+    known_finite,
+    owned_copy,
+    values_are_readable,
+)
 
-#: Default piece lengths of the two local scans; see ``choose_chunk_size``.
+#: Default chunk lengths of the two local scans; see ``choose_chunk_size``.
 MATMUL_CHUNK = 32
 SEQUENTIAL_CHUNK = 16
 #: The widest constant kernel: one dot product of C terms rounds C times, and from C = 64 on that adds up to more
 #: float32 error than the serial loop makes (gamma .99, lam .95, T = 131072: tests/conformance/float32_accuracy.py).
 MATMUL_WIDEST = 32
 
-#: ``carry(edges, products) -> carries``: step 2 of the scan, for the pieces' summaries laid along the last axis.
+#: ``carry(edges, products) -> carries``: step 2 of the scan, for the chunks' summaries laid along the last axis.
 Carry = Callable[[object, object], object]
 
 
 def choose_chunk_size(length: int, constant: bool, requested: int | None = None) -> int:
-    """Piece length C: ``requested`` (or the default when None), never more than T (a short sequence is one piece).
+    """Chunk length C: ``requested`` (or the default when None), never more than T (a short sequence is one chunk).
 
     * constant coefficient: the work is T C multiply-adds in a skinny
       matmul that runs below BLAS peak, so C is small: 32 by default, and a
@@ -145,7 +158,7 @@ def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
         local = InPlaceSequentialLocal(xp, reverse, exact=not finite)
     else:
         local = SequentialLocal(xp, reverse, exact=not finite)
-    def carry(edges, products):  # step 2: the same recurrence on the pieces' summaries, one level up
+    def carry(edges, products):  # step 2: the same recurrence on the chunks' summaries, one level up
         return _solve(xp, edges, products, reverse, max(size, 2), finite=finite)
 
     return chunk_scan(xp, x, a, size, local, carry)
@@ -154,21 +167,22 @@ def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
 def chunk_scan(xp, x, a, size: int, local, carry: Carry):
     """Steps 0-3 of the module docstring, with ``local`` the local scan and ``carry`` step 2."""
     length = x.shape[-1]
-    pieces = local.split(x, a, size)                        # 0. pieces
-    if pieces.count == 1:
-        return local.solve_alone(pieces, length)
-    edges, products = local.summarize(pieces)               # 1. local scan: each piece's summary
-    carries = carry(edges, products)                        # 2. carry between pieces
-    return local.fix_up(pieces, neighbour(xp, carries, local.reverse), length)  # 3. fix-up
+    chunked = local.split(x, a, size)                       # 0. chunks
+    if chunked.count == 1:
+        return local.solve_alone(chunked, length)
+    edges, products = local.summarize(chunked)              # 1. local scan: each chunk's summary
+    carries = carry(edges, products)                        # 2. carry between chunks
+    return local.fix_up(chunked, neighbour(xp, carries, local.reverse), length)  # 3. fix-up
 
 
-class Pieces:
-    """The chunked layout a local scan works on: its arrays, the number of pieces n and their length C."""
+class Chunks:
+    """The chunked layout a local scan works on: its arrays, the number of chunks n and their length C, and x's
+    chunks in time order (``origin``, (..., n, C)) where the layout is a copy of them."""
 
-    __slots__ = ("x", "a", "count", "size", "state")
+    __slots__ = ("x", "a", "count", "size", "state", "origin")
 
-    def __init__(self, x, a, count: int, size: int):
-        self.x, self.a, self.count, self.size, self.state = x, a, count, size, None
+    def __init__(self, x, a, count: int, size: int, origin=None):
+        self.x, self.a, self.count, self.size, self.state, self.origin = x, a, count, size, None, origin
 
 
 class MatmulLocal:
@@ -178,26 +192,27 @@ class MatmulLocal:
         self.xp, self.w, self.reverse = xp, w, reverse
 
     def split(self, x, a, size):
-        chunks, count = to_pieces(self.xp, x, size)
-        return Pieces(chunks, None, count, size)
+        chunks, count = to_chunks(self.xp, x, size)
+        return Chunks(chunks, None, count, size)
 
-    def solve_alone(self, pieces, length):
-        xp, x = self.xp, pieces.x
-        return xp.reshape(x, x.shape[:-2] + (length,)) @ self._kernel(length, x)
+    def solve_alone(self, chunked, length):
+        xp, x = self.xp, chunked.x
+        flat = xp.reshape(x, (-1, length))
+        return xp.reshape(kernel_product(xp, flat, self._kernel(length, x)), x.shape[:-2] + (length,))
 
-    def summarize(self, pieces):
-        xp, chunks, size = self.xp, pieces.x, pieces.size
+    def summarize(self, chunked):
+        xp, chunks, size = self.xp, chunked.x, chunked.size
         edge = 0 if self.reverse else size - 1
-        flat = xp.reshape(chunks, (-1, size)) @ self._kernel(size, chunks)[:, edge]
+        flat = kernel_product(xp, xp.reshape(chunks, (-1, size)), self._kernel(size, chunks)[:, edge])
         return xp.reshape(flat, chunks.shape[:-1]), self.w ** size
 
-    def fix_up(self, pieces, incoming, length):
-        xp, chunks, size = self.xp, pieces.x, pieces.size
-        # The neighbouring piece's carry enters through the step next to it: x_entry += w * carry.
+    def fix_up(self, chunked, incoming, length):
+        xp, chunks, size = self.xp, chunked.x, chunked.size
+        # The neighbouring chunk's carry enters through the step next to it: x_entry += w * carry.
         entry = size - 1 if self.reverse else 0
         chunks = add_at(chunks, (..., slice(entry, entry + 1)), self.w * incoming[..., None])
-        solved = xp.reshape(xp.reshape(chunks, (-1, size)) @ self._kernel(size, chunks), chunks.shape)
-        return from_pieces(xp, solved, length)
+        solved = kernel_product(xp, xp.reshape(chunks, (-1, size)), self._kernel(size, chunks))
+        return from_chunks(xp, xp.reshape(solved, chunks.shape), length)
 
     def _kernel(self, size, like):
         return kernel(self.xp, self.w, size, self.reverse, like)
@@ -211,25 +226,25 @@ class _RowsLocal:
 
     def split(self, x, a, size):
         xp = self.xp
-        x_chunks, count = to_pieces(xp, x, size)
-        a_chunks, _ = to_pieces(xp, a, size)
-        return Pieces(_rows_major(xp, x_chunks), _rows_major(xp, a_chunks), count, size)
+        x_chunks, count = to_chunks(xp, x, size)
+        a_chunks, _ = to_chunks(xp, a, size)
+        return Chunks(_rows_major(xp, x_chunks), _rows_major(xp, a_chunks), count, size, origin=x_chunks)
 
-    def solve_alone(self, pieces, length):
-        return self._join(self.local(pieces)[0], length)
+    def solve_alone(self, chunked, length):
+        return self._join(chunked, self.local(chunked)[0], length)
 
-    def summarize(self, pieces):
-        pieces.state = solved, decay = self.local(pieces)
-        edge = 0 if self.reverse else pieces.size - 1
+    def summarize(self, chunked):
+        chunked.state = solved, decay = self.local(chunked)
+        edge = 0 if self.reverse else chunked.size - 1
         return solved[..., edge, :], decay[..., edge, :]
 
-    def fix_up(self, pieces, incoming, length):
-        solved, decay = pieces.state
-        return self._join(self._carried(solved, decay, incoming[..., None, :]), length)
+    def fix_up(self, chunked, incoming, length):
+        solved, decay = chunked.state
+        return self._join(chunked, self._carried(solved, decay, incoming[..., None, :]), length)
 
-    def local(self, pieces):
+    def local(self, chunked):
         """(y, D) on the (..., C, n) layout: the local solution, and the product of the coefficients from each
-        step to the piece's edge (the step the recurrence leaves it by)."""
+        step to the chunk's edge (the step the recurrence leaves it by)."""
         raise NotImplementedError
 
     def _product(self, a, b):
@@ -239,35 +254,36 @@ class _RowsLocal:
         """y + coefficient * incoming, with a zero coefficient cutting exactly when ``exact``."""
         return y + (cut_product(self.xp, coefficient, incoming) if self.exact else coefficient * incoming)
 
-    def _join(self, solved, length):
-        return from_pieces(self.xp, _rows_major(self.xp, solved), length)
+    def _join(self, chunked, solved, length):
+        """The solution on the (..., C, n) layout back in time order, (..., T)."""
+        return from_chunks(self.xp, _rows_major(self.xp, solved), length)
 
 
 class SequentialLocal(_RowsLocal):
     """Time-varying coefficients on a CPU: C - 1 row operations, ``y_j = x_j + a_j y_{j+-1}``, each on a
-    contiguous row of every piece at once. O(T) work: the fewest passes over memory."""
+    contiguous row of every chunk at once. O(T) work: the fewest passes over memory."""
 
-    def local(self, pieces):
-        rows, decay = self._rows(pieces)
+    def local(self, chunked):
+        rows, decay = self._rows(chunked)
         # Stacked as they lie, (..., C, n): contiguous writes.
         return self.xp.stack(rows, axis=-2), self.xp.stack(decay, axis=-2)
 
-    def summarize(self, pieces):
-        pieces.state = rows, decay = self._rows(pieces)
-        edge = 0 if self.reverse else pieces.size - 1
+    def summarize(self, chunked):
+        chunked.state = rows, decay = self._rows(chunked)
+        edge = 0 if self.reverse else chunked.size - 1
         return rows[edge], decay[edge]
 
-    def fix_up(self, pieces, incoming, length):
+    def fix_up(self, chunked, incoming, length):
         # Row by row, stacked once at the end: under jax.jit, XLA fuses these row operations, where a fix-up of
         # the stacked rows made the compiled scan 10x slower on a CPU (53 ms against 5 ms, B=8, T=131072).
-        rows, decay = pieces.state
+        rows, decay = chunked.state
         solved = self.xp.stack([self._carried(y, d, incoming) for y, d in zip(rows, decay)], axis=-2)
-        return self._join(solved, length)
+        return self._join(chunked, solved, length)
 
-    def _rows(self, pieces):
+    def _rows(self, chunked):
         """(y_j, D_j) per row j, as lists: the local solution and the product of the coefficients from j to the
-        piece's edge."""
-        x, a, size = pieces.x, pieces.a, pieces.size
+        chunk's edge."""
+        x, a, size = chunked.x, chunked.a, chunked.size
         order = range(size - 1, -1, -1) if self.reverse else range(size)
         rows, decay = [None] * size, [None] * size
         previous = None
@@ -282,12 +298,17 @@ class SequentialLocal(_RowsLocal):
 
 
 class InPlaceSequentialLocal(_RowsLocal):
-    """The sequential local scan written into the pieces' own arrays (this package's copies), for libraries whose
+    """The sequential local scan written into the chunks' own arrays (this package's copies), for libraries whose
     arrays can be written (NumPy, PyTorch without autograd history): no full-size temporaries, whose fresh pages
-    cost more than the arithmetic on a CPU."""
+    cost more than the arithmetic on a CPU (a page fault for every 4 KiB of each), and the solution written back
+    in time order into x's own memory."""
 
-    def local(self, pieces):
-        x, a, size = pieces.x, pieces.a, pieces.size
+    def summarize(self, chunked):
+        edges, products = super().summarize(chunked)
+        return owned_copy(self.xp, edges), products  # the carries' scan takes its x over: not the solution's row
+
+    def local(self, chunked):
+        x, a, size = chunked.x, chunked.a, chunked.size
         order = range(size - 1, -1, -1) if self.reverse else range(size)
         previous = None
         for j in order:
@@ -302,15 +323,19 @@ class InPlaceSequentialLocal(_RowsLocal):
             previous = j
         return x, a
 
-    def fix_up(self, pieces, incoming, length):
-        solved, decay = pieces.state
+    def fix_up(self, chunked, incoming, length):
+        solved, decay = chunked.state
         incoming = incoming[..., None, :]
         if self.exact:
             solved += cut_product(self.xp, decay, incoming)
         else:
             decay *= incoming
             solved += decay
-        return self._join(solved, length)
+        return self._join(chunked, solved, length)
+
+    def _join(self, chunked, solved, length):
+        chunked.origin[...] = self.xp.matrix_transpose(solved)
+        return from_chunks(self.xp, chunked.origin, length)
 
 
 class DoublingLocal(_RowsLocal):
@@ -318,8 +343,8 @@ class DoublingLocal(_RowsLocal):
     steps ``b_t += a_t b_{t+-k}; a_t *= a_{t+-k}``. O(T log C) work but a handful of launches per level, where
     the sequential scan's C row operations would each be a kernel launch."""
 
-    def local(self, pieces):
-        xp, b, a, size = self.xp, pieces.x, pieces.a, pieces.size
+    def local(self, chunked):
+        xp, b, a, size = self.xp, chunked.x, chunked.a, chunked.size
         shift = 1
         while shift < size:
             keep = size - shift
@@ -335,14 +360,14 @@ class DoublingLocal(_RowsLocal):
 
 
 def _rows_major(xp, chunks):
-    """A contiguous copy of ``chunks`` with its last two axes swapped: (..., n, C) pieces become (..., C, n), so
-    that step j of every piece is one contiguous row (and back)."""
+    """A contiguous copy of ``chunks`` with its last two axes swapped: (..., n, C) chunks become (..., C, n), so
+    that step j of every chunk is one contiguous row (and back)."""
     moved = xp.matrix_transpose(chunks)
     return xp.reshape(moved, moved.shape, copy=True)
 
 
-def to_pieces(xp, x, size: int):
-    """(pieces, n): the last axis zero-padded to a multiple of ``size`` and viewed as (..., n, size)."""
+def to_chunks(xp, x, size: int):
+    """(chunks, n): the last axis zero-padded to a multiple of ``size`` and viewed as (..., n, size)."""
     length = x.shape[-1]
     count = math.ceil(length / size)
     pad = count * size - length
@@ -352,10 +377,39 @@ def to_pieces(xp, x, size: int):
     return xp.reshape(x, (*x.shape[:-1], count, size)), count
 
 
-def from_pieces(xp, chunks, length: int):
-    """The (..., n, C) pieces back as (..., T), padding dropped."""
+def from_chunks(xp, chunks, length: int):
+    """The (..., n, C) chunks back as (..., T), padding dropped."""
     flat = xp.reshape(chunks, (*chunks.shape[:-2], chunks.shape[-2] * chunks.shape[-1]))
     return flat[..., :length]
+
+
+#: The most elements of one BLAS call in ``kernel_product``: 8192 x C x C multiply-adds (C <= 32) stay below every
+#: BLAS's threshold for threads (OpenBLAS: M N K <= 2^18 for a matrix product, M N < 9216 for a matrix-vector one).
+BLAS_BLOCK = 8192
+
+
+def kernel_product(xp, rows, matrix):
+    """``rows @ matrix`` for (M, C) rows and a (C, C) matrix or a (C,) vector (C <= ``MATMUL_WIDEST``).
+
+    NumPy hands a matmul to BLAS in one call, and a call on the whole array
+    wakes BLAS's thread pool, whose threads wait for a busy core and spin
+    after it, slowing what comes next. Stacked as blocks of at most
+    ``BLAS_BLOCK`` elements, NumPy's matmul makes one small BLAS call per
+    block (in C, no Python loop), each on the calling thread. Other
+    libraries get the one matmul (PyTorch's generic path runs on one thread:
+    ``gae_xp._compat.calling_thread_only``).
+    """
+    count, size = rows.shape
+    if not is_numpy_array(rows) or count * size <= BLAS_BLOCK:
+        return rows @ matrix
+    per_block = BLAS_BLOCK // size
+    whole = count - count % per_block
+    out = np.empty((count, *matrix.shape[1:]), dtype=np.result_type(rows, matrix))
+    np.matmul(rows[:whole].reshape(-1, per_block, size), matrix, out=out[:whole].reshape(-1, per_block,
+                                                                                       *matrix.shape[1:]))
+    if whole < count:
+        np.matmul(rows[whole:], matrix, out=out[whole:])
+    return out
 
 
 def nonzero_product(xp, a, b):
@@ -377,7 +431,7 @@ def cut_product(xp, coefficient, x):
 
 
 def neighbour(xp, carry, reverse: bool):
-    """The carry of the piece the recurrence comes from: c+1 if reverse, c-1 if not; 0 past the edge."""
+    """The carry of the chunk the recurrence comes from: c+1 if reverse, c-1 if not; 0 past the edge."""
     zero = xp.zeros((*carry.shape[:-1], 1), dtype=carry.dtype, device=device_of(carry))
     if reverse:
         return xp.concat([carry[..., 1:], zero], axis=-1)

@@ -112,3 +112,148 @@ def test_the_accelerator_route(library, monkeypatch, options):
         got = gae_xp.discounted_cumsum(library.asarray(x), library.asarray(discount), reverse=reverse, chunk_size=8,
                                        backend="xp")
         xp_assert_close(got, reference.discounted_cumsum_loop(x, discount, reverse=reverse), like=library.asarray(x))
+
+
+# --- the generic path on a busy machine: no thread pool for small operations ------------------------------------
+
+
+@pytest.mark.parametrize("size", [1, 5, 16, 32])
+@pytest.mark.parametrize("vector", [False, True])
+def test_kernel_product_hands_blas_small_blocks(monkeypatch, size, vector):
+    # NumPy's matmul makes one BLAS call per block of a stack: every block at most BLAS_BLOCK elements, too small
+    # for BLAS to wake its thread pool; the rows that do not fill a block go in a last product. Same numbers.
+    from gae_xp import _scan
+
+    blocks = []
+    matmul = np.matmul
+
+    def recording(a, b, **kwargs):
+        blocks.append(a.shape[-2] * a.shape[-1])
+        return matmul(a, b, **kwargs)
+
+    monkeypatch.setattr(np, "matmul", recording)
+    rng = np.random.default_rng(size)
+    count = 3 * (_scan.BLAS_BLOCK // size) + 7  # three whole blocks and a remainder
+    rows = rng.standard_normal((count, size)).astype(np.float32)
+    matrix = rng.standard_normal(size if vector else (size, size)).astype(np.float32)
+    got = _scan.kernel_product(None, rows, matrix)
+    assert blocks and max(blocks) <= _scan.BLAS_BLOCK
+    exact = rows.astype(np.float64) @ matrix.astype(np.float64)
+    assert got.shape == exact.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("shape", [(3, 9000), (700, 20), (2, 5 * 8192 + 3)])
+@pytest.mark.parametrize("reverse", [True, False])
+def test_large_constant_scans_against_the_loop(shape, reverse):
+    # Shapes whose products are blocked (with a remainder), one of them solved as a single chunk per row.
+    x = np.random.default_rng(shape[0]).standard_normal(shape)
+    for dtype in (np.float64, np.float32):
+        got = gae_xp.discounted_cumsum(x.astype(dtype), 0.97, reverse=reverse, backend="xp")
+        xp_assert_close(got, reference.discounted_cumsum_loop(x.astype(dtype).astype(np.float64), 0.97,
+                                                              reverse=reverse), like=x.astype(dtype))
+
+
+def _other_threads_cpu_ticks() -> int:
+    """CPU time (clock ticks) of every thread of this process but the calling one, from /proc."""
+    import os
+    import threading
+
+    own, total = threading.get_native_id(), 0
+    for task in os.listdir("/proc/self/task"):
+        if int(task) == own:
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/task"), reason="reads thread times from /proc")
+@pytest.mark.parametrize("case", ["constant", "dones+mask"])
+def test_the_generic_path_on_numpy_runs_on_the_calling_thread(case):
+    # Black box: while the generic path runs on NumPy arrays, no other thread of the process computes (BLAS's
+    # pool would: a product of the whole array in one BLAS call wakes it). A flat matmul of the same size, run the
+    # same way, is the positive control: it must register, or the test could not fail.
+    options = {} if case == "constant" else {"dones": 0.01, "holes": 0.2}
+    arrays = make_case(np.random.default_rng(0), (8, 65536), dtype=np.float32, **options)
+    flat = arrays["rewards"].reshape(-1, 32)
+    square = np.ones((32, 32), dtype=np.float32)
+
+    def ticks(call, seconds=0.5):
+        call()
+        before, start = _other_threads_cpu_ticks(), __import__("time").perf_counter()
+        while __import__("time").perf_counter() - start < seconds:
+            call()
+        return _other_threads_cpu_ticks() - before
+
+    used = ticks(lambda: gae_xp.gae(**arrays, backend="xp"))
+    control = ticks(lambda: flat @ square)  # after: BLAS's threads spin a while once woken
+    if control == 0:
+        pytest.skip("BLAS runs this product on one thread here (a BLAS without a pool, or one core): no control")
+    assert used <= 1, f"other threads used {used} ticks during the generic path (the control: {control})"
+
+
+def test_the_generic_path_on_torch_runs_on_one_thread_and_restores(monkeypatch):
+    # Inside the generic backend PyTorch's intra-op pool has one thread (its hand-offs stall behind a busy
+    # core); the caller's setting is back afterwards, also after an error, and another thread's is untouched.
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from gae_xp.backends import xp as generic
+
+    case = make_case(np.random.default_rng(3), (4, 3000), dones=0.02, holes=0.2)
+    arrays = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    seen, real_scan = [], generic.scan
+
+    def watching(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(generic, "scan", watching)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        advantages, returns = gae_xp.gae(**arrays, backend="xp")
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        want_a, want_r = expected(case)
+        xp_assert_close(advantages, want_a, like=arrays["rewards"])
+        xp_assert_close(returns, want_r, like=arrays["rewards"])
+
+        def failing(*args, **kwargs):
+            raise RuntimeError("inside the scan")
+
+        monkeypatch.setattr(generic, "scan", failing)
+        with pytest.raises(RuntimeError, match="inside the scan"):
+            gae_xp.gae(**arrays, backend="xp")
+        assert torch.get_num_threads() == 2
+
+        monkeypatch.setattr(generic, "scan", watching)
+        outside, inside = threading.Event(), threading.Event()
+        other = []
+
+        def neighbour_thread():
+            torch.ones(100000).sum()  # this thread's pool settings are set up
+            inside.set()
+            outside.wait(10)
+            other.append(torch.get_num_threads())
+
+        thread = threading.Thread(target=neighbour_thread)
+        thread.start()
+        inside.wait(10)
+        seen.clear()
+
+        def watching_the_neighbour(*args, **kwargs):
+            outside.set()
+            thread.join(10)
+            return watching(*args, **kwargs)
+
+        monkeypatch.setattr(generic, "scan", watching_the_neighbour)
+        gae_xp.gae(**arrays, backend="xp")
+        assert other == [2] and set(seen) == {1}
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,166 @@
+"""``python -m gae_xp.bench.small_calls``: where the microseconds of a small ``gae()`` call go, stage by stage.
+
+    python -m gae_xp.bench.small_calls [--B 8] [--T 128] [--cases constant,dones+mask] [--number 2000]
+    valgrind --tool=callgrind python -m gae_xp.bench.small_calls --calls N     (instructions, see below)
+
+Each stage of ``gae_xp.gae(rewards, values, ...)`` on NumPy arrays with
+``backend="auto"`` is called on its own, ``--number`` times in a row, and
+timed by the calling thread's CPU clock (``time.thread_time``: the time the
+thread ran, not the time it waited for a core, so a busy machine changes it
+less than wall time); the figure is the best of ``--repeat`` such batches,
+per call. A stage timed alone runs with its code and data in cache, so the
+stages add up to less than the whole call; the difference is printed as
+"the rest". The stages: the argument checks and the layout
+(``gae_xp._prepare.prepare`` and its parts), the backend's choice
+(``gae_xp.backends.solver``: a dictionary lookup after the first call), the
+backend's own layout around its kernel, the kernel itself (called directly
+with the arguments the backend gives it), and the restoring of the
+caller's dtype and axis. docs/small-calls.md has the figures and what was
+cut.
+
+``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
+the first case, for an instruction count that no other work on the machine
+changes: the difference between ``valgrind --tool=callgrind`` runs with two
+values of N, divided by their difference, is the instructions per call (run
+each N twice: the first run under valgrind compiles the numba kernel for
+valgrind's CPU and caches it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import timeit
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gae_xp.bench.small_calls", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--B", type=int, default=8)
+    parser.add_argument("--T", type=int, default=128)
+    parser.add_argument("--cases", default="constant,dones+mask")
+    parser.add_argument("--number", type=int, default=2000, help="calls per batch")
+    parser.add_argument("--repeat", type=int, default=7, help="batches; the best is kept")
+    parser.add_argument("--calls", type=int, default=None, help="only make this many calls (for valgrind)")
+    return parser
+
+
+def stages(case: dict) -> list[tuple[str, object]]:
+    """(name, call) for every stage of one ``gae()`` call on these NumPy arrays, the whole call first."""
+    import numpy as np
+
+    import gae_xp
+    from gae_xp import _prepare as prepare_
+    from gae_xp import backends, estimators
+    from gae_xp._compat import array_namespace
+
+    rewards, values = case["rewards"], case["values"]
+    options = {k: v for k, v in case.items() if k not in ("rewards", "values")}
+    call = prepare_.prepare(rewards, values, **options)
+    problem, solver = call.problem, backends.solver(call)
+    advantages, returns = estimators.solve_gae(problem, solver, None)
+    xp = array_namespace(rewards)
+    shape, dtype = rewards.shape, problem.rewards.dtype
+    present = {"rewards": rewards, "values": values,
+               **{k: v for k, v in options.items() if isinstance(v, np.ndarray)}}
+    flags = [name for name in ("terminated", "truncated", "mask") if name in options]
+    out = [
+        ("gae() auto", lambda: gae_xp.gae(rewards, values, **options)),
+        ("prepare: all of it", lambda: prepare_.prepare(rewards, values, **options)),
+        ("  namespace and device", lambda: (prepare_.namespace_of(present),
+                                            prepare_.check_same_device(present, "rewards"))),
+        ("  dtypes", lambda: prepare_.compute_dtypes(xp, {"rewards": rewards, "values": values,
+                                                          "next_values": None, "bootstrap_value": None}, rewards)),
+        ("  rewards, values laid out", lambda: (prepare_.time_last(xp, rewards, dtype, 1),
+                                                prepare_.time_last(xp, values, dtype, 1))),
+        ("  gamma, lam checked", lambda: (prepare_.coefficient(xp, "gamma", 0.99, shape, dtype, 1, bounds=(0.0, 1.0)),
+                                          prepare_.coefficient(xp, "lam", 0.95, shape, dtype, 1, bounds=(0.0, 1.0)))),
+        ("  bootstrap value made", lambda: prepare_.boundary(xp, "bootstrap_value", 0.0, shape[:-1], dtype,
+                                                             rewards)),
+    ]
+    if flags:
+        out.append((f"  {len(flags)} flags checked", lambda: [prepare_.flag(xp, name, options[name], shape, 1)
+                                                               for name in flags]))
+    out += [
+        ("  the problem's records", lambda: (prepare_.GaeProblem(xp=xp, rewards=rewards, values=values, gamma=0.99,
+                                                                lam=0.95, bootstrap=problem.bootstrap),
+                                            prepare_.PreparedCall(problem, call.arrays, "auto", None, dtype, 1))),
+        ("backend chosen (auto, remembered)", lambda: backends.solver(call)),
+        (f"backend {solver.name}: all of it", lambda: estimators.solve_gae(problem, solver, None)),
+    ]
+    out += _kernel_stages(solver, problem)
+    out.append(("restore x2", lambda: (call.restore(advantages), call.restore(returns))))
+    return out
+
+
+def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
+    """The numba backend's own layout and its kernel called directly (none for another backend)."""
+    if solver.name != "numba":
+        return []
+    import numpy as np
+
+    from gae_xp.backends import numba_cpu
+
+    rows = numba_cpu._rows(problem.rewards)
+    values = numba_cpu._rows(problem.values)
+    segments = numba_cpu._segments(problem, problem.rewards.shape)
+    outputs = (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype))
+    if problem.is_constant:
+        kernel = numba_cpu._kernels(False).gae_plain
+
+        def launch():
+            kernel(rows, values, *segments, problem.gamma, problem.lam, *outputs)
+    else:
+        kernel = numba_cpu._general_kernels(*numba_cpu._present(problem), False).gae
+        optional = numba_cpu._optional_arrays(problem, rows.dtype, rows.shape)
+
+        def launch():
+            kernel(rows, values, *segments, *optional, problem.fill_masked, *outputs)
+    stages = [("  per-segment values laid out", lambda: numba_cpu._segments(problem, problem.rewards.shape)),
+              ("  two outputs allocated", lambda: (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype)))]
+    if not problem.is_constant:
+        stages.append(("  optional arrays laid out",
+                       lambda: numba_cpu._optional_arrays(problem, rows.dtype, rows.shape)))
+    stages.append(("  the kernel (called directly)", launch))
+    return stages
+
+
+def main(argv=None) -> int:
+    options = build_parser().parse_args(argv)
+    import numpy as np
+
+    from gae_xp.testing import make_case
+
+    if options.calls is not None:
+        import gae_xp
+
+        extra = {} if options.cases.split(",")[0] == "constant" else {"dones": 0.01, "holes": 0.2}
+        case = make_case(np.random.default_rng(0), (options.B, options.T), dtype=np.float32, **extra)
+        for _ in range(50 + options.calls):
+            gae_xp.gae(**case)
+        return 0
+    print(f"NumPy, B={options.B}, T={options.T}, float32, backend='auto'; per call, the best of {options.repeat} "
+          f"batches of {options.number} calls, CPU time of the calling thread (wall time for the whole call)\n")
+    for case_name in [c for c in options.cases.split(",") if c]:
+        extra = {} if case_name == "constant" else {"dones": 0.01, "holes": 0.2}
+        case = make_case(np.random.default_rng(0), (options.B, options.T), dtype=np.float32, **extra)
+        print(f"{case_name}:")
+        measured = {}
+        for name, call in stages(case):
+            call()
+            best = min(timeit.repeat(call, number=options.number, repeat=options.repeat, timer=time.thread_time))
+            measured[name] = best / options.number * 1e6
+        wall = min(timeit.repeat(stages(case)[0][1], number=options.number, repeat=options.repeat))
+        whole = measured["gae() auto"]
+        for name, us in measured.items():
+            print(f"  {name:38s} {us:6.2f} us" + (f"   (wall {wall / options.number * 1e6:.2f} us)"
+                                                   if name == "gae() auto" else ""))
+        top = [name for name in measured if not name.startswith(" ") and name != "gae() auto"]
+        rest = whole - sum(measured[name] for name in top)
+        print(f"  {'the rest (gae() itself, cache misses)':38s} {rest:6.2f} us\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The measuring scripts of the generic path's figures run, print their tables and leave nothing behind."""
+
+from __future__ import annotations
+
+import psutil
+
+from gae_xp.bench import load, small_calls
+
+
+def test_load_prints_every_setting_and_stops_its_processes(capsys):
+    argv = ["--targets", "numpy/xp", "--cases", "constant,dones+mask", "--B", "2", "--T", "64", "--repeat", "2",
+            "--sample-ms", "1", "--busy", "1"]
+    assert load.main(argv) == 0
+    out = capsys.readouterr().out
+    rows = [line.split("|")[1:-1] for line in out.splitlines() if line.startswith(("| copy ", "| numpy/xp "))]
+    assert len(rows) == 4 + 8  # the copy and each case, by threads (default, 1) and load (no load, load)
+    settings = {(cells[1].strip(), cells[2].strip(), cells[3].strip()) for cells in rows}
+    assert settings >= {(case, threads, load_) for case in ("constant", "dones+mask") for threads in ("default", "1")
+                        for load_ in ("no load", "load")}
+    for cells in rows:
+        assert cells[4].strip().endswith(" ms") and float(cells[6]) > 0 and float(cells[7]) > 0
+    assert "python -m gae_xp.bench.load " + " ".join(argv) in out
+    assert not psutil.Process().children(recursive=True)  # workers and busy processes are gone
+
+
+def test_small_calls_prints_each_stage(capsys):
+    assert small_calls.main(["--number", "5", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for stage in ("gae() auto", "prepare: all of it", "backend chosen", "restore x2", "the rest"):
+        assert out.count(stage) == 2  # constant and dones+mask
+    assert small_calls.main(["--calls", "3"]) == 0
