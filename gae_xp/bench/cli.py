@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "the runs are timed, so that figures under load are reproducible (default: 0, none)")
     parser.add_argument("--no-first-call", dest="first_call", action="store_false",
                         help="do not measure the first call of a fresh process (a subprocess per library and case, "
-                             "at the largest shape, after the sweep; default: measured)")
+                             "at the largest shape, after the sweep) (default: measured)")
     parser.add_argument("--profile", action="store_true",
                         help="instead of the sweep, profile backend='auto' calls of every library, case and shape "
                              "asked for (e.g. --B 8 --T 128): where each microsecond of a call goes "

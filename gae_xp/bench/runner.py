@@ -537,12 +537,12 @@ def profile(call: Callable[[], Any], *, seconds: float = 0.5) -> tuple[Timing, f
     for _ in range(number):
         call()
     profiler.disable()
-    stats = pstats.Stats(profiler).stats
-    profiled = sum(entry[2] for entry in stats.values()) / number
+    stats = {where: entry for where, entry in pstats.Stats(profiler).stats.items()
+             if where[2] != "<method 'disable' of '_lsprof.Profiler' objects>"}
+    profiled = sum(own for _, _, own, _, _ in stats.values()) / number
     scale = plain.median / profiled if profiled > 0 else 0.0
     lines = [ProfileLine(_function_name(where), own / number * scale, calls / number)
-             for where, (_, calls, own, _, _) in stats.items()
-             if where[2] != "<method 'disable' of '_lsprof.Profiler' objects>"]
+             for where, (_, calls, own, _, _) in stats.items()]
     return plain, profiled, sorted(lines, key=lambda line: -line.seconds)
 
 
