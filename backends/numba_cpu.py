@@ -43,6 +43,7 @@ import threading
 import numpy as np
 
 from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
+from gae_xp._problem import FLAGS, OPTIONAL
 from gae_xp.backends import is_single_threaded
 
 NAME = "numba"
@@ -152,17 +153,17 @@ def _coefficient(value, dtype, shape):
 
 
 def _present(p):
-    """Which optional per-step arrays the problem has: the general kernels are compiled per combination."""
-    return tuple(a is not None for a in (p.next_values, p.terminated, p.truncated, p.mask))
+    """Which optional per-step arrays the problem has (``OPTIONAL`` order): the general kernels are compiled per
+    combination."""
+    return tuple(getattr(p, name) is not None for name in OPTIONAL)
 
 
 def _optional_arrays(p, dtype, shape):
     """The general kernels' per-step arguments after (bootstrap, carry, offsets)."""
     gamma_scalar, gamma_steps = _coefficient(p.gamma, dtype, p.rewards.shape)
     lam_scalar, lam_steps = _coefficient(p.lam, dtype, p.rewards.shape)
-    return (_optional(p.next_values, dtype, shape), _optional(p.terminated, np.bool_, shape),
-            _optional(p.truncated, np.bool_, shape), _optional(p.mask, np.bool_, shape),
-            gamma_scalar, gamma_steps, lam_scalar, lam_steps)
+    arrays = tuple(_optional(getattr(p, name), np.bool_ if name in FLAGS else dtype, shape) for name in OPTIONAL)
+    return (*arrays, gamma_scalar, gamma_steps, lam_scalar, lam_steps)
 
 
 def _segments(p, shape):

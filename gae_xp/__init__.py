@@ -6,6 +6,15 @@ array on the caller's device. ``import gae_xp`` imports numpy and array-api-comp
 only; a framework or a kernel compiler is imported when its arrays arrive.
 """
 
+import os as _os
+
+# The backends live in the clone's top-level backends/ folder; the wheel installs them as gae_xp.backends, and
+# the source tree reaches them through the symlink gae_xp/backends -> ../backends. A checkout made without
+# symlinks (git's core.symlinks=false, as on Windows by default) holds a small text file there instead: the
+# package then also looks in the clone's root for its subpackage "backends".
+if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "backends")):
+    __path__.append(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten
 
 __version__ = "0.1.0"

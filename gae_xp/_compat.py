@@ -51,6 +51,8 @@ def values_are_readable(x) -> bool:
     arrays (Dask): only shapes are known there. Eager arrays of every
     library, JAX included, are readable.
     """
+    if type(x) is np.ndarray:  # the common case, without the libraries' type checks
+        return True
     if is_torch_array(x):
         return not _torch_is_symbolic(x)
     if is_jax_array(x):

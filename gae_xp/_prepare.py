@@ -257,9 +257,10 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
     return out, xp.float64 if wider else xp.float32
 
 
-def same_shape(name: str, value, shape) -> None:
+def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
+    """ValueError naming ``name`` unless it has ``anchor``'s shape."""
     if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"{name} must have the shape of rewards {tuple(shape)}, got {tuple(value.shape)}")
+        raise ValueError(f"{name} must have the shape of {anchor} {tuple(shape)}, got {tuple(value.shape)}")
 
 
 def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[float, float]):

@@ -24,6 +24,8 @@ PER_STEP = ("rewards", "values", "next_values", "terminated", "truncated", "mask
 FLAGS = ("terminated", "truncated", "mask")
 #: The per-step fields that are coefficients: a Python float (one for every step) or an array.
 COEFFICIENTS = ("gamma", "lam", "critic_lam")
+#: The per-step arrays a call may leave out (None), in ``PER_STEP`` order: kernels are specialised on which are there.
+OPTIONAL = tuple(name for name in PER_STEP if name not in ("rewards", "values", *COEFFICIENTS))
 
 
 @dataclass(frozen=True)

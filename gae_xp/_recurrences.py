@@ -59,6 +59,19 @@ class Picker:
             return x
         return self.xp.where(flag, x, self.zero) if self.exact else x * self.as_float(flag)
 
+    def real(self, mask, x):
+        """x with its masked steps made 0 before any arithmetic, on the route that multiplies (x itself on the
+        exact route, which zeroes results with ``where``).
+
+        A masked step is absent whatever finite values it holds: ``r - V`` of a
+        masked r = 3e38 and V = -3e38 overflows to inf, and ``inf * 0`` is
+        NaN, which would spread to every earlier step. Zeroed first, a masked
+        step only ever meets finite neighbours.
+        """
+        if mask is None or self.exact:
+            return x
+        return x * self.as_float(mask)
+
     def unless(self, flag, x):
         """0 where flag is True, x elsewhere (x itself when flag is None)."""
         if flag is None:
@@ -149,7 +162,8 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     pick = Picker(p, r, v, p.next_values, p.bootstrap, p.carry)
     segments = Segments(p)
     v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
-    delta = pick.unless(p.terminated, p.gamma * v_next) + r - v
+    real_v = pick.real(m, v)
+    delta = pick.unless(p.terminated, p.gamma * v_next) + pick.real(m, r) - real_v
     if not p.is_constant:
         delta = pick.only(m, delta)
 
@@ -161,12 +175,13 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
             x = segments.fold(x, coefficient, p.carry)
         return solve(xp, x, segments.cut(coefficient), reverse=True, chunk_size=chunk_size)
 
+    own_v = v if p.fill_masked else real_v  # verl's convention adds a masked step's own value
     if p.critic_lam is None:
         advantages = advantages_at(p.lam, delta)
-        returns = advantages + v
+        returns = advantages + own_v
     else:
         advantages = advantages_at(p.lam, owned_copy(xp, delta))
-        returns = advantages_at(p.critic_lam, delta) + v
+        returns = advantages_at(p.critic_lam, delta) + own_v
     if not p.fill_masked:
         advantages, returns = pick.only(m, advantages), pick.only(m, returns)
     return advantages, returns

@@ -10,6 +10,8 @@ output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 
 from __future__ import annotations
 
+from typing import Any, Sequence, Union
+
 from . import _prepare as prepare_
 from . import backends
 from ._compat import device_of
@@ -24,11 +26,20 @@ from ._recurrences import (
 )
 from ._scan import neighbour
 
+#: An array of any array-API library (NumPy, PyTorch, CuPy, JAX, Dask, ...).
+Array = Any
+#: A coefficient: a Python or NumPy number, or an array broadcastable to the inputs.
+Coefficient = Union[float, Array]
 
-def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None,
-        truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None,
-        critic_lam=None):
-    r"""Generalized Advantage Estimation; returns ``(advantages, returns)``.
+__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten"]
+
+
+def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
+        bootstrap_value: Coefficient | None = None, next_values: Array | None = None, terminated: Array | None = None,
+        truncated: Array | None = None, mask: Array | None = None, axis: int = -1, chunk_size: int | None = None,
+        backend: str = "auto", fill_masked: bool = False, cu_seqlens: Array | Sequence[int] | None = None,
+        critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+    r"""Generalized Advantage Estimation: ``(advantages, returns)``.
 
     Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
 
@@ -37,55 +48,116 @@ def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_val
                   bootstrap_value           after the last real step (default 0)
         delta_t = r_t + gamma_t (1 - terminated_t) Vnext_t - V_t
         A_t     = delta_t + gamma_t lam_t (1 - done_t) A_{t+1},     A_T = 0
-        returns = A + V
+        returns = A + V         (with critic_lam: A' + V, A' the same recurrence with critic_lam)
 
     A done step, or a step whose gamma_t lam_t is 0, cuts the trace exactly:
     nothing behind it, NaN and inf included, reaches the steps before it.
+    Without terminated, truncated, mask and next_values, and with scalar
+    gamma and lam, this is the serial loop that slime, verl and CleanRL write.
 
-    Args:
-        rewards, values: arrays of one shape (any array-API library).
-        gamma, lam: numbers in [0, 1], or arrays broadcastable to ``rewards``
-            (per-step or per-row discounts), checked wherever their values
-            can be read (traced values under ``jax.jit``/``torch.compile``
-            are not checked).
-        bootstrap_value: the value after the last step, a number or an array
-            of the batch shape (``rewards.shape`` without ``axis``).
-        next_values: V(s_{t+1}) per step, e.g. the value of the final
-            observation at a truncation; replaces the shifted ``values`` and
-            ``bootstrap_value`` (pass one of the two).
-        terminated: bool array: the episode ended at t; no bootstrap from
-            Vnext_t and the trace is cut.
-        truncated: bool array: the episode was cut at t; the trace is cut but
-            Vnext_t is still bootstrapped (give ``next_values`` for it).
-        mask: bool array, True for a real step. Masked steps are skipped as if
-            absent: their rewards and values are ignored (NaN there is harmless),
-            no discount is applied across them, and their outputs are 0.
-        axis: the time axis.
-        chunk_size: piece length C of the scan; None picks it by the rule in
-            ``gae_xp._scan.choose_chunk_size``. A constant discount's kernel is
-            at most 32 wide (a larger C is reduced to 32: a wider one rounds
-            more than the serial loop does), so every C keeps float32 results
-            within the serial loop's own error. The numba kernels ignore it.
-        backend: "auto" (the fastest installed path for these arrays) or a
-            name from ``gae_xp.backends.names()``, such as "xp".
-        fill_masked: what a masked step gets. False (default): 0 in both
-            outputs. True (verl's convention): the advantage of the next real
-            step (0 after the last one), and returns = that + its own value.
-        cu_seqlens: packed sequences (the "THD" layout): an integer array of
-            offsets ``0 = o_0 < o_1 < ... < o_n = T`` of the inputs' library
-            and device; sequence i is ``[o_i, o_{i+1})`` of the time axis
-            (every row of a batch shares the offsets). Each sequence is
-            solved as if it were a row of its own: its end cuts the trace
-            (nothing, NaN included, crosses into the sequence before it),
-            and after its last real step comes ``bootstrap_value[..., i]``
-            (a number, or an array of the batch shape plus a trailing axis
-            of n), unless ``terminated`` is set there. Per-step arguments
-            keep their meaning. One scan serves every sequence.
+    Parameters
+    ----------
+    rewards, values : array
+        Arrays of one shape, of any array-API library (NumPy, PyTorch, CuPy,
+        JAX, Dask), on one device.
+    gamma, lam : float or array, default 0.99 and 0.95
+        Numbers in [0, 1], or arrays broadcastable to ``rewards`` (per-step or
+        per-row discounts), checked wherever their values can be read (traced
+        values under ``jax.jit``/``torch.compile`` are not checked).
+    bootstrap_value : float or array, optional
+        The value after the last step, a number or an array of the batch shape
+        (``rewards.shape`` without ``axis``); default 0. With ``cu_seqlens``,
+        one value per sequence (the batch shape plus a trailing axis of n).
+    next_values : array, optional
+        V(s_{t+1}) per step, e.g. the value of the final observation at a
+        truncation; replaces the shifted ``values`` and ``bootstrap_value``
+        (pass one of the two).
+    terminated : bool array, optional
+        The episode ended at t: no bootstrap from Vnext_t, and the trace is cut.
+    truncated : bool array, optional
+        The episode was cut at t: the trace is cut but Vnext_t is still
+        bootstrapped (give ``next_values`` for it).
+    mask : bool array, optional
+        True for a real step. Masked steps are absent: their rewards, values
+        and flags are ignored (NaN, inf or any finite value there is
+        harmless), no discount is applied across them, and their outputs are 0.
+    axis : int, default -1
+        The time axis.
+    chunk_size : int, optional
+        Chunk length C of the generic scan; None picks it by the rule in
+        ``gae_xp._scan.choose_chunk_size``. A constant discount's kernel is at
+        most 32 wide (a larger C is reduced to 32: a wider one rounds more
+        than the serial loop does), so every C keeps float32 results within
+        the serial loop's own error. The kernels (numba, numba-cuda,
+        lax.scan) ignore it.
+    backend : str, default "auto"
+        "auto" (the fastest installed path for these arrays) or a name from
+        ``gae_xp.backends.names()``: "xp" (the generic scan), "numba",
+        "numba-cuda", "jax", "dask". A forced backend that cannot serve the
+        arrays raises ValueError.
+    fill_masked : bool, default False
+        What a masked step gets: 0 in both outputs, or (True, verl's
+        convention) the advantage of the next real step (0 after the last
+        one), and returns = that + its own value.
+    cu_seqlens : array or sequence of int, optional
+        Packed sequences (the "THD" layout): offsets ``0 = o_0 <= o_1 <= ...
+        <= o_n = T`` shared by every row; sequence i is ``[o_i, o_{i+1})`` of
+        the time axis and is solved as a row of its own (its end cuts the
+        trace; after its last real step comes ``bootstrap_value[..., i]``). An
+        integer array of the inputs' library, or host offsets (a list, a tuple
+        or a NumPy array, as flash-attention's ``cu_seqlens_cpu``), which are
+        never read from a device. Device offsets are read once for the checks
+        (one small device-to-host copy). A repeated offset is an empty
+        sequence: no output, its bootstrap value unread.
+    critic_lam : float or array, optional
+        Decoupled GAE (VAPO): the returns (value targets) use ``critic_lam``
+        while the advantages use ``lam``, from the same deltas and cuts; e.g.
+        ``lam=0.95, critic_lam=1.0``. None: the returns use ``lam``.
 
-    The outputs have the inputs' namespace, device and floating dtype
-    (float16/bfloat16 are computed in float32, wider floats in float64;
-    integer rewards give the namespace's default float). Inputs are never
-    modified and no output shares memory with an input.
+    Returns
+    -------
+    advantages, returns : array
+        In the inputs' namespace, on their device, with their floating dtype
+        (float16/bfloat16 are computed in float32, wider floats in float64;
+        integer rewards give the namespace's default float), time on ``axis``.
+        Inputs are never modified and no output shares memory with an input.
+
+    Raises
+    ------
+    TypeError
+        An argument of the wrong kind (not an array, a non-bool flag, arrays
+        of two libraries), naming it.
+    ValueError
+        Shapes that do not match, gamma or lam outside [0, 1], a bad axis,
+        chunk size, backend or ``cu_seqlens``, naming the argument.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> rewards = np.array([[0.0, 0.0, 1.0]])
+    >>> values = np.array([[0.5, 0.5, 0.5]])
+    >>> advantages, returns = gae_xp.gae(rewards, values, gamma=1.0, lam=1.0)
+    >>> advantages
+    array([[0.5, 0.5, 0.5]])
+    >>> returns
+    array([[1., 1., 1.]])
+
+    A done step cuts the trace (nothing after step 1 reaches it), and a
+    masked step is skipped:
+
+    >>> terminated = np.array([[False, True, False]])
+    >>> gae_xp.gae(rewards, values, gamma=1.0, lam=1.0, terminated=terminated)[0]
+    array([[-0.5, -0.5,  0.5]])
+    >>> mask = np.array([[True, False, True]])
+    >>> gae_xp.gae(rewards, values, gamma=1.0, lam=1.0, mask=mask)[0]
+    array([[0.5, 0. , 0.5]])
+
+    Decoupled lambda: advantages at lam, value targets at critic_lam:
+
+    >>> advantages, returns = gae_xp.gae(rewards, values, gamma=1.0, lam=0.0, critic_lam=1.0)
+    >>> advantages, returns
+    (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
@@ -95,7 +167,7 @@ def gae(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_val
     return call.restore(advantages), call.restore(returns)
 
 
-def solve_gae(problem, solver, chunk_size):
+def solve_gae(problem, solver, chunk_size: int | None) -> tuple[Array, Array]:
     """(advantages, returns) of a checked problem on a backend, time last, compute dtype.
 
     A decoupled ``critic_lam`` that the backend does not take in the same
@@ -109,7 +181,9 @@ def solve_gae(problem, solver, chunk_size):
     return advantages, returns
 
 
-def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk_size=None, backend="auto"):
+def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
+                      initial: Coefficient | None = None, chunk_size: int | None = None,
+                      backend: str = "auto") -> Array:
     r"""The scan primitive: a discounted cumulative sum along ``axis``.
 
     ::
@@ -117,13 +191,48 @@ def discounted_cumsum(x, discount, *, axis=-1, reverse=True, initial=None, chunk
         reverse=True:   y_t = x_t + discount_t * y_{t+1},   y_T  = initial (default 0)
         reverse=False:  y_t = x_t + discount_t * y_{t-1},   y_-1 = initial (default 0)
 
-    ``discount`` is a number in [-1, 1] or an array of such values
-    broadcastable to x (a larger |discount| is rejected with ValueError: its
-    products overflow in any parallel form long before the loop's values do);
-    a zero discount cuts the trace exactly. ``initial`` is a number or an
-    array of the batch shape. ``y`` has x's namespace, device and floating
-    dtype (integer or bool x gives the namespace's default float) and never
-    shares memory with x. ``gae()`` is built on this scan.
+    A zero discount cuts the trace exactly (``y_t = x_t``, even next to NaN
+    or inf). ``gae()`` is built on this scan.
+
+    Parameters
+    ----------
+    x : array
+        Any array-API library's array; time is ``axis``.
+    discount : float or array
+        A number in [-1, 1] or an array of such values broadcastable to x. A
+        larger |discount| is rejected: its products overflow in any parallel
+        form long before the loop's values do.
+    axis : int, default -1
+        The time axis.
+    reverse : bool, default True
+        Accumulate from the last step back (returns-to-go) or from the first on.
+    initial : float or array, optional
+        The value entering at the edge (``y_T`` or ``y_-1``): a number or an
+        array of the batch shape; default 0.
+    chunk_size, backend
+        As in ``gae()``.
+
+    Returns
+    -------
+    array
+        ``y``, in x's namespace, on its device, with its floating dtype
+        (integer or bool x gives the namespace's default float); it never
+        shares memory with x.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: x not an array, a discount outside [-1, 1] or NaN,
+        shapes that do not broadcast, a bad axis.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> gae_xp.discounted_cumsum(np.array([1.0, 1.0, 1.0]), 0.5)
+    array([1.75, 1.5 , 1.  ])
+    >>> gae_xp.discounted_cumsum(np.array([1.0, 1.0, 1.0]), 0.5, reverse=False, initial=4.0)
+    array([3.  , 2.5 , 2.25])
     """
     return linear_scan(x, discount, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
                        backend=backend)
@@ -139,14 +248,41 @@ def linear_scan(x, coefficient, *, axis=-1, reverse=True, initial=None, chunk_si
     return call.restore(y)
 
 
-def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None, bootstrap_value=None,
-                       axis=-1, chunk_size=None, backend="auto", cu_seqlens=None):
-    r"""Reward-to-go (REINFORCE, REINFORCE++)::
+def discounted_returns(rewards: Array, *, gamma: Coefficient = 0.99, terminated: Array | None = None,
+                       truncated: Array | None = None, mask: Array | None = None,
+                       bootstrap_value: Coefficient | None = None, axis: int = -1, chunk_size: int | None = None,
+                       backend: str = "auto", cu_seqlens: Array | Sequence[int] | None = None) -> Array:
+    r"""Reward-to-go (REINFORCE, REINFORCE++, GRPO-style returns)::
 
         G_t = r_t + gamma_t (1 - done_t) G_{t+1},     G_T = bootstrap_value (default 0)
 
-    Arguments as in ``gae()`` (``cu_seqlens``: packed sequences, each with
-    its own ``bootstrap_value``); masked steps are skipped and get 0.
+    Parameters
+    ----------
+    rewards : array
+        Any array-API library's array; time is ``axis``.
+    gamma, terminated, truncated, mask, bootstrap_value, axis, chunk_size, backend, cu_seqlens
+        As in ``gae()``: a done step cuts the trace (``G_t = r_t`` there), a
+        masked step is skipped and gets 0, and with ``cu_seqlens`` every
+        packed sequence has its own ``bootstrap_value``.
+
+    Returns
+    -------
+    array
+        G, shaped like ``rewards``, in its namespace, device and floating dtype.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``gae()``, naming the argument.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> gae_xp.discounted_returns(np.array([1.0, 0.0, 2.0]), gamma=0.5)
+    array([1.5, 1. , 2. ])
+    >>> gae_xp.discounted_returns(np.array([1.0, 0.0, 2.0]), gamma=0.5, terminated=np.array([False, True, False]))
+    array([1., 0., 2.])
     """
     call = prepare_.prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
@@ -161,8 +297,10 @@ def discounted_returns(rewards, *, gamma=0.99, terminated=None, truncated=None, 
     return call.restore(pick.only(p.mask, _solve(call, solver, x, segments.cut(coefficient))))
 
 
-def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
-                   axis=-1, chunk_size=None, backend="auto", cu_seqlens=None):
+def lambda_returns(rewards: Array, next_values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
+                   terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
+                   axis: int = -1, chunk_size: int | None = None, backend: str = "auto",
+                   cu_seqlens: Array | Sequence[int] | None = None) -> Array:
     r"""TD(lambda) value targets (rlax ``lambda_returns``, torchrl ``td_lambda_return_estimate``)::
 
         G_t = r_t + gamma_t (1 - terminated_t) [(1 - lam_t) V'_t + lam_t G_{t+1}]
@@ -171,6 +309,32 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
     the trace is cut: at a done step and at the last real step of a row (of
     each sequence, with ``cu_seqlens``). So the last step is bootstrapped by
     its own V', as in rlax and torchrl.
+
+    Parameters
+    ----------
+    rewards, next_values : array
+        Arrays of one shape; ``next_values[t]`` is V(s_{t+1}).
+    gamma, lam, terminated, truncated, mask, axis, chunk_size, backend, cu_seqlens
+        As in ``gae()``.
+
+    Returns
+    -------
+    array
+        G, shaped like ``rewards``, in its namespace, device and floating
+        dtype; 0 at masked steps.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``gae()``, naming the argument.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> rewards, next_values = np.array([1.0, 1.0]), np.array([2.0, 4.0])
+    >>> gae_xp.lambda_returns(rewards, next_values, gamma=0.5, lam=0.5)
+    array([2.25, 3.  ])
     """
     call = prepare_.prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
@@ -188,15 +352,18 @@ def lambda_returns(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=Non
         cut = cut | done
     kept = pick.as_float(cut, negated=True)
     # At a cut the step is bootstrapped by its own V' alone: G_t = r_t + gamma_t V'_t (0 if terminated).
-    x = p.rewards + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept) * following)
+    x = pick.real(p.mask, p.rewards) + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept)
+                                                   * pick.real(p.mask, following))
     coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept, pick))
     return call.restore(pick.only(p.mask, _solve(call, solver, pick.only(p.mask, x), coefficient)))
 
 
-def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold=1.0, clip_c_threshold=1.0,
-           clip_pg_rho_threshold=1.0, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
-           mask=None, axis=-1, chunk_size=None, backend="auto"):
-    r"""V-trace (IMPALA): returns ``(vs, pg_advantages)``.
+def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 1.0,
+           clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
+           bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
+           terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
+           axis: int = -1, chunk_size: int | None = None, backend: str = "auto") -> tuple[Array, Array]:
+    r"""V-trace (IMPALA, Espeholt et al. 2018): ``(vs, pg_advantages)``.
 
     With ``rho_t = exp(log_rhos_t)`` (target over behaviour probability),
     ``rho_bar = min(rho, clip_rho_threshold)``, ``c_t = lam min(rho, clip_c_threshold)``
@@ -206,18 +373,43 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
         vs_t - V_t = delta_t + gamma_t (1 - done_t) c_t (vs_{t+1} - V_{t+1})
         pg_t = min(rho_t, clip_pg_rho_threshold) (r_t + gamma_t (1 - terminated_t) vs_next_t - V_t)
 
-    where ``vs_next_t = vs`` at the next real step, or Vnext_t where the
-    trace is cut (a done step, the last step). Differences from the
-    references: rlax ``vtrace`` takes ``rho`` (not its log), fixes the c
-    clip at 1, has no dones (``discount_t = 0`` plays terminated), mixes lam
-    into the policy-gradient target (``vs_next = lam vs_{t+1} + (1 - lam) V_{t+1}``;
-    here lam enters the trace only) and bootstraps the deltas from its own
-    ``v_t`` apart from the values it corrects (here Vnext, and
-    ``vs_next = Vnext + (vs - V)_{t+1}``); ``gae_xp.adapters.rlax`` reproduces rlax.
-    torchrl ``vtrace_advantage_estimate`` has no lam (lam = 1), takes
-    ``vs_next = vs_{t+1}`` (this function: next_values_t + (vs - V)_{t+1}, the
-    same when next_values_t = V_{t+1}) and cuts the trace at done only
-    (terminated alone drops the bootstrap); ``gae_xp.adapters.torchrl`` reproduces it.
+    where ``vs_next_t = Vnext_t + (vs - V)`` at the next real step, or Vnext_t
+    where the trace is cut (a done step, the last step). The frameworks'
+    conventions (rlax mixes lam into the policy-gradient target and takes
+    rho, torchrl has no lam and cuts at done only) are reproduced by
+    ``gae_xp.adapters.rlax`` and ``gae_xp.adapters.torchrl``.
+
+    Parameters
+    ----------
+    log_rhos, rewards, values : array
+        Arrays of one shape: the log importance ratios, rewards and V(s_t).
+    gamma, lam : float or array
+        As in ``gae()``; lam enters the trace coefficient c only.
+    clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
+        Positive clipping thresholds of rho in the deltas, the trace and the
+        policy-gradient target.
+    bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size, backend
+        As in ``gae()``.
+
+    Returns
+    -------
+    vs, pg_advantages : array
+        The V-trace value targets and the policy-gradient advantages, shaped
+        like ``rewards``; 0 at masked steps.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``gae()``, and a threshold that is not a positive number, naming it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> rewards, values = np.array([0.0, 1.0]), np.array([0.5, 0.5])
+    >>> vs, pg = gae_xp.vtrace(np.zeros(2), rewards, values, gamma=1.0)
+    >>> vs, pg
+    (array([1., 1.]), array([0.5, 0.5]))
     """
     thresholds = {name: prepare_.check_number(name, value, low=0.0, strict=True) for name, value in
                   (("clip_rho_threshold", clip_rho_threshold), ("clip_c_threshold", clip_c_threshold),
@@ -234,29 +426,62 @@ def vtrace(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold
     v_next = next_real_values(p, pick, solve=solver.scan, chunk_size=call.chunk_size)
     clipped = {name: xp.minimum(rho, xp.asarray(value, dtype=rho.dtype, device=device_of(rho)))
                for name, value in thresholds.items()}
-    delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * v_next)
-                                                                - v))
+    # A masked step is absent: its inputs are zeroed before any arithmetic (r - V there may overflow).
+    r, real_v = pick.real(p.mask, p.rewards), pick.real(p.mask, v)
+    delta = pick.only(p.mask, clipped["clip_rho_threshold"] * (r + pick.unless(p.terminated, p.gamma * v_next)
+                                                                - real_v))
     coefficient = step_coefficients(p, p.gamma * p.lam * clipped["clip_c_threshold"], pick)
     corrections = _solve(call, solver, delta, coefficient)  # vs - V; at a masked step, that of the next real step
     following = neighbour(xp, corrections, reverse=True)
     vs_next = v_next + pick.unless(done_flags(p), following)
-    pg = clipped["clip_pg_rho_threshold"] * (p.rewards + pick.unless(p.terminated, p.gamma * vs_next) - v)
-    return call.restore(pick.only(p.mask, corrections + v)), call.restore(pick.only(p.mask, pg))
+    pg = clipped["clip_pg_rho_threshold"] * (r + pick.unless(p.terminated, p.gamma * vs_next) - real_v)
+    return call.restore(pick.only(p.mask, corrections + real_v)), call.restore(pick.only(p.mask, pg))
 
 
-def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fill=0.0):
+def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: float = 1e-8,
+           shift_mean: bool = True, masked_fill: float | None = 0.0) -> Array:
     r"""Normalise x with the mean and variance of its real entries::
 
         out = (x - mean) / sqrt(var + eps)      (+ mean again if not shift_mean)
 
-    over all of x (every axis), or over ``mask``: bool (True = real), or
-    numeric weights as verl's ``masked_mean`` takes them (a 0/1 float mask,
-    or fractional weights: ``mean = sum(w x) / sum(w)``,
-    ``var = sum(w (x - mean)^2) / sum(w)``). Entries with mask False or
-    weight 0 are left out with ``where``, so NaN or inf there cannot leak.
-    ``unbiased`` divides the variance by n - 1 (n = the count, or sum(w)).
-    Masked entries get ``masked_fill``, or are whitened like the rest with
-    ``masked_fill=None`` (verl's convention).
+    Parameters
+    ----------
+    x : array
+        Any array-API library's array; the statistics run over all its axes.
+    mask : array, optional
+        Bool (True = a real entry), or numeric weights as verl's
+        ``masked_mean`` takes them (a 0/1 float mask, or fractional weights:
+        ``mean = sum(w x) / sum(w)``, ``var = sum(w (x - mean)^2) / sum(w)``).
+        Entries with mask False or weight 0 are left out with ``where``, so
+        NaN or inf there cannot leak.
+    unbiased : bool, default True
+        Divide the variance by n - 1 (n = the count, or sum(w)) instead of n.
+    eps : float, default 1e-8
+        Added to the variance before the square root.
+    shift_mean : bool, default True
+        False adds the mean back (scale only).
+    masked_fill : float or None, default 0.0
+        What masked entries get; None whitens them like the rest (verl's
+        convention).
+
+    Returns
+    -------
+    array
+        Shaped like x, in its namespace, device and floating dtype.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A mask of another shape or dtype, a negative eps, naming the argument.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import gae_xp
+    >>> gae_xp.whiten(np.array([1.0, 2.0, 3.0]), eps=0.0)
+    array([-1.,  0.,  1.])
+    >>> gae_xp.whiten(np.array([1.0, 2.0, 3.0, 100.0]), np.array([True, True, True, False]), eps=0.0)
+    array([-1.,  0.,  1.,  0.])
     """
     arrays = {"x": x} if mask is None else {"x": x, "mask": mask}
     xp = prepare_.namespace_of(arrays)
@@ -266,7 +491,7 @@ def whiten(x, mask=None, *, unbiased=True, eps=1e-8, shift_mean=True, masked_fil
     values = xp.astype(x, dtype, copy=False)
     zero = xp.asarray(0.0, dtype=dtype, device=device_of(values))
     if mask is not None:
-        prepare_.same_shape("mask", mask, values.shape)
+        prepare_.same_shape("mask", mask, values.shape, anchor="x")
         if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
             raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
     # A bool mask is the weights 0/1; weight-0 entries are left out with where, so nothing there leaks.

@@ -67,6 +67,8 @@ def _nvvm_missing() -> str | None:
     return None
 
 
+if _unavailable() is not None and os.environ.get("GAE_XP_REQUIRE_PTX") == "1":  # .ci/run, once it installed them
+    raise RuntimeError(f"GAE_XP_REQUIRE_PTX=1, but the kernels cannot be compiled here: {_unavailable()}")
 pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
 
 

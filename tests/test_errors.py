@@ -81,6 +81,13 @@ BAD_INPUTS = [
     ("whiten mask a list", lambda: gae_xp.whiten(R, [[True] * 10] * 2), TypeError, "mask"),
     ("whiten eps negative", lambda: gae_xp.whiten(R, eps=-1), ValueError, "eps"),
     ("whiten eps a string", lambda: gae_xp.whiten(R, eps="0"), TypeError, "eps"),
+    ("whiten mask of another shape names whiten's x, not rewards",
+     lambda: gae_xp.whiten(R, np.ones((2, 9), bool)), ValueError, r"mask must have the shape of x \(2, 10\)"),
+    *[(f"{flag} of dtype {dtype.__name__} (bool only: 0.5 would count as done)",
+       _gae(**{flag: np.full((2, 10), 0.5 if dtype is np.float32 else 1, dtype=dtype)}), TypeError,
+       f"{flag} must have dtype bool") for flag in ("terminated", "truncated") for dtype in (np.float32, np.int64)],
+    *[(f"critic_lam {bad}", _gae(critic_lam=bad), ValueError, "critic_lam") for bad in (-0.1, 1.5, float("nan"))],
+    ("critic_lam not broadcastable", _gae(critic_lam=np.full((3,), 0.9)), ValueError, "critic_lam"),
 ]
 
 

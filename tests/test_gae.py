@@ -67,6 +67,8 @@ OPTIONS = {
     "bootstrap with holes": dict(bootstrap=True, holes=0.3, padding=5),
     "next values": dict(next_values=True, dones=0.05),
     "everything": dict(dones=0.05, holes=0.2, padding=9, per_step_gamma=True, per_row_lam=True, bootstrap=True),
+    "decoupled lambda": dict(critic_lam=1.0, dones=0.05, holes=0.2),
+    "per-step critic lambda": dict(per_step_critic_lam=True, per_row_lam=True, next_values=True, holes=0.1),
 }
 
 

@@ -15,6 +15,18 @@ _TOLERANCES = {2.0**-52: 1e-10, 2.0**-23: 2e-5, 2.0**-10: 3e-3, 2.0**-7: 2e-2}
 def tolerance(xp, dtype) -> float:
     """The absolute tolerance, per unit of the largest |value|, of a result in ``dtype`` against the float64 loop.
 
+    Parameters
+    ----------
+    xp : namespace
+        The result's array namespace (for ``finfo``).
+    dtype : dtype
+        The result's floating dtype: float64, float32, float16 or bfloat16.
+
+    Returns
+    -------
+    float
+        1e-10 for float64, 2e-5 for float32, 3e-3 for float16, 2e-2 for bfloat16.
+
     Examples
     --------
     >>> import array_api_compat.numpy as xp

@@ -7,14 +7,45 @@ import numpy as np
 
 def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float = 0.0, holes: float = 0.0,
               padding: int = 0, per_step_gamma: bool = False, per_row_lam: bool = False, bootstrap: bool = False,
-              next_values: bool = False, gamma: float = 0.99, lam: float = 0.95, dtype=np.float64) -> dict:
+              next_values: bool = False, gamma: float = 0.99, lam: float = 0.95, critic_lam: float | None = None,
+              per_step_critic_lam: bool = False, dtype=np.float64) -> dict:
     """``gae()`` keyword arguments as NumPy arrays, time on ``axis``.
 
-    rewards and values are standard normal; ``dones`` is the probability of
-    terminated and (independently) of truncated at each step; ``holes`` the
-    probability that a step is masked out, and ``padding`` masks the last
-    steps of every row; per-step gamma (0.5 to 1) and per-row lam (0 to 1),
-    a per-row bootstrap value and next values are drawn when asked for.
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Where the numbers come from.
+    shape : tuple of int
+        The shape of rewards and values (standard normal).
+    axis : int, default -1
+        The time axis.
+    dones : float, default 0
+        The probability of terminated and, independently, of truncated at each step.
+    holes, padding : float and int, default 0
+        The probability that a step is masked out, and a count of last steps masked in every row.
+    per_step_gamma, per_row_lam : bool, default False
+        Draw gamma per step (0.5 to 1) and lam per row (0 to 1) instead of the numbers ``gamma`` and ``lam``.
+    bootstrap, next_values : bool, default False
+        Draw a per-row bootstrap value, or next values per step.
+    gamma, lam : float, default 0.99 and 0.95
+        The discounts when not drawn.
+    critic_lam : float, optional
+        Decoupled GAE's lambda for the returns, passed on; ``per_step_critic_lam`` draws it per step (0 to 1).
+    dtype : numpy dtype, default float64
+        The dtype of rewards and values.
+
+    Returns
+    -------
+    dict
+        Keyword arguments for ``gae_xp.gae`` and ``gae_xp.reference.gae_loop``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.testing import make_case
+    >>> case = make_case(np.random.default_rng(0), (2, 5), dones=0.1)
+    >>> sorted(case)
+    ['gamma', 'lam', 'rewards', 'terminated', 'truncated', 'values']
     """
     shape = tuple(shape)
     axis = axis % len(shape)
@@ -42,4 +73,10 @@ def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float =
         case["bootstrap_value"] = rng.standard_normal(shape[:axis] + shape[axis + 1:])
     if next_values:
         case["next_values"] = rng.standard_normal(shape)
+    if critic_lam is not None:
+        case["critic_lam"] = critic_lam
+    if per_step_critic_lam:
+        critic_shape = [1] * len(shape)
+        critic_shape[axis] = length
+        case["critic_lam"] = rng.uniform(0.0, 1.0, critic_shape)
     return case
