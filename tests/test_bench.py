@@ -695,6 +695,73 @@ def test_asv_takes_its_targets_from_the_registry_and_skips_cleanly():
     assert 0 <= accuracy.track_max_abs_error("numpy/xp", "gamma=0.99 lam=0.95") < 1e-4
 
 
+def test_asv_tracks_gae_as_a_multiple_of_a_copy_of_the_same_bytes():
+    common = _load_asv_module("common")
+    bench = _load_asv_module("bench_gae")
+    library = libraries.load("numpy")
+    arrays = {k: library.asarray(v) for k, v in paths.Workload(2, 1000).arrays().items()}
+    copied = common.copy_floor(library, arrays)()
+    for got, source in zip(copied, (arrays["rewards"], arrays["values"])):
+        np.testing.assert_array_equal(got, source)
+    calls = []
+    slow = common.ratio_to_floor(lambda: calls.append(time.sleep(2e-3)), lambda: None, lambda result: None,
+                                 rounds=3, min_sample_s=1e-3)
+    assert slow > 10 and len(calls) >= 4  # a warm-up, the calibration, three rounds
+    tracked = bench.TrackCopyFloor()
+    assert tracked.unit == "x copy floor"
+    tracked.setup("numpy/xp", "dones+mask")
+    tracked.workload = paths.Workload(2, 1000, dones=0.01, holes=0.2)
+    tracked.arrays = {k: library.asarray(v) for k, v in tracked.workload.arrays().items()}
+    tracked.floor = common.copy_floor(library, tracked.arrays)
+    assert tracked.track_x_copy_floor("numpy/xp", "dones+mask") > 0
+
+
+def _asv_config(name):
+    text = (ROOT / "asv_bench" / name).read_text()
+    return json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+
+
+@pytest.mark.parametrize("name", ["asv.conf.json", "recorded/asv.conf.json"])
+def test_asv_configurations_link_to_pages_that_exist(name):
+    config = _asv_config(name)
+    folder = (ROOT / "asv_bench" / name).parent
+    html = (folder / config["html_dir"]).resolve()
+    assert (html / config["project_url"]).resolve() == ROOT / "docs" / "bench.md"
+    assert (ROOT / "docs" / "bench.md").is_file()
+    assert (folder / config["benchmark_dir"]).resolve() == ROOT / "asv_bench" / "benchmarks"
+    assert (folder / config["repo"]).resolve() == ROOT
+
+
+def test_the_recorded_history_is_published_to_docs():
+    config = _asv_config("recorded/asv.conf.json")
+    assert (ROOT / "asv_bench" / "recorded" / config["html_dir"]).resolve() == ROOT / "docs" / "asv"
+    assert (ROOT / "docs" / "asv" / "index.html").is_file()
+    assert any((ROOT / "asv_bench" / "recorded" / config["results_dir"]).glob("*/machine.json"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "usage: "), (["HEAD"], "usage: "), (["HEAD", "HEAD"], "are the same commit"),
+    (["no-such-commit", "HEAD"], "no-such-commit is not a commit"),
+])
+def test_compare_refuses_what_compares_nothing(argv, message):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["bash", str(ROOT / "asv_bench" / "compare.sh"), *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_figures_sh_names_every_tracked_file_it_overwrites():
+    script = (ROOT / "docs" / "figures.sh").read_text()
+    header = script[:script.index("set -uo pipefail")]
+    written = set(re.findall(r"--(?:plot|json) ((?:docs|gae_xp)/[\w./]+)", script))
+    written |= {"asv_bench/recorded/results/", "docs/asv/"} if "asv_bench/history.sh" in script else set()
+    written |= set(re.findall(r"screenshot\.py \S+ ((?:docs)/[\w./]+)", script))
+    assert written >= {"docs/bench.png", "gae_xp/bench/recorded.json", "docs/asv/", "docs/asv.png"}
+    for path in written:
+        assert path in header, path
+
+
 def test_asv_check_passes():
     if importlib.util.find_spec("asv") is None:
         pytest.skip("asv is not installed (pip install 'gae_xp[bench]')")

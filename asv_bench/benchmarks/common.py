@@ -59,22 +59,37 @@ def copy_floor(library, arrays):
     On a CPU, NumPy's one-thread ``copyto`` for every library; on a GPU, the
     library's device-to-device copy (JAX: a copy under ``jax.jit``).
     """
-    rewards, values = arrays["rewards"], arrays["values"]
-    if library.name in CPU_LIBRARIES:
-        sources = (library.to_numpy(rewards), library.to_numpy(values))
-        targets = tuple(np.empty_like(source) for source in sources)
-        return lambda: [np.copyto(target, source) for target, source in zip(targets, sources)]
-    if library.name.startswith("jax"):
+    sources = (arrays["rewards"], arrays["values"])
+    if library.name.startswith("jax") and library.name not in CPU_LIBRARIES:
         import jax
 
         copy = jax.jit(lambda r, v: (library.xp.copy(r), library.xp.copy(v)))
-        return lambda: copy(rewards, values)
-    targets = (library.xp.empty_like(rewards), library.xp.empty_like(values))
-    if library.name == "cupy":
+        return lambda: copy(*sources)
+    if library.name in CPU_LIBRARIES:
+        sources = tuple(library.to_numpy(source) for source in sources)
+        targets = tuple(np.empty_like(source) for source in sources)
+
+        def write(target, source):
+            np.copyto(target, source)
+    elif library.name == "cupy":
         import cupy
 
-        return lambda: [cupy.copyto(target, source) for target, source in zip(targets, (rewards, values))]
-    return lambda: [target.copy_(source) for target, source in zip(targets, (rewards, values))]
+        targets = tuple(library.xp.empty_like(source) for source in sources)
+
+        def write(target, source):
+            cupy.copyto(target, source)
+    else:
+        targets = tuple(library.xp.empty_like(source) for source in sources)
+
+        def write(target, source):
+            target.copy_(source)
+
+    def call():
+        for target, source in zip(targets, sources):
+            write(target, source)
+        return targets
+
+    return call
 
 
 def ratio_to_floor(call, floor, synchronize, rounds: int = 7, min_sample_s: float = 0.005) -> float:
