@@ -91,6 +91,23 @@ def test_adapters_checks_its_arguments_as_bench_does(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["packed", "--total", "0"], "argument --total: 0 is not positive"),
+    (["packed", "--total", "10", "--sequences", "20"], "--sequences 20 is more than --total 10 steps"),
+    (["cp", "--world", "8", "--length", "4"], "--length 4 is shorter than --world 8"),
+    (["cp", "--repeat", "0"], "argument --repeat: 0 is not positive"),
+    (["dask-ooc", "--gib", "inf"], "argument --gib: inf is not a finite positive number"),
+    (["--json", "/no/such/folder/x.json", "packed"], "--json /no/such/folder/x.json: cannot write there"),
+])
+def test_the_scale_benchmarks_check_their_arguments_before_running(argv, message, capsys):
+    from gae_xp.bench import scale
+
+    with pytest.raises(SystemExit) as exit_info:
+        scale.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_library_is_the_option_and_backend_its_deprecated_alias(capsys):
     parser = cli.build_parser()
     assert parser.parse_args(["--library", "numpy,torch"]).library == ["numpy", "torch:cpu"]

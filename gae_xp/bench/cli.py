@@ -208,16 +208,22 @@ def _output_problems(options) -> str | None:
     if options.plot and importlib.util.find_spec("matplotlib") is None:
         return "--plot needs matplotlib: pip install 'gae_xp[bench]'"
     for option, path in (("--json", options.json), ("--plot", options.plot)):
-        if path is None:
-            continue
-        existed = os.path.exists(path)
-        try:
-            with open(path, "a"):
-                pass
-        except OSError as error:
-            return f"{option} {path}: cannot write there ({error.strerror or error})"
-        if not existed:
-            os.remove(path)
+        problem = None if path is None else unwritable(path)
+        if problem:
+            return f"{option} {path}: {problem}"
+    return None
+
+
+def unwritable(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (tried, then removed again if it was not there), or None."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    if not existed:
+        os.remove(path)
     return None
 
 
