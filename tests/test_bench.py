@@ -768,6 +768,17 @@ def test_compare_refuses_what_compares_nothing(argv, message):
     assert done.returncode == 2 and message in done.stderr
 
 
+def test_the_asv_smoke_run_selects_every_benchmark_function():
+    """CI's `bash asv_bench/smoke.sh` runs each benchmark function once: a class added later is not left out."""
+    bench = _load_asv_module("bench_gae")
+    script = (ROOT / "asv_bench" / "smoke.sh").read_text()
+    selected = re.findall(r'-b "\^bench_gae\\.(\w+)\\.(\w+)', script)
+    functions = {(name, attribute) for name, cls in vars(bench).items() if isinstance(cls, type)
+                 and cls.__module__ == bench.__name__ for attribute in vars(cls)
+                 if attribute.startswith(("time_", "track_", "peakmem_", "mem_"))}
+    assert functions and set(selected) == functions
+
+
 def test_figures_sh_names_every_tracked_file_it_overwrites():
     script = (ROOT / "docs" / "figures.sh").read_text()
     header = script[:script.index("set -uo pipefail")]
