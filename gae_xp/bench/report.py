@@ -269,7 +269,8 @@ def _floor_words(ours: Measurement, here) -> str:
         return ""
     moved = FLOOR_ARRAYS * _itemsize(floor.dtype) * floor.B * floor.T
     cache = last_level_cache() if floor.library in CPU_NAMES else None
-    where = (f"; the {_bytes(moved)} fit in the CPU's {_bytes(cache)} cache, so this is the cache's floor"
+    where = (f"; the {moved / 2**20:.3g} MiB fit in the CPU's {cache / 2**20:.3g} MiB cache, so this is the "
+             "cache's floor"
              if cache and moved <= cache else "")
     return (f" = {ratio(ours.floor_ratio)} the copy floor ({seconds(floor.median_s)} to copy the same bytes, "
             f"{moved / floor.median_s / 1e9:.3g} GB/s{where})")
