@@ -18,7 +18,7 @@ import importlib
 import threading
 from typing import Any, Callable, Protocol
 
-from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, values_are_readable
+from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, is_torch_namespace, values_are_readable
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
 # The two traceable routes are imported with the registry: neither imports a framework.
@@ -99,7 +99,7 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
-    if not all(values_are_readable(a) for a in arrays):
+    if not all(values_are_readable(a) for a in arrays) or any(getattr(a, "requires_grad", False) for a in arrays):
         return _traceable(xp, arrays)
     kind = (_kind(xp, arrays), segments)
     chosen = _CHOSEN.get(kind)
@@ -128,12 +128,19 @@ def _with_segments() -> list[str]:
 
 
 def _traceable(xp, arrays) -> Backend:
-    """For traced or lazy arrays, a route that follows them: Dask's own graph for Dask arrays, lax.scan for JAX
-    on a CPU, else the array-API chunk scan."""
+    """For traced or lazy arrays, or tensors that record autograd history, a route that follows them: Dask's own
+    graph for Dask arrays, lax.scan for JAX on a CPU, the custom operators for torch tensors where they have a
+    kernel (``torch_ops``: one node under ``torch.compile``, the kernels' own backward), else the array-API chunk
+    scan."""
     if is_dask_namespace(xp):
         return load("dask")
     if is_jax_namespace(xp) and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None:
         return _lax_scan.BACKEND
+    if is_torch_namespace(xp):
+        from . import torch_ops
+
+        if torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
+            return torch_ops.BACKEND
     return _generic.BACKEND
 
 

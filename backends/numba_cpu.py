@@ -63,7 +63,8 @@ class NumbaCPUBackend:
                 if a.device.type != "cpu":
                     return "the numba CPU kernels take arrays in host memory (NumPy, torch CPU tensors)"
                 if a.requires_grad:
-                    return "tensors that require grad need backend='xp' (the kernels have no autograd formula)"
+                    return ("tensors that require grad take the kernels through backend='auto' (the custom operator "
+                            "torch.ops.gae_xp.gae) or the generic path, backend='xp'")
                 if not values_are_readable(a):
                     return "traced or meta tensors need backend='xp'"
             elif not is_numpy_array(a):

@@ -23,12 +23,13 @@ from array_api_compat import (
     is_lazy_array,
     is_numpy_array,
     is_torch_array,
+    is_torch_namespace,
 )
 from array_api_compat import device as device_of
 
 __all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
-           "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "add_at", "known_finite",
-           "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
+           "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "is_torch_namespace", "add_at",
+           "known_finite", "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu"]
 
 
 def is_array(value) -> bool:

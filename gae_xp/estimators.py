@@ -131,6 +131,25 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         Shapes that do not match, gamma or lam outside [0, 1], a bad axis,
         chunk size, backend or ``cu_seqlens``, naming the argument.
 
+    Notes
+    -----
+    The first call in a process of each kind (dtype, options) compiles or
+    loads its kernel: numba's compiled code is cached on disk, so later
+    processes load it (tenths of a second) instead of compiling it (seconds).
+
+    Gradients (PyTorch): tensors that require grad get them through the
+    custom operator ``torch.ops.gae_xp.gae`` on the CPU (the numba kernels;
+    on CUDA once the numba-CUDA backend has its backward). The backward is
+    the adjoint scan, the same coefficients run forward in time and cut at
+    the same places, with gradients to ``rewards``, ``values``,
+    ``next_values`` and ``bootstrap_value`` (second derivatives exact). A call
+    whose per-step ``gamma``, ``lam`` or ``critic_lam`` requires grad takes
+    the generic path (``backend="xp"``), whose autograd differentiates them
+    too; so do ``torch.func`` transforms. Under ``torch.compile`` (fullgraph,
+    static or dynamic shapes) the call is one graph node, the operator, and
+    its backward another. JAX differentiates the lax.scan and generic routes
+    itself (``jax.grad``).
+
     Examples
     --------
     >>> import numpy as np

@@ -19,16 +19,77 @@ All take ``[..., T]`` arrays with time last unless ``axis`` says otherwise.
 from __future__ import annotations
 
 import numbers
+from typing import Any, Callable, Union
 
 from gae_xp._compat import array_namespace, device_of
 
+#: An array of any array-API library (NumPy, PyTorch, CuPy, JAX, Dask, ...).
+Array = Any
+#: A coefficient: a Python or NumPy number, or an array broadcastable to the inputs.
+Coefficient = Union[float, Array]
 
-def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
-             terminated=None, truncated=None, mask=None, axis=-1, fill_masked=False, critic_lam=None):
-    """``gae()``'s contract, one step at a time from T-1 down to 0. Returns (advantages, returns).
 
-    With ``critic_lam`` a second advantage runs beside the first with
+def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
+             bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
+             terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
+             axis: int = -1, fill_masked: bool = False,
+             critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+    r"""``gae()``'s contract, one step at a time from T-1 down to 0: ``(advantages, returns)``.
+
+    For t = T-1 .. 0, with ``done_t = terminated_t or truncated_t``, Vnext_t = ``next_values[t]`` if given, else
+    V at the next real step, else ``bootstrap_value``::
+
+        delta_t = r_t + (0 if terminated_t else gamma_t Vnext_t) - V_t
+        A_t     = delta_t + (0 if done_t or gamma_t lam_t == 0 else gamma_t lam_t A_{t+1})
+        returns = A + V
+
+    The term carried from the next step is chosen with ``where``, so nothing behind a cut (NaN and inf
+    included) reaches the step. With ``critic_lam`` a second advantage runs beside the first with
     ``gamma * critic_lam`` from the same deltas, and the returns are it + V.
+
+    Parameters
+    ----------
+    rewards, values : array
+        Arrays of one shape, of one array-API library; time is ``axis``. The loop computes in their dtype: pass
+        float64 for an oracle.
+    gamma, lam : float or array, default 0.99 and 0.95
+        Numbers or arrays broadcastable to ``rewards`` (unchecked).
+    bootstrap_value : float or array of the batch shape, optional
+        The value after the last real step; default 0.
+    next_values : array, optional
+        V(s_{t+1}) per step; replaces the shifted values and ``bootstrap_value``.
+    terminated, truncated : bool arrays, optional
+        The episode ended at t (no bootstrap, the trace cut) / was cut at t (the trace cut, Vnext still
+        bootstrapped).
+    mask : bool array, optional
+        True for a real step; a masked step is skipped (no discount across it) and gets 0.
+    axis : int, default -1
+        The time axis.
+    fill_masked : bool, default False
+        verl's convention: a masked step shows the next real step's advantage, and that + its own value.
+    critic_lam : float or array, optional
+        The returns' lambda (decoupled GAE); None: ``lam``.
+
+    Returns
+    -------
+    advantages, returns : array
+        Shaped like ``rewards``, in its namespace and dtype, time on ``axis``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import gae_loop
+    >>> rewards, values = np.array([[0.0, 0.0, 1.0]]), np.array([[0.5, 0.5, 0.5]])
+    >>> gae_loop(rewards, values, gamma=1.0, lam=1.0)
+    (array([[0.5, 0.5, 0.5]]), array([[1., 1., 1.]]))
+    >>> gae_loop(rewards, values, gamma=1.0, lam=1.0, mask=np.array([[True, False, True]]))
+    (array([[0.5, 0. , 0.5]]), array([[1., 0., 1.]]))
+
+    A terminated step cuts the trace exactly: the NaN behind it does not reach steps 0 and 1.
+
+    >>> gae_loop(rewards, np.array([[0.5, 0.5, np.nan]]), gamma=1.0, lam=1.0,
+    ...          terminated=np.array([[False, True, False]]))[0]
+    array([[-0.5, -0.5,  nan]])
     """
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, next_values=next_values,
                           terminated=terminated, truncated=truncated, mask=mask,
@@ -61,10 +122,43 @@ def gae_loop(rewards, values, *, gamma=0.99, lam=0.95, bootstrap_value=None, nex
             xp.moveaxis(_stack_reversed(xp, return_columns, r), -1, axis))
 
 
-def discounted_returns_loop(rewards, *, gamma=0.99, terminated=None, truncated=None, mask=None,
-                            bootstrap_value=None, axis=-1):
-    """``G_t = r_t + gamma_t (1 - done_t) G_{t+1}``, ``G_T = bootstrap_value``, one step at a time; masked steps
-    skipped."""
+def discounted_returns_loop(rewards: Array, *, gamma: Coefficient = 0.99, terminated: Array | None = None,
+                            truncated: Array | None = None, mask: Array | None = None,
+                            bootstrap_value: Coefficient | None = None, axis: int = -1) -> Array:
+    r"""``discounted_returns()``'s contract one step at a time: ``G_t = r_t + gamma_t (1 - done_t) G_{t+1}``.
+
+    ``G_T = bootstrap_value`` (default 0); a done step or a zero gamma cuts exactly, and a masked step is skipped
+    and gets 0.
+
+    Parameters
+    ----------
+    rewards : array
+        Any array-API library's array; time is ``axis``; the loop computes in its dtype.
+    gamma : float or array, default 0.99
+        A number or an array broadcastable to ``rewards``.
+    terminated, truncated : bool arrays, optional
+        Either cuts the trace at its step.
+    mask : bool array, optional
+        True for a real step.
+    bootstrap_value : float or array of the batch shape, optional
+        The return after the last real step; default 0.
+    axis : int, default -1
+        The time axis.
+
+    Returns
+    -------
+    array
+        G, shaped like ``rewards``, in its namespace and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import discounted_returns_loop
+    >>> discounted_returns_loop(np.array([1.0, 0.0, 2.0]), gamma=0.5)
+    array([1.5, 1. , 2. ])
+    >>> discounted_returns_loop(np.array([1.0, 0.0, 2.0]), gamma=0.5, terminated=np.array([False, True, False]))
+    array([1., 0., 2.])
+    """
     xp, r, at = _per_step(rewards, axis, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
     following = _boundary(xp, bootstrap_value, r, zero)
@@ -78,9 +172,42 @@ def discounted_returns_loop(rewards, *, gamma=0.99, terminated=None, truncated=N
     return xp.moveaxis(_stack_reversed(xp, columns, r), -1, axis)
 
 
-def lambda_returns_loop(rewards, next_values, *, gamma=0.99, lam=0.95, terminated=None, truncated=None, mask=None,
-                        axis=-1):
-    """TD(lambda) targets one step at a time; ``G_{t+1} := V'_t`` at a done step and at a row's last real step."""
+def lambda_returns_loop(rewards: Array, next_values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
+                        terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
+                        axis: int = -1) -> Array:
+    r"""``lambda_returns()``'s TD(lambda) targets one step at a time.
+
+    ::
+
+        G_t = r_t + (0 if terminated_t else gamma_t [(1 - lam_t) V'_t + lam_t G_{t+1}])
+
+    with ``G_{t+1} := V'_t`` at a done step and at a row's last real step.
+
+    Parameters
+    ----------
+    rewards, next_values : array
+        Arrays of one shape; ``next_values[t]`` is V(s_{t+1}); the loop computes in the rewards' dtype.
+    gamma, lam : float or array, default 0.99 and 0.95
+        Numbers or arrays broadcastable to ``rewards``.
+    terminated, truncated : bool arrays, optional
+        Either cuts the trace at its step; terminated also drops the bootstrap.
+    mask : bool array, optional
+        True for a real step; a masked step is skipped and gets 0.
+    axis : int, default -1
+        The time axis.
+
+    Returns
+    -------
+    array
+        G, shaped like ``rewards``, in its namespace and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import lambda_returns_loop
+    >>> lambda_returns_loop(np.array([1.0, 1.0]), np.array([2.0, 4.0]), gamma=0.5, lam=0.5)
+    array([2.25, 3.  ])
+    """
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, next_values=next_values, terminated=terminated,
                           truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
@@ -103,10 +230,45 @@ def lambda_returns_loop(rewards, next_values, *, gamma=0.99, lam=0.95, terminate
     return xp.moveaxis(_stack_reversed(xp, columns, r), -1, axis)
 
 
-def vtrace_loop(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_threshold=1.0, clip_c_threshold=1.0,
-                clip_pg_rho_threshold=1.0, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
-                mask=None, axis=-1):
-    """``gae_xp.vtrace``'s contract one step at a time: returns (vs, pg_advantages)."""
+def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient = 0.99,
+                lam: Coefficient = 1.0, clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0,
+                clip_pg_rho_threshold: float = 1.0, bootstrap_value: Coefficient | None = None,
+                next_values: Array | None = None, terminated: Array | None = None, truncated: Array | None = None,
+                mask: Array | None = None, axis: int = -1) -> tuple[Array, Array]:
+    r"""``vtrace()``'s contract one step at a time: ``(vs, pg_advantages)``.
+
+    With ``rho_t = exp(log_rhos_t)`` and Vnext as in ``gae_loop``::
+
+        delta_t    = min(rho_t, clip_rho_threshold) (r_t + gamma_t (1 - terminated_t) Vnext_t - V_t)
+        vs_t - V_t = delta_t + gamma_t (1 - done_t) lam_t min(rho_t, clip_c_threshold) (vs - V)_{t+1}
+        pg_t       = min(rho_t, clip_pg_rho_threshold) (r_t + gamma_t (1 - terminated_t) vs_next_t - V_t)
+
+    where ``vs_next_t = Vnext_t + (vs - V)`` of the next real step, or Vnext_t where the trace is cut.
+
+    Parameters
+    ----------
+    log_rhos, rewards, values : array
+        Arrays of one shape: the log importance ratios, rewards and V(s_t); the loop computes in the rewards'
+        dtype.
+    gamma, lam : float or array, default 0.99 and 1.0
+        Numbers or arrays broadcastable to ``rewards``; lam enters the trace coefficient only.
+    clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
+        The clipping thresholds of rho in the deltas, the trace and the policy-gradient target.
+    bootstrap_value, next_values, terminated, truncated, mask, axis
+        As in ``gae_loop``.
+
+    Returns
+    -------
+    vs, pg_advantages : array
+        Shaped like ``rewards``, in its namespace and dtype; 0 at masked steps.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import vtrace_loop
+    >>> vtrace_loop(np.zeros(2), np.array([0.0, 1.0]), np.array([0.5, 0.5]), gamma=1.0)
+    (array([1., 1.]), array([0.5, 0.5]))
+    """
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, log_rhos=log_rhos,
                           next_values=next_values, terminated=terminated, truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
@@ -138,8 +300,42 @@ def vtrace_loop(log_rhos, rewards, values, *, gamma=0.99, lam=1.0, clip_rho_thre
             xp.moveaxis(_stack_reversed(xp, pg_columns, r), -1, axis))
 
 
-def discounted_cumsum_loop(x, discount, *, axis=-1, reverse=True, initial=None):
-    """``y_t = x_t + discount_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward), one step at a time; 0 cuts exactly."""
+def discounted_cumsum_loop(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
+                           initial: Coefficient | None = None) -> Array:
+    r"""``discounted_cumsum()`` one step at a time: ``y_t = x_t + discount_t y_{t+1}`` (reverse) or ``y_{t-1}``.
+
+    ``y`` beyond the edge is ``initial`` (default 0); a zero discount cuts exactly (``y_t = x_t``, even next to
+    NaN or inf).
+
+    Parameters
+    ----------
+    x : array
+        Any array-API library's array; time is ``axis``; the loop computes in its dtype.
+    discount : float or array
+        A number or an array broadcastable to ``x`` (unchecked).
+    axis : int, default -1
+        The time axis.
+    reverse : bool, default True
+        From the last step back, or from the first on.
+    initial : float or array of the batch shape, optional
+        The value entering at the edge; default 0.
+
+    Returns
+    -------
+    array
+        y, shaped like ``x``, in its namespace and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import discounted_cumsum_loop
+    >>> discounted_cumsum_loop(np.array([1.0, 1.0, 1.0]), 0.5)
+    array([1.75, 1.5 , 1.  ])
+    >>> discounted_cumsum_loop(np.array([1.0, 1.0, 1.0]), 0.5, reverse=False, initial=4.0)
+    array([3.  , 2.5 , 2.25])
+    >>> discounted_cumsum_loop(np.array([1.0, 1.0, np.inf]), np.array([0.5, 0.0, 0.5]))
+    array([1.5, 1. , inf])
+    """
     xp = array_namespace(x)
     y = _time_last(xp, x, axis)
     batch = y.shape[:-1]
@@ -156,13 +352,13 @@ def discounted_cumsum_loop(x, discount, *, axis=-1, reverse=True, initial=None):
     return xp.moveaxis(out, -1, axis)
 
 
-def _carried(xp, step, coefficient, following, zero):
+def _carried(xp: Any, step: dict, coefficient: Array, following: Array, zero: Array) -> Array:
     """coefficient * following, or exactly 0 where the trace is cut (a done step or a zero coefficient)."""
     cut = _done(xp, step) | (coefficient == 0)
     return coefficient * xp.where(cut, zero, following)
 
 
-def _done(xp, step):
+def _done(xp: Any, step: dict) -> Array:
     """terminated | truncated at this step as a bool array (False where neither is given)."""
     done = xp.zeros(step["gamma"].shape, dtype=xp.bool, device=device_of(step["gamma"]))
     for name in ("terminated", "truncated"):
@@ -171,12 +367,12 @@ def _done(xp, step):
     return done
 
 
-def _unless(xp, flag, value, zero):
+def _unless(xp: Any, flag: Array | None, value: Array, zero: Array) -> Array:
     """value, or exactly 0 where the flag is set (where the flag is absent, value)."""
     return value if flag is None else xp.where(flag != 0, zero, value)
 
 
-def _per_step(rewards, axis, **named):
+def _per_step(rewards: Array, axis: int, **named: Coefficient | None) -> tuple[Any, Array, Callable[[int], dict]]:
     """(xp, rewards with time last, at) where at(t) gives every named argument at step t, as arrays of the batch
     shape."""
     xp = array_namespace(rewards)
@@ -190,17 +386,17 @@ def _per_step(rewards, axis, **named):
             moved[name] = _time_last(xp, xp.broadcast_to(_as_array(xp, value, r, cast=name != "mask"), shape),
                                      axis)
 
-    def at(t):
+    def at(t: int) -> dict:
         return {name: None if value is None else value[..., t] for name, value in moved.items()}
 
     return xp, r, at
 
 
-def _time_last(xp, a, axis):
+def _time_last(xp: Any, a: Array, axis: int) -> Array:
     return xp.moveaxis(a, axis, -1)
 
 
-def _as_array(xp, value, like, *, cast=True):
+def _as_array(xp: Any, value: Coefficient, like: Array, *, cast: bool = True) -> Array:
     """A number or an array as an array in like's dtype (bool flags and masks keep their dtype)."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return xp.asarray(float(value), dtype=like.dtype, device=device_of(like))
@@ -209,15 +405,15 @@ def _as_array(xp, value, like, *, cast=True):
     return xp.astype(value, like.dtype)
 
 
-def _boundary(xp, value, like, zero):
+def _boundary(xp: Any, value: Coefficient | None, like: Array, zero: Array) -> Array:
     return zero if value is None else xp.broadcast_to(_as_array(xp, value, like), zero.shape)
 
 
-def _stack(xp, columns, like):
+def _stack(xp: Any, columns: list, like: Array) -> Array:
     if not columns:
         return xp.zeros(like.shape, dtype=like.dtype, device=device_of(like))
     return xp.stack(columns, axis=-1)
 
 
-def _stack_reversed(xp, columns, like):
+def _stack_reversed(xp: Any, columns: list, like: Array) -> Array:
     return _stack(xp, columns[::-1], like)

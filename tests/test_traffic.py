@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -62,3 +64,121 @@ def test_report_compares_the_paths():
         assert traffic.FLOOR_BYTES < fused.bytes_per_element < generic.bytes_per_element
         assert fused.launches <= 3 < generic.launches  # the fused path: at most three launches, whatever the options
     assert "not a measurement" in traffic.markdown(rows)
+
+
+# ------------------------------------------------------------------------------------------ traffic read from the PTX
+
+def _ptx_unavailable() -> str | None:
+    import importlib.util
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return "compile_ptx does not exist in the CUDA simulator"
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed (pip install 'numba-cuda[cu12]')"
+    try:
+        from gae_xp.backends import _cuda_import
+
+        _cuda_import.compile_ptx(lambda out: None, "void(float32[:])", (9, 0))
+    except Exception as error:  # the toolkit's loader raises its own types
+        return f"NVVM cannot compile here ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    return None
+
+
+_REASON = _ptx_unavailable()
+#: GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in) turns the skip into the failure it hides.
+needs_ptx = pytest.mark.skipif(_REASON is not None and os.environ.get("GAE_XP_REQUIRE_PTX") != "1",
+                               reason=str(_REASON))
+
+
+def _strided_double():
+    """The kernel y[i] = 2 x[2 i] (numba is imported here, not when the tests are collected)."""
+    from gae_xp.backends._cuda_import import cuda
+
+    def kernel(x, y, n):
+        i = cuda.grid(1)
+        if i < n:
+            y[i] = x[i * 2] * 2.0
+    return kernel
+
+
+@needs_ptx
+def test_the_ptx_runner_executes_a_kernel():
+    """y[i] = 2 x[2 i] on 64 threads, 60 of them inside: every y written with the right value, x read at every
+    other element, and the warps' requests: y coalesced (4 sectors for 32 floats), x over twice as many."""
+    from gae_xp.backends import _cuda_import
+    from gae_xp.bench import ptx
+
+    source = _cuda_import.compile_ptx(_strided_double(), "void(float32[:], float32[:], int64)", (9, 0))
+    x, y = np.zeros(128, np.float32), np.zeros(60, np.float32)
+    program = ptx.load(source, [("x", x), ("y", y), ("n", 60)], fill={"x": lambda index: float(index)})
+    accesses = ptx.run_block(program, (0, 0, 0), (64, 1, 1), (1, 1, 1))
+    written = program.memory.regions[1].written
+    assert {offset // 4: value for offset, value in written.items()} == {i: 4.0 * i for i in range(60)}
+    moved = ptx.bytes_by_argument(accesses)
+    assert moved["x"] == {"requested": 240, "read": 240, "written": 0, "widths": (4,)}
+    assert moved["y"] == {"requested": 240, "read": 0, "written": 240, "widths": (4,)}
+    sectors = ptx.sectors_per_request(accesses)
+    assert sectors["y"][0] == sectors["y"][1]  # coalesced
+    assert sectors["x"] == ((8 + 7) / 2, 4.0)  # stride 2: twice the sectors (7 for the 28 lanes of warp 2)
+
+
+@needs_ptx
+def test_the_ptx_runner_refuses_an_access_outside_every_argument():
+    from gae_xp.backends import _cuda_import
+    from gae_xp.bench import ptx
+
+    source = _cuda_import.compile_ptx(_strided_double(), "void(float32[:], float32[:], int64)", (9, 0))
+    program = ptx.load(source, [("x", np.zeros(8, np.float32)), ("y", np.zeros(8, np.float32)), ("n", 8)])
+    with pytest.raises(ValueError, match="outside every argument"):  # x[2 i] runs past x's 8 elements
+        ptx.run_block(program, (0, 0, 0), (8, 1, 1), (1, 1, 1))
+    with pytest.raises(ValueError, match="parameter values"):
+        ptx.load(source, [("x", np.zeros(8, np.float32)), ("n", 8)])
+
+
+@needs_ptx
+@pytest.mark.parametrize("case", traffic.CASES)
+def test_ptx_traffic_matches_the_model(case):
+    """Per launch, the bytes the compiled kernels move equal the hand-written model's, within the per-tile
+    edges (the middle block stands for all here); each streamed array moves its itemsize per element."""
+    from gae_xp.backends import numba_cuda
+
+    length = 8192
+    launches = traffic.ptx_launches(case, length=length, samples="middle")
+    arrays = traffic.case_arrays(case, (1, length))
+    problem = SimpleNamespace(rewards=arrays["rewards"], values=arrays["values"], next_values=None, gamma=0.99,
+                              lam=0.95, terminated=arrays.get("terminated"), truncated=None, mask=arrays.get("mask"))
+    model = numba_cuda.traffic(problem)
+    assert [launch.kernel.split("[")[0].split("_")[-1] for launch in launches] == list(model)
+    for launch, (streamed, per_tile) in zip(launches, model.values()):
+        assert launch.bytes_per_element == pytest.approx((streamed + per_tile) / length, abs=0.01)
+        for name in ("rewards", "values", "advantages", "returns", "terminated", "mask"):
+            moved = launch.read.get(name, 0) + launch.written.get(name, 0)
+            if moved:
+                assert moved / length == pytest.approx(arrays.get(name, arrays["rewards"]).itemsize, abs=0.01)
+
+
+@needs_ptx
+def test_ptx_of_a_short_row_is_one_launch():
+    launches = traffic.ptx_launches("constant", length=2048, samples="middle")
+    assert [launch.kernel for launch in launches] == ["gae_final[plain]"]
+    assert launches[0].bytes_per_element == pytest.approx(16, abs=0.01)
+
+
+def test_fill_replaces_between_the_markers():
+    begin, end = traffic.MARKERS["summary"]
+    text = f"intro\n{begin}\nold table\n{end}\noutro"
+    assert traffic.fill(text, {"summary": "new"}, ["summary"]) == f"intro\n{begin}\nnew\n{end}\noutro"
+    with pytest.raises(ValueError, match="markers of the 'ptx' table are missing"):
+        traffic.fill(text, {"ptx": "x"}, ["ptx"])
+
+
+@needs_ptx
+def test_committed_pages_hold_the_generated_tables():
+    """README.md and docs/gpu.md quote `python -m gae_xp.bench.traffic --write` of this commit (about a minute:
+    the generic path is recorded on torch, the fused path's PTX run on the CPU)."""
+    pytest.importorskip("torch")
+    root = Path(__file__).resolve().parents[1]
+    tables = traffic.pages()
+    for document, names in traffic.DOCUMENTS.items():
+        text = (root / document).read_text()
+        assert traffic.fill(text, tables, names) == text, f"{document} is stale: python -m gae_xp.bench.traffic --write"

@@ -2,7 +2,12 @@
 
 * ``gae_xp.adapters.verl.compute_gae_advantage_return``
 * ``gae_xp.adapters.slime.vanilla_gae``, ``chunked_gae`` and ``chunked_discounted_returns``
-* ``gae_xp.adapters.openrlhf.get_advantages_and_returns``
+* ``gae_xp.adapters.openrlhf.get_advantages_and_returns`` and ``normalize_advantages`` (``no_std_norm``)
+* ``gae_xp.adapters.areal.pygae1d_nolp_misalign`` / ``cugae1d_nolp_misalign_func`` (packed, one extra
+  value slot per sequence, empty sequences included) and ``compute_token_level_gae`` (the padded block)
+* ``gae_xp.adapters.cleanrl.compute_gae`` (time-major, ``next_done``, ``next_value``) and ``normalize_advantages``
+* ``gae_xp.adapters.trl.compute_advantages_and_returns`` (PPOTrainer's block), ``masked_mean``,
+  ``masked_var`` and ``masked_whiten``
 * ``gae_xp.adapters.torchrl.generalized_advantage_estimate`` and ``vtrace_advantage_estimate``
 * ``gae_xp.adapters.rlax.lambda_returns``, ``discounted_returns``,
   ``truncated_generalized_advantage_estimation``, ``importance_corrected_td_errors``,

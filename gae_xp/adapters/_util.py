@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+from typing import Any
 
 from gae_xp._compat import device_of, is_jax_array, is_torch_array
-from gae_xp.estimators import linear_scan
+from gae_xp.estimators import Array, Coefficient, linear_scan
 
 
 class ShapeError(ValueError, AssertionError):
@@ -18,7 +19,7 @@ class DTypeError(TypeError, AssertionError):
     """A dtype the framework refuses with an assertion (rlax's chex): catchable as either."""
 
 
-def no_grad(like):
+def no_grad(like: Array) -> contextlib.AbstractContextManager:
     """torch.no_grad() for torch tensors (verl and OpenRLHF run under it), else a no-op context."""
     if is_torch_array(like):
         import torch
@@ -27,7 +28,7 @@ def no_grad(like):
     return contextlib.nullcontext()
 
 
-def stop_gradient(x):
+def stop_gradient(x: Array) -> Array:
     """jax.lax.stop_gradient for JAX arrays, detach() for torch tensors, x itself elsewhere."""
     if is_jax_array(x):
         import jax
@@ -38,7 +39,7 @@ def stop_gradient(x):
     return x
 
 
-def float_dtype(xp, *arrays):
+def float_dtype(xp: Any, *arrays: Array) -> Any:
     """The promoted floating dtype of the arrays (the namespace's default float when none is floating)."""
     floats = [a.dtype for a in arrays if xp.isdtype(a.dtype, "real floating")]
     if floats:
@@ -46,14 +47,14 @@ def float_dtype(xp, *arrays):
     return xp.__array_namespace_info__().default_dtypes(device=device_of(arrays[0]))["real floating"]
 
 
-def like(xp, value, array):
+def like(xp: Any, value: Coefficient, array: Array) -> Array:
     """A threshold or coefficient (a real number or an array) as an array of ``array``'s dtype on its device."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return xp.asarray(float(value), dtype=array.dtype, device=device_of(array))
     return xp.astype(value, array.dtype, copy=False)
 
 
-def following(xp, a, fill, axis=-1):
+def following(xp: Any, a: Array, fill: Array, axis: int = -1) -> Array:
     """``a`` shifted one step back along ``axis``: out[t] = a[t + 1], and ``fill`` (an array of one step) last."""
     axis = axis % a.ndim
     index = [slice(None)] * a.ndim
@@ -61,7 +62,7 @@ def following(xp, a, fill, axis=-1):
     return xp.concat([a[tuple(index)], fill], axis=axis)
 
 
-def take_last(a, axis=-1):
+def take_last(a: Array, axis: int = -1) -> Array:
     """The last step along ``axis``, keeping the axis (length 1)."""
     axis = axis % a.ndim
     index = [slice(None)] * a.ndim
@@ -69,7 +70,8 @@ def take_last(a, axis=-1):
     return a[tuple(index)]
 
 
-def scan(x, a, *, axis=-1, initial=None, name="the trace's coefficient"):
+def scan(x: Array, a: Coefficient, *, axis: int = -1, initial: Coefficient | None = None,
+         name: str = "the trace's coefficient") -> Array:
     r"""``y_t = x_t + a_t y_{t+1}``, ``y_T = initial``, for any real coefficients ``a``.
 
     ``gae_xp.discounted_cumsum`` takes |a| <= 1; importance-weighted traces

@@ -45,23 +45,101 @@ from __future__ import annotations
 
 import collections
 import numbers
+from typing import Any
 
 from gae_xp._compat import array_namespace, device_of
-from gae_xp.adapters._util import DTypeError, ShapeError, like, scan, stop_gradient
+from gae_xp.adapters._util import Array, Coefficient, DTypeError, ShapeError, like, scan, stop_gradient
 
 VTraceOutput = collections.namedtuple("vtrace_output", ["errors", "pg_advantage", "q_estimate"])
 
 
-def lambda_returns(r_t, discount_t, v_t, lambda_=1.0, stop_target_gradients=False):
-    """Multistep truncated lambda returns of one sequence."""
+def lambda_returns(r_t: Array, discount_t: Array, v_t: Array, lambda_: Coefficient = 1.0,
+                   stop_target_gradients: bool = False) -> Array:
+    r"""Multistep truncated lambda returns of one sequence, as rlax's ``lambda_returns``.
+
+    From ``G_{T-1}`` back to ``G_0``::
+
+        G_t = r_t + discount_t [(1 - lambda_t) v_t + lambda_t G_{t+1}],     G_T = v_t[-1]
+
+    Parameters
+    ----------
+    r_t : array, shape (T,)
+        The sequence of rewards at times [1, T].
+    discount_t : array, shape (T,)
+        The sequence of discounts at times [1, T] (0 ends an episode).
+    v_t : array, shape (T,)
+        The sequence of state-value estimates under the policy at times [1, T].
+    lambda_ : float or array of shape (T,), default 1.0
+        rlax's mixing parameter, a scalar or one value per step; any real value (above 1 for importance-weighted
+        forms such as ``lambda_t = lambda rho_t``).
+    stop_target_gradients : bool, default False
+        Whether to stop gradients through the returns.
+
+    Returns
+    -------
+    array, shape (T,)
+        The multistep lambda returns, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    ValueError
+        For a NaN trace coefficient (``discount_t * lambda_``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import lambda_returns
+    >>> r_t, discount_t, v_t = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.0, 0.5]), np.array([2.0, 4.0, 6.0])
+    >>> lambda_returns(r_t, discount_t, v_t, lambda_=0.5).tolist()
+    [1.5, 0.0, 5.0]
+    """
     xp = _sequences(r_t, discount_t, v_t)
     lam = _per_step(xp, lambda_, discount_t)
     returns = scan(r_t + discount_t * ((1 - lam) * v_t), discount_t * lam, initial=v_t[-1])
     return stop_gradient(returns) if stop_target_gradients else returns
 
 
-def discounted_returns(r_t, discount_t, v_t, stop_target_gradients=False):
-    """Discounted returns of one sequence, bootstrapped by ``v_t`` (a scalar or a sequence; its last entry counts)."""
+def discounted_returns(r_t: Array, discount_t: Array, v_t: Coefficient, stop_target_gradients: bool = False) -> Array:
+    r"""Discounted returns of one sequence, as rlax's ``discounted_returns``: lambda returns with lambda 1.
+
+    ::
+
+        G_t = r_t + discount_t G_{t+1},     G_T = v_t (a scalar) or v_t[-1] (a sequence)
+
+    Parameters
+    ----------
+    r_t : array, shape (T,)
+        The reward sequence.
+    discount_t : array, shape (T,)
+        The discount sequence (0 ends an episode).
+    v_t : float or array of shape () or (T,)
+        The value sequence or scalar that bootstraps the return; of a sequence, only the last entry counts.
+    stop_target_gradients : bool, default False
+        Whether to stop gradients through the returns.
+
+    Returns
+    -------
+    array, shape (T,)
+        The discounted returns, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``v_t`` of rank above 1.
+    ValueError
+        For a NaN discount.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import discounted_returns
+    >>> discounted_returns(np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), 4.0).tolist()
+    [2.0, 2.0, 4.0]
+    """
     xp = _sequences(r_t, discount_t)
     if not isinstance(v_t, numbers.Real):
         if v_t.ndim > 1:
@@ -70,8 +148,52 @@ def discounted_returns(r_t, discount_t, v_t, stop_target_gradients=False):
     return lambda_returns(r_t, discount_t, bootstrapped, lambda_=1.0, stop_target_gradients=stop_target_gradients)
 
 
-def truncated_generalized_advantage_estimation(r_t, discount_t, lambda_, values, stop_target_gradients=False):
-    """GAE of one sequence; ``values`` holds v(s_0) .. v(s_T) (one more entry than ``r_t``)."""
+def truncated_generalized_advantage_estimation(r_t: Array, discount_t: Array, lambda_: Coefficient, values: Array,
+                                               stop_target_gradients: bool = False) -> Array:
+    r"""GAE of one sequence, as rlax's ``truncated_generalized_advantage_estimation``.
+
+    ::
+
+        delta_t = r_t + discount_t values[t + 1] - values[t]
+        A_t     = delta_t + discount_t lambda_t A_{t+1},     A_T = 0
+
+    (rlax's reward ``r_t`` is the one received after acting in the state of ``values[t]``.)
+
+    Parameters
+    ----------
+    r_t : array, shape (T,)
+        The sequence of rewards at times [1, T].
+    discount_t : array, shape (T,)
+        The sequence of discounts at times [1, T] (0 ends an episode).
+    lambda_ : float or array of shape (T,)
+        rlax's mixing parameter, a scalar or one value per step.
+    values : array, shape (T + 1,)
+        The sequence of values under the policy at times [0, T]: one more entry than ``r_t``.
+    stop_target_gradients : bool, default False
+        Whether to stop gradients through the advantages.
+
+    Returns
+    -------
+    array, shape (T,)
+        The advantages, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    ValueError
+        For a NaN trace coefficient (``discount_t * lambda_``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import truncated_generalized_advantage_estimation
+    >>> r_t, discount_t = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.0, 0.5])
+    >>> values = np.array([0.0, 2.0, 4.0, 6.0])
+    >>> truncated_generalized_advantage_estimation(r_t, discount_t, 1.0, values).tolist()
+    [1.0, -2.0, 1.0]
+    """
     xp = _sequences(r_t, discount_t)
     _bootstrapped_values(values, r_t)
     lam = _per_step(xp, lambda_, discount_t)
@@ -80,8 +202,53 @@ def truncated_generalized_advantage_estimation(r_t, discount_t, lambda_, values,
     return stop_gradient(advantages) if stop_target_gradients else advantages
 
 
-def importance_corrected_td_errors(r_t, discount_t, rho_tm1, lambda_, values, stop_target_gradients=False):
-    """Multistep TD errors with per-decision importance sampling, as rlax."""
+def importance_corrected_td_errors(r_t: Array, discount_t: Array, rho_tm1: Array, lambda_: Coefficient,
+                                   values: Array, stop_target_gradients: bool = False) -> Array:
+    r"""Multistep TD errors with per-decision importance sampling, as rlax's ``importance_corrected_td_errors``.
+
+    With ``delta_t = r_t + discount_t values[t + 1] - values[t]`` and ``rho_t = rho_tm1[t + 1]`` (1 after the
+    last step)::
+
+        E_t      = delta_t + discount_t rho_t lambda_t E_{t+1},     E_T = 0
+        errors_t = rho_tm1[t] E_t
+
+    Parameters
+    ----------
+    r_t : array, shape (T,)
+        The sequence of rewards at times [1, T].
+    discount_t : array, shape (T,)
+        The sequence of discounts at times [1, T].
+    rho_tm1 : array, shape (T,)
+        The importance ratios ``pi(a|s) / mu(a|s)`` at times [0, T-1].
+    lambda_ : float or array of shape (T,)
+        rlax's mixing parameter, a scalar or one value per step.
+    values : array, shape (T + 1,)
+        The state values under the policy at times [0, T].
+    stop_target_gradients : bool, default False
+        Whether to stop gradients through the targets: ``stop_gradient(errors + v_tm1) - v_tm1``.
+
+    Returns
+    -------
+    array, shape (T,)
+        The importance-corrected errors, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    ValueError
+        For a NaN trace coefficient (NaN importance ratios or discounts).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import importance_corrected_td_errors
+    >>> r_t, discount_t = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5])
+    >>> rho_tm1, values = np.array([1.0, 2.0, 0.5]), np.array([0.0, 2.0, 4.0, 6.0])
+    >>> importance_corrected_td_errors(r_t, discount_t, rho_tm1, 1.0, values).tolist()
+    [2.25, 0.5, 0.5]
+    """
     xp = _sequences(r_t, discount_t, rho_tm1)
     _bootstrapped_values(values, r_t)
     v_tm1, v_next = values[:-1], values[1:]
@@ -91,16 +258,114 @@ def importance_corrected_td_errors(r_t, discount_t, rho_tm1, lambda_, values, st
     return _stop_target(errors, v_tm1, stop_target_gradients)
 
 
-def vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_=1.0, clip_rho_threshold=1.0, stop_target_gradients=True,
-           sample_mask=None):
-    """V-trace errors (vs - v_tm1) of one sequence."""
+def vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array, lambda_: Coefficient = 1.0,
+           clip_rho_threshold: float = 1.0, stop_target_gradients: bool = True,
+           sample_mask: Array | None = None) -> Array:
+    r"""V-trace errors (``vs - v_tm1``) of one sequence, as rlax's ``vtrace``.
+
+    With ``c_t = lambda_t min(1, rho_tm1[t])``::
+
+        e_t = min(clip_rho_threshold, rho_tm1[t]) (r_t + discount_t v_t - v_tm1_t) + discount_t c_t e_{t+1}
+
+    Parameters
+    ----------
+    v_tm1 : array, shape (T,)
+        The values at time t-1 (the predictions the errors are for).
+    v_t : array, shape (T,)
+        The values at time t (the bootstrap of each step).
+    r_t : array, shape (T,)
+        The reward at time t.
+    discount_t : array, shape (T,)
+        The discount at time t (0 ends an episode).
+    rho_tm1 : array, shape (T,)
+        The importance sampling ratios at time t-1.
+    lambda_ : float or array of shape (T,), default 1.0
+        rlax's mixing parameter, a scalar or one value per step.
+    clip_rho_threshold : float, default 1.0
+        The clip threshold of the importance weights in the TD errors.
+    stop_target_gradients : bool, default True
+        Whether to stop gradients through the targets: ``stop_gradient(errors + v_tm1) - v_tm1``.
+    sample_mask : bool array of shape (T,), optional
+        False skips a step: it adds no error and passes the next step's error through unchanged.
+
+    Returns
+    -------
+    array, shape (T,)
+        The V-trace errors, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    DTypeError
+        (a TypeError and an AssertionError) for a ``sample_mask`` that is not bool.
+    ValueError
+        For a NaN trace coefficient (NaN importance ratios or discounts).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import vtrace
+    >>> v_tm1, v_t = np.array([0.0, 2.0, 4.0]), np.array([2.0, 4.0, 6.0])
+    >>> r_t, discount_t, rho_tm1 = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), np.array([1.0, 2.0, 0.5])
+    >>> vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1).tolist()
+    [2.125, 0.25, 0.5]
+    >>> vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, sample_mask=np.array([True, False, True])).tolist()
+    [2.25, 0.5, 0.5]
+    """
     return leaky_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, 1.0, lambda_, clip_rho_threshold, stop_target_gradients,
                         sample_mask)
 
 
-def leaky_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha_=1.0, lambda_=1.0, clip_rho_threshold=1.0,
-                 stop_target_gradients=True, sample_mask=None):
-    """Leaky V-trace errors: alpha mixes clipped (1) and unclipped (0) importance weights."""
+def leaky_vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array, alpha_: float = 1.0,
+                 lambda_: Coefficient = 1.0, clip_rho_threshold: float = 1.0, stop_target_gradients: bool = True,
+                 sample_mask: Array | None = None) -> Array:
+    r"""Leaky V-trace errors of one sequence, as rlax's ``leaky_vtrace``.
+
+    ``vtrace`` with every clipped weight ``min(threshold, rho)`` replaced by the mix
+    ``(1 - alpha_) rho + alpha_ min(threshold, rho)``: alpha_ 1 is V-trace, 0 plain importance sampling.
+
+    Parameters
+    ----------
+    v_tm1, v_t, r_t, discount_t, rho_tm1 : arrays, shape (T,)
+        As in ``vtrace``: the values at times t-1 and t, the reward and discount at time t, and the importance
+        weights at time t-1.
+    alpha_ : float, default 1.0
+        rlax's mixing parameter of importance sampling and V-trace.
+    lambda_ : float or array of shape (T,), default 1.0
+        rlax's mixing parameter, a scalar or one value per step.
+    clip_rho_threshold : float, default 1.0
+        The clip threshold of the importance weights in the TD errors.
+    stop_target_gradients : bool, default True
+        Whether to stop gradients through the targets.
+    sample_mask : bool array of shape (T,), optional
+        False skips a step, as in ``vtrace``.
+
+    Returns
+    -------
+    array, shape (T,)
+        The leaky V-trace errors, of the inputs' library, device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    DTypeError
+        (a TypeError and an AssertionError) for a ``sample_mask`` that is not bool.
+    ValueError
+        For a NaN trace coefficient.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import leaky_vtrace
+    >>> v_tm1, v_t = np.array([0.0, 2.0, 4.0]), np.array([2.0, 4.0, 6.0])
+    >>> r_t, discount_t, rho_tm1 = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), np.array([1.0, 2.0, 0.5])
+    >>> leaky_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha_=0.5).tolist()
+    [2.1875, 0.375, 0.5]
+    """
     xp = _sequences(v_tm1, v_t, r_t, discount_t, rho_tm1)
     lam = _per_step(xp, lambda_, discount_t)
     c_tm1 = _leaky(xp, rho_tm1, alpha_, 1.0) * lam
@@ -116,18 +381,114 @@ def leaky_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha_=1.0, lambda_=1.0, 
     return _stop_target(scan(td_errors, trace), v_tm1, stop_target_gradients)
 
 
-def vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_=1.0, clip_rho_threshold=1.0,
-                                  clip_pg_rho_threshold=1.0, stop_target_gradients=True, sample_mask=None):
-    """(errors, pg_advantage, q_estimate) of one sequence, as IMPALA's V-trace in rlax."""
+def vtrace_td_error_and_advantage(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array,
+                                  lambda_: Coefficient = 1.0, clip_rho_threshold: float = 1.0,
+                                  clip_pg_rho_threshold: float = 1.0, stop_target_gradients: bool = True,
+                                  sample_mask: Array | None = None) -> VTraceOutput:
+    r"""(errors, pg_advantage, q_estimate) of one sequence, as IMPALA's V-trace in rlax.
+
+    With ``errors`` from ``vtrace`` and ``vs = errors + v_tm1``::
+
+        q_t  = r_t + discount_t (lambda_t vs_{t+1} + (1 - lambda_t) v_tm1_{t+1}),   q_{T-1} = r + discount v_t[-1]
+        pg_t = min(clip_pg_rho_threshold, rho_tm1[t]) (q_t - v_tm1_t)
+
+    Parameters
+    ----------
+    v_tm1, v_t, r_t, discount_t, rho_tm1 : arrays, shape (T,)
+        As in ``vtrace``: the values at times t-1 and t, the reward and discount at time t, and the importance
+        weights at time t-1.
+    lambda_ : float or array of shape (T,), default 1.0
+        rlax's mixing parameter; here it also mixes the policy-gradient target.
+    clip_rho_threshold : float, default 1.0
+        The clip threshold of the importance ratios in the TD errors.
+    clip_pg_rho_threshold : float, default 1.0
+        The clip threshold of the policy-gradient importance ratios.
+    stop_target_gradients : bool, default True
+        Whether to stop gradients through the targets.
+    sample_mask : bool array of shape (T,), optional
+        False skips a step in the errors, as in ``vtrace``.
+
+    Returns
+    -------
+    VTraceOutput
+        The named tuple ``(errors, pg_advantage, q_estimate)``, arrays of shape (T,) of the inputs' library,
+        device and floating dtype.
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    DTypeError
+        (a TypeError and an AssertionError) for a ``sample_mask`` that is not bool.
+    ValueError
+        For a NaN trace coefficient.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import vtrace_td_error_and_advantage
+    >>> v_tm1, v_t = np.array([0.0, 2.0, 4.0]), np.array([2.0, 4.0, 6.0])
+    >>> r_t, discount_t, rho_tm1 = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), np.array([1.0, 2.0, 0.5])
+    >>> out = vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_=0.5)
+    >>> out.errors.tolist(), out.pg_advantage.tolist(), out.q_estimate.tolist()
+    ([2.03125, 0.125, 0.5], [2.03125, 0.125, 0.5], [2.03125, 2.125, 5.0])
+    """
     return leaky_vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, 1.0, lambda_,
                                                clip_rho_threshold, clip_pg_rho_threshold, stop_target_gradients,
                                                sample_mask)
 
 
-def leaky_vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha=1.0, lambda_=1.0,
-                                        clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0,
-                                        stop_target_gradients=True, sample_mask=None):
-    """(errors, pg_advantage, q_estimate) of leaky V-trace."""
+def leaky_vtrace_td_error_and_advantage(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array,
+                                        alpha: float = 1.0, lambda_: Coefficient = 1.0,
+                                        clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
+                                        stop_target_gradients: bool = True,
+                                        sample_mask: Array | None = None) -> VTraceOutput:
+    r"""(errors, pg_advantage, q_estimate) of leaky V-trace, as rlax's ``leaky_vtrace_td_error_and_advantage``.
+
+    ``vtrace_td_error_and_advantage`` with the errors of ``leaky_vtrace`` and the policy-gradient weight mixed
+    the same way: ``(1 - alpha) rho + alpha min(clip_pg_rho_threshold, rho)``.
+
+    Parameters
+    ----------
+    v_tm1, v_t, r_t, discount_t, rho_tm1 : arrays, shape (T,)
+        As in ``vtrace``.
+    alpha : float, default 1.0
+        rlax's mixing of the clipped importance sampling weights with the unclipped ones.
+    lambda_ : float or array of shape (T,), default 1.0
+        rlax's mixing parameter, in the trace and the policy-gradient target.
+    clip_rho_threshold, clip_pg_rho_threshold : float, default 1.0
+        The clip thresholds of the importance ratios in the TD errors and in the policy gradient.
+    stop_target_gradients : bool, default True
+        Whether to stop gradients through the targets.
+    sample_mask : bool array of shape (T,), optional
+        False skips a step in the errors, as in ``vtrace``.
+
+    Returns
+    -------
+    VTraceOutput
+        The named tuple ``(errors, pg_advantage, q_estimate)``, arrays of shape (T,).
+
+    Raises
+    ------
+    ShapeError
+        (a ValueError and an AssertionError, as chex's) for inputs that are not one sequence each (rank 1) of one
+        length, or a ``lambda_`` that is neither a scalar nor one value per step.
+    DTypeError
+        (a TypeError and an AssertionError) for a ``sample_mask`` that is not bool.
+    ValueError
+        For a NaN trace coefficient.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.rlax import leaky_vtrace_td_error_and_advantage
+    >>> v_tm1, v_t = np.array([0.0, 2.0, 4.0]), np.array([2.0, 4.0, 6.0])
+    >>> r_t, discount_t, rho_tm1 = np.array([1.0, 0.0, 2.0]), np.array([0.5, 0.5, 0.5]), np.array([1.0, 2.0, 0.5])
+    >>> out = leaky_vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha=0.5)
+    >>> out.pg_advantage.tolist()
+    [2.1875, 0.375, 0.5]
+    """
     xp = _sequences(v_tm1, v_t, r_t, discount_t, rho_tm1)
     lam = xp.ones_like(discount_t) * _per_step(xp, lambda_, discount_t)
     errors = leaky_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, alpha, lam, clip_rho_threshold,
@@ -139,7 +500,7 @@ def leaky_vtrace_td_error_and_advantage(v_tm1, v_t, r_t, discount_t, rho_tm1, al
     return VTraceOutput(errors=errors, pg_advantage=pg_advantage, q_estimate=q_estimate)
 
 
-def _sequences(*arrays):
+def _sequences(*arrays: Array) -> Any:
     """The shared namespace; ShapeError unless every array is 1-D and of one length."""
     xp = array_namespace(*arrays)
     for a in arrays:
@@ -151,12 +512,12 @@ def _sequences(*arrays):
     return xp
 
 
-def _bootstrapped_values(values, r_t):
+def _bootstrapped_values(values: Array, r_t: Array) -> None:
     if values.ndim != 1 or values.shape[0] != r_t.shape[0] + 1:
         raise ShapeError(f"values must hold v(s_0) .. v(s_T): shape ({r_t.shape[0] + 1},), got {tuple(values.shape)}")
 
 
-def _per_step(xp, lambda_, steps):
+def _per_step(xp: Any, lambda_: Coefficient, steps: Array) -> Coefficient:
     """lambda_ as rlax takes it: a number, a 0-d array or one value per step."""
     if isinstance(lambda_, numbers.Real) and not isinstance(lambda_, bool):
         return float(lambda_)
@@ -166,7 +527,7 @@ def _per_step(xp, lambda_, steps):
     return lambda_
 
 
-def _leaky(xp, rho, alpha, threshold):
+def _leaky(xp: Any, rho: Array, alpha: float, threshold: float) -> Array:
     """(1 - alpha) rho + alpha min(threshold, rho); min(threshold, rho) itself for alpha = 1."""
     clipped = xp.minimum(rho, like(xp, threshold, rho))
     if isinstance(alpha, numbers.Real) and alpha == 1:
@@ -174,7 +535,7 @@ def _leaky(xp, rho, alpha, threshold):
     return (1 - alpha) * rho + alpha * clipped
 
 
-def _stop_target(errors, v_tm1, stop_target_gradients):
+def _stop_target(errors: Array, v_tm1: Array, stop_target_gradients: bool) -> Array:
     """rlax's ``stop_gradient(errors + v_tm1) - v_tm1`` (the same rounding), or the errors themselves."""
     if not stop_target_gradients:
         return errors

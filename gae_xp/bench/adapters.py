@@ -2,7 +2,10 @@
 
 Torch CPU (or ``--device cuda``), B=8, T=131072 by default, float32. The
 framework functions are the per-step loops restated in ``gae_xp.bench.baselines``
-(verl, OpenRLHF, slime) and torchrl's own functions when torchrl is installed.
+(verl, OpenRLHF, slime, AReaL, CleanRL, TRL) and torchrl's own functions when
+torchrl is installed. AReaL's packed case holds B sequences of T tokens in
+one row (its loop walks every token in Python); CleanRL's arrays are
+time-major (T, B).
 Loops run once (they take seconds); the adapters run ``--repeat`` samples.
 Timed by ``gae_xp.bench.runner`` (wall clock, the device waited for; CUDA
 events with ``--device cuda``); the cases are ``adapter_cases``, which the asv
@@ -50,6 +53,7 @@ def adapter_cases(library: libraries.Library, B: int, T: int) -> list[tuple[str,
         ("OpenRLHF get_advantages_and_returns", lambda: baselines.openrlhf_gae_loop(v, r, numeric_mask, 0.99, 0.95),
          lambda: openrlhf.get_advantages_and_returns(v, r, numeric_mask, 0.99, 0.95)),
     ]
+    cases += _new_framework_cases(library, rng, r, v, numeric_mask, B, T)
     if importlib.util.find_spec("torchrl") is not None:
         from torchrl.objectives.value import functional
 
@@ -61,6 +65,39 @@ def adapter_cases(library: libraries.Library, B: int, T: int) -> list[tuple[str,
                       lambda: functional.vtrace_advantage_estimate(0.99, log_pi, log_mu, v3, v3_next, r3, done),
                       lambda: torchrl.vtrace_advantage_estimate(0.99, log_pi, log_mu, v3, v3_next, r3, done)))
     return cases
+
+
+def _new_framework_cases(library, rng, r, v, numeric_mask, B, T):
+    """AReaL (packed and padded), CleanRL and TRL on the shapes their frameworks use."""
+    from gae_xp.adapters import areal, cleanrl, trl
+
+    xp = library.xp
+    offsets = library.asarray(np.arange(B + 1, dtype=np.int32) * T)
+    packed_r = xp.reshape(r, (-1,))
+    packed_v = library.asarray(rng.standard_normal(B * T + B).astype(np.float32))
+    flags = library.asarray(np.arange(B) % 2 == 0)
+    no_eos = library.asarray(np.arange(B) % 2 == 1)
+    steps_first = {name: library.asarray(np.ascontiguousarray(library.to_numpy(a).T))
+                   for name, a in (("r", r), ("v", v))}
+    dones = library.asarray((rng.random((T, B)) < 0.01).astype(np.float32))
+    next_value = library.asarray(rng.standard_normal((1, B)).astype(np.float32))
+    next_done = library.asarray(np.zeros(B, dtype=np.float32))
+    padding = library.asarray(np.arange(T)[None, :] >= rng.integers(T // 2, T + 1, B)[:, None])
+    return [
+        ("AReaL pygae1d_nolp_misalign (packed)",
+         lambda: baselines.areal_packed_gae_loop(packed_r, packed_v, offsets, flags, 0.99, 0.95),
+         lambda: areal.pygae1d_nolp_misalign(packed_r, packed_v, offsets, flags, 0.99, 0.95)),
+        ("AReaL _compute_advantages (padded)",
+         lambda: baselines.areal_padded_gae_loop(r, v, numeric_mask, no_eos, 0.99, 0.95),
+         lambda: areal.compute_token_level_gae(r, v, numeric_mask, no_eos, 0.99, 0.95)),
+        ("CleanRL ppo.py GAE",
+         lambda: baselines.cleanrl_gae_loop(steps_first["r"], steps_first["v"], dones, next_value, next_done,
+                                            0.99, 0.95),
+         lambda: cleanrl.compute_gae(steps_first["r"], steps_first["v"], dones, next_value, next_done, 0.99, 0.95)),
+        ("TRL PPOTrainer advantages",
+         lambda: baselines.trl_gae_loop(r, v, padding, 1.0, 0.95),
+         lambda: trl.compute_advantages_and_returns(r, v, padding, 1.0, 0.95)),
+    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

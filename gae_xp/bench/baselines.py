@@ -5,8 +5,10 @@
   over the chunks for the carry;
 * ``gae_matrix``: the fully parallel O(T^2) form ``A = delta @ W`` with
   ``W[k, t] = (gamma lam)^(k - t)`` for k >= t (constant coefficient only);
-* ``verl_gae_loop``, ``openrlhf_gae_loop``: the frameworks' GAE loops, for
-  the adapter benchmark (torchrl's own functions are timed when installed);
+* ``verl_gae_loop``, ``openrlhf_gae_loop``, ``areal_packed_gae_loop``,
+  ``areal_padded_gae_loop``, ``cleanrl_gae_loop``, ``trl_gae_loop``: the
+  frameworks' GAE loops, for the adapter benchmark (torchrl's own functions
+  are timed when installed);
 * ``jax_scan_gae``, ``jax_associative_scan_gae``: what JAX users write
   instead (``lax.scan``, ``lax.associative_scan``), full contract, to run
   under ``jax.jit``.
@@ -96,6 +98,77 @@ def openrlhf_gae_loop(values, rewards, action_mask, gamma, lam):
     mask = xp.astype(action_mask, values.dtype)
     advantages, _ = slime_serial_gae(rewards * mask, values * mask, gamma, lam)
     return advantages, advantages + values * mask
+
+
+def areal_packed_gae_loop(rewards, values, cu_seqlens, bootstrap, gamma, lam):
+    """AReaL's ``pygae1d_nolp_misalign``: a Python loop over the sequences and their tokens, one 0-d array each.
+
+    1-D rewards of ``total`` tokens, values of ``total + N`` (one extra slot per sequence, multiplied by its
+    bootstrap flag), N + 1 offsets; the extra slots are read, not written (AReaL multiplies in place).
+    """
+    xp = array_namespace(rewards, values)
+    offsets = [int(o) for o in cu_seqlens]
+    advantages, returns = [], []
+    for i in reversed(range(len(offsets) - 1)):
+        start, length, value_start = offsets[i], offsets[i + 1] - offsets[i], offsets[i] + i
+        last = 0.0
+        for t in reversed(range(length)):
+            next_value = values[value_start + t + 1]
+            if t == length - 1:
+                next_value = next_value * bootstrap[i]
+            delta = rewards[start + t] + gamma * next_value - values[value_start + t]
+            last = delta + gamma * lam * last
+            advantages.append(last)
+            returns.append(last + values[value_start + t])
+    return xp.stack(advantages[::-1]), xp.stack(returns[::-1])
+
+
+def areal_padded_gae_loop(rewards, values, loss_mask, seq_no_eos_mask, discount, gae_lambda):
+    """AReaL's padded block: t from T-2 down, blended by the loss mask; the last column bootstraps rows without EOS."""
+    xp = array_namespace(rewards, values)
+    batch, length = rewards.shape
+    last = xp.zeros(batch, dtype=xp.float32, device=device_of(values))
+    columns = [last]
+    next_values = values[:, length - 1] * xp.astype(seq_no_eos_mask, values.dtype)
+    for t in reversed(range(length - 1)):
+        delta = rewards[:, t] + discount * next_values - values[:, t]
+        candidate = delta + discount * gae_lambda * last
+        mask = loss_mask[:, t]
+        next_values = next_values * (1 - mask) + values[:, t] * mask
+        last = last * (1 - mask) + candidate * mask
+        columns.append(last)
+    advantages = xp.stack(columns[::-1], axis=1)
+    return advantages, advantages + values
+
+
+def cleanrl_gae_loop(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """CleanRL's loop: time-major [num_steps, num_envs], ``dones[t]`` stored before step t, ``next_value`` (1, N)."""
+    xp = array_namespace(rewards, values)
+    num_steps = rewards.shape[0]
+    rows = []
+    last = 0.0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            next_nonterminal, next_values = 1.0 - next_done, next_value
+        else:
+            next_nonterminal, next_values = 1.0 - dones[t + 1], values[t + 1]
+        delta = rewards[t] + gamma * next_values * next_nonterminal - values[t]
+        last = delta + gamma * gae_lambda * next_nonterminal * last
+        rows.append(xp.reshape(last, rewards.shape[1:]))
+    advantages = xp.stack(rows[::-1], axis=0)
+    return advantages, advantages + values
+
+
+def trl_gae_loop(rewards, values, padding_mask, gamma, lam):
+    """TRL's PPOTrainer block: the plain loop, returns = A + V, then ``masked_whiten`` over ``~padding_mask``."""
+    xp = array_namespace(rewards, values)
+    advantages, returns = slime_serial_gae(rewards, values, gamma, lam)
+    mask = xp.astype(~padding_mask, advantages.dtype)
+    total = xp.sum(mask)
+    mean = xp.sum(advantages * mask) / total
+    var = xp.sum((advantages - mean) ** 2 * mask) / total * (total / (total - 1))
+    whitened = (advantages - mean) / xp.sqrt(var + 1e-8)
+    return xp.where(padding_mask, xp.zeros_like(whitened), whitened), returns
 
 
 def _decay_matrix(xp, w: float, size: int, like, *, reverse: bool):

@@ -17,15 +17,27 @@ latency and host overhead excluded). Two ways to count:
   ``copy_`` do not read the tensor they overwrite; ``out=`` arguments are
   written, not read. ``_local_scalar_dense`` (``float(t)``, ``bool(t)``) is
   a device-to-host copy and a host synchronization on a GPU: counted apart;
-* the fused numba-CUDA path: ``gae_xp.backends.numba_cuda.traffic`` states
-  each launch's loads and stores from the kernels' code (inputs once per tile
-  launch, outputs once, a few numbers per tile).
+* the fused numba-CUDA path, twice: ``gae_xp.backends.numba_cuda.traffic``
+  states each launch's loads and stores by hand (inputs once per tile launch,
+  outputs once, a few numbers per tile), and ``ptx_launches`` reads them from
+  the compiled code: each launch's kernel is compiled to PTX for sm_90 and
+  run on the CPU, thread by thread, for the first, a middle and the last
+  block of its grid (``gae_xp.bench.ptx``); every global load and store is
+  attributed to the kernel argument it falls in. Bytes per element are the
+  distinct bytes each launch reads and writes (what reaches device memory
+  when the caches keep what a block reuses; the middle block stands for every
+  block but the first and the last), beside the bytes its instructions
+  request and the 32-byte sectors a warp's request touches against the
+  fewest its bytes need (coalescing). ``tests/test_traffic.py`` checks the
+  two against each other.
 
-``report()`` returns the rows; ``python -m gae_xp.bench.traffic`` prints them.
+``report()`` returns the rows; ``python -m gae_xp.bench.traffic`` prints the tables of the README and
+docs/gpu.md (``tests/test_traffic.py`` checks that the committed pages hold them).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -43,6 +55,10 @@ RECORD_SHAPE = (4, 131072)
 CASES = ("constant", "dones+mask")
 #: Read rewards and values once, write advantages and returns once (float32).
 FLOOR_BYTES = 16
+#: The target the PTX is compiled for (sm_90: H100, H200).
+PTX_TARGET = (9, 0)
+#: What the arrays hold while the PTX runs: every step real, nothing cut (the path with the most reads).
+PTX_FILL = {"terminated": lambda index: False, "truncated": lambda index: False, "mask": lambda index: True}
 
 _NO_TRAFFIC = {"_unsafe_view", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size"}
@@ -120,7 +136,8 @@ def generic_rows(case: str, *, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth
     finiteness check would synchronise), so it takes its exact route: with a
     constant discount, the matmul on the finite part plus the serial loop's
     non-finite pattern; with dones and a mask, the doubling local scan with
-    ``where`` at the cuts. The recording runs with the arrays taken as device
+    ``where`` at the cuts. The call is recorded warm (after one call: what is
+    cached, the chunk kernel, is not rebuilt). The recording runs with the arrays taken as device
     arrays (``_compat.on_cpu`` answering False), so that CPU tensors follow
     that same operator sequence.
     """
@@ -132,6 +149,8 @@ def generic_rows(case: str, *, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth
 
     arrays = {k: torch.from_numpy(v) for k, v in case_arrays(case, record_shape).items()}
     with mock.patch.object(_compat, "on_cpu", lambda x: False):
+        # a warm call first: what a trainer's every later call runs (the chunk kernel is cached by then)
+        gae_xp.gae(**arrays, backend="xp")
         launches, moved, syncs = record_torch(lambda: gae_xp.gae(**arrays, backend="xp"))
     per_element = moved / math.prod(record_shape)
     return [Row("xp (generic, on a GPU's route)", case, launches, per_element, _ms(per_element, shape, bandwidth),
@@ -159,14 +178,135 @@ def fused_row(case: str, *, shape=SHAPE, bandwidth=H200_BANDWIDTH, itemsize: int
     return Row("numba-cuda (fused)", case, len(launches), total, _ms(total, shape, bandwidth), 0, streamed)
 
 
+@dataclass(frozen=True)
+class LaunchTraffic:
+    """One launch of the fused path as its PTX runs it: per kernel argument, the distinct bytes read and
+    written over the launch, the bytes its instructions request, their widths, and the sectors per warp
+    request against the fewest its bytes need."""
+
+    kernel: str
+    blocks: int
+    threads: int
+    elements: int
+    read: dict[str, int]
+    written: dict[str, int]
+    requested: dict[str, int]
+    widths: dict[str, tuple[int, ...]]
+    sectors: dict[str, tuple[float, float]]
+
+    @property
+    def bytes_per_element(self) -> float:
+        return (sum(self.read.values()) + sum(self.written.values())) / self.elements
+
+
+def recorded_launches(problem) -> list[tuple]:
+    """``(kernel spec, blocks, threads, [(argument name, value), ...])`` for every launch that the fused
+    backend makes for ``problem`` (NumPy arrays), recorded instead of launched: no GPU, nothing compiled."""
+    from unittest import mock
+
+    from gae_xp.backends import numba_cuda
+
+    launches = []
+
+    class Recorder:
+        stream = 0
+
+        def __init__(self, like):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def array(self, array, *, written=False):
+            return array
+
+        def __call__(self, kernel, blocks, threads, *args):
+            names = list(inspect.signature(kernel.function).parameters)
+            launches.append((kernel, blocks, threads, list(zip(names, args))))
+
+    caches = [numba_cuda._gae_kernels, numba_cuda._scan_kernels]
+    for cache in caches:
+        cache.cache_clear()
+    try:
+        with mock.patch.object(numba_cuda, "_Launch", Recorder), \
+                mock.patch.object(numba_cuda, "_compile", lambda spec: spec):
+            numba_cuda.BACKEND.gae(problem, chunk_size=None)
+    finally:
+        for cache in caches:
+            cache.cache_clear()  # the next real call compiles its kernels, not these specs
+    return launches
+
+
+def ptx_launches(case: str, *, length: int = SHAPE[1], dtype=np.float32, samples: str = "edges") -> list[LaunchTraffic]:
+    """The fused path's launches for one row of ``length`` steps, read from their PTX (see the module's
+    docstring). ``samples="edges"`` runs the grid's first, a middle and its last block (the middle one counted
+    for every other block); ``"middle"`` the middle block alone, counted for every block (faster, for tests)."""
+    from gae_xp import _prepare
+    from gae_xp.bench import ptx
+
+    arrays = case_arrays(case, (1, length), dtype)
+    problem = _prepare.prepare(**arrays, backend="numba-cuda").problem
+    out = []
+    for spec, blocks, threads, arguments in recorded_launches(problem):
+        source = _compile_ptx(spec)
+        program = ptx.load(source, arguments, fill=PTX_FILL)
+        blocks, threads = int(blocks), int(threads)
+        middle = blocks // 2
+        weights = {middle: blocks} if samples == "middle" or blocks == 1 else \
+            {0: 1, blocks - 1: 1} if blocks == 2 else {0: 1, middle: blocks - 2, blocks - 1: 1}
+        read, written, requested, widths, sectors = {}, {}, {}, {}, {}
+        for block, weight in weights.items():
+            accesses = ptx.run_block(program, (block, 0, 0), (threads, 1, 1), (blocks, 1, 1))
+            for name, row in ptx.bytes_by_argument(accesses).items():
+                read[name] = read.get(name, 0) + weight * row["read"]
+                written[name] = written.get(name, 0) + weight * row["written"]
+                requested[name] = requested.get(name, 0) + weight * row["requested"]
+                widths[name] = tuple(sorted(set(widths.get(name, ())) | set(row["widths"])))
+            if block == middle:
+                sectors = ptx.sectors_per_request(accesses)
+        out.append(LaunchTraffic(spec.name, blocks, threads, length, read, written, requested, widths, sectors))
+    return out
+
+
+def _compile_ptx(spec) -> str:
+    return _ptx_cache(spec.name, str(spec.signature), spec)
+
+
+_PTX_CACHE: dict[tuple[str, str], str] = {}
+
+
+def _ptx_cache(name: str, signature: str, spec) -> str:
+    if (name, signature) not in _PTX_CACHE:
+        from gae_xp.backends import _cuda_import
+
+        _PTX_CACHE[name, signature] = _cuda_import.compile_ptx(spec.function, spec.signature, PTX_TARGET)
+    return _PTX_CACHE[name, signature]
+
+
+def ptx_row(case: str, *, shape=SHAPE, bandwidth=H200_BANDWIDTH, samples: str = "edges",
+            launches: list[LaunchTraffic] | None = None) -> Row:
+    """The fused path's row, its bytes read from the PTX (one row of T = ``shape[1]``: per element, rows do not
+    change it); ``launches`` from ``ptx_launches`` if already read."""
+    launches = launches or ptx_launches(case, length=shape[1], samples=samples)
+    total = sum(launch.bytes_per_element for launch in launches)
+    return Row("numba-cuda (fused), read from the PTX", case, len(launches), total, _ms(total, shape, bandwidth))
+
+
 def report(*, shape=SHAPE, record_shape=RECORD_SHAPE, cases=CASES, bandwidth=H200_BANDWIDTH,
-           generic: bool = True) -> list[Row]:
-    """Rows for every path and case (float32): the floor, the fused path and, with torch installed and
-    ``generic``, the generic path. Times are predictions at ``bandwidth``, not measurements."""
+           generic: bool = True, from_ptx: bool | dict = False) -> list[Row]:
+    """Rows for every path and case (float32): the floor, the fused path (by hand and, with ``from_ptx``, read
+    from its PTX: a dict of ``ptx_launches`` per case if already read) and, with torch installed and ``generic``,
+    the generic path. Times are predictions at ``bandwidth``, not measurements."""
     rows = []
     for case in cases:
         rows.append(Row("floor: read r, V; write A, R", case, 1, FLOOR_BYTES, _ms(FLOOR_BYTES, shape, bandwidth)))
         rows.append(fused_row(case, shape=shape, bandwidth=bandwidth))
+        if from_ptx:
+            launches = from_ptx.get(case) if isinstance(from_ptx, dict) else None
+            rows.append(ptx_row(case, shape=shape, bandwidth=bandwidth, launches=launches))
         if generic:
             rows.extend(generic_rows(case, shape=shape, record_shape=record_shape, bandwidth=bandwidth))
     return rows
@@ -188,5 +328,66 @@ def markdown(rows: list[Row], *, shape=SHAPE, bandwidth=H200_BANDWIDTH) -> str:
     return "\n".join(lines)
 
 
+def ptx_markdown(launches_by_case: dict[str, list[LaunchTraffic]]) -> str:
+    """Per launch and argument: bytes per element read and written (distinct), requested by the instructions,
+    access widths, and sectors per warp request against the fewest."""
+    lines = ["| case | launch | blocks x threads | argument | bytes/element | requested | widths (B) "
+             "| sectors per warp request (fewest) |", "|---|---|---|---|---|---|---|---|"]
+    for case, launches in launches_by_case.items():
+        for launch in launches:
+            for name in sorted(set(launch.read) | set(launch.written)):
+                moved = (launch.read.get(name, 0) + launch.written.get(name, 0)) / launch.elements
+                sectors, fewest = launch.sectors.get(name, (0.0, 0.0))
+                lines.append(f"| {case} | {launch.kernel} | {launch.blocks} x {launch.threads} | {name} | "
+                             f"{moved:.4f} | {launch.requested[name] / launch.elements:.4f} | "
+                             f"{', '.join(map(str, launch.widths[name]))} | {sectors:.1f} ({fewest:.1f}) |")
+    return "\n".join(lines)
+
+
+def pages(*, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth=H200_BANDWIDTH) -> dict[str, str]:
+    """The generated tables of the README and docs/gpu.md: ``{"summary": ..., "ptx": ...}``."""
+    launches = {case: ptx_launches(case, length=shape[1]) for case in CASES}
+    rows = report(shape=shape, record_shape=record_shape, bandwidth=bandwidth, from_ptx=launches)
+    return {"summary": markdown(rows, shape=shape, bandwidth=bandwidth), "ptx": ptx_markdown(launches)}
+
+
+#: The markers around each generated table in the README and docs/gpu.md.
+MARKERS = {name: (f"<!-- traffic:{name} (python -m gae_xp.bench.traffic --write) -->", f"<!-- traffic:{name} end -->")
+           for name in ("summary", "ptx")}
+DOCUMENTS = {"README.md": ("summary",), "docs/gpu.md": ("summary", "ptx")}
+
+
+def fill(text: str, tables: dict[str, str], names) -> str:
+    """``text`` with each named table between its markers replaced by ``tables[name]``."""
+    for name in names:
+        begin, end = MARKERS[name]
+        if begin not in text or end not in text:
+            raise ValueError(f"the markers of the {name!r} table are missing")
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{tables[name]}\n{end}{tail}"
+    return text
+
+
+def main(argv=None) -> int:
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description="The traffic model's tables (predicted, not measured).")
+    parser.add_argument("--write", action="store_true", help="write them into README.md and docs/gpu.md")
+    parser.add_argument("--root", default=".", help="the checkout holding README.md and docs/ (default: .)")
+    options = parser.parse_args(argv)
+    tables = pages()
+    if not options.write:
+        print(tables["summary"])
+        print()
+        print(tables["ptx"])
+        return 0
+    for document, names in DOCUMENTS.items():
+        path = Path(options.root) / document
+        path.write_text(fill(path.read_text(), tables, names))
+    return 0
+
+
 if __name__ == "__main__":
-    print(markdown(report()))
+    raise SystemExit(main())

@@ -167,3 +167,148 @@ def categorical_importance_ratios(target_logits, behaviour_logits, actions):
     log_pi = np.take_along_axis(log_softmax(target_logits), actions[..., None], axis=-1)[..., 0]
     log_mu = np.take_along_axis(log_softmax(behaviour_logits), actions[..., None], axis=-1)[..., 0]
     return np.exp(log_pi - log_mu)
+
+
+# --- AReaL (areal-project/AReaL, realhf/impl/model/utils/ppo_functional.py and areal/trainer/ppo/gae.py) -------
+
+def areal_pygae1d_nolp_misalign(rewards, values, cu_seqlens, bootstrap, gamma, lam):
+    """AReaL's ``pygae1d_nolp_misalign``: packed 1-D sequences, one extra value slot per sequence.
+
+    Sequence i owns rewards ``[o_i, o_{i+1})`` and values ``[o_i + i, o_{i+1} + i + 1)``: its last value slot is
+    the value after its last step, multiplied by ``bootstrap[i]``. Each sequence runs t from its end down to 0 in
+    the inputs' dtype; an empty sequence (a repeated offset) has no step and only its extra slot. AReaL's
+    ``nextvalues *= bootstrap[i]`` writes into ``values``; here into a copy.
+    """
+    r, v, offsets = np.asarray(rewards), np.array(values), np.asarray(cu_seqlens)
+    count = len(offsets) - 1
+    assert v.shape[0] == r.shape[0] + count
+    advantages, returns = np.zeros_like(r), np.zeros_like(r)
+    for i in reversed(range(count)):
+        start, end, value_start = offsets[i], offsets[i + 1], offsets[i] + i
+        last = 0
+        for t in reversed(range(end - start)):
+            next_value = v[value_start + t + 1]
+            if t == end - start - 1:
+                next_value = next_value * bootstrap[i]
+            delta = r[start + t] + gamma * next_value - v[value_start + t]
+            last = delta + gamma * lam * last
+            advantages[start + t] = last
+            returns[start + t] = last + v[value_start + t]
+    return advantages, returns
+
+
+def areal_token_level_gae(rewards, values, loss_mask, seq_no_eos_mask, discount, gae_lambda):
+    """AReaL's padded block (``PPOActor._compute_advantages``, now ``_compute_token_level_gae``), time last.
+
+    The last position is never a step: its advantage is 0 and its value is the bootstrap of rows without EOS
+    (``values[:, -1] * seq_no_eos_mask``). Steps T-2 .. 0 blend by the loss mask as verl does (a masked token keeps
+    the next real token's advantage and passes its value on). ``gae_lambda`` is a number or one per row; AReaL
+    starts from float32 zeros, so the results are at least float32.
+    """
+    r, v, m = np.asarray(rewards), np.asarray(values), np.asarray(loss_mask)
+    dtype = np.result_type(r, v, np.float32)
+    batch, length = r.shape
+    advantages = np.zeros((batch, length), dtype=dtype)
+    last = np.zeros(batch, dtype=np.float32)
+    next_values = v[:, length - 1] * np.asarray(seq_no_eos_mask)
+    # AReaL's lambda is a Python float or a float32 tensor of one value per row (``.detach().float()``).
+    discounted_lambda = discount * (gae_lambda if isinstance(gae_lambda, float) else np.asarray(gae_lambda, np.float32))
+    for t in reversed(range(length - 1)):
+        delta = r[:, t] + discount * next_values - v[:, t]
+        candidate = delta + discounted_lambda * last
+        next_values = next_values * (1 - m[:, t]) + v[:, t] * m[:, t]
+        last = last * (1 - m[:, t]) + candidate * m[:, t]
+        advantages[:, t] = last
+    return advantages, advantages + v
+
+
+# --- CleanRL (vwxyzjn/cleanrl, cleanrl/ppo.py and cleanrl/ppo_continuous_action.py) -----------------------------
+
+def cleanrl_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """CleanRL's loop: time-major [num_steps, num_envs]; ``dones[t]`` says that ``obs[t]`` starts a new episode.
+
+    So step t's own done flag is ``dones[t + 1]`` (``next_done`` for the last step), and ``1 - done`` both drops the
+    bootstrap and cuts the trace (a truncation counts as a termination). ``next_value`` is V(next_obs), shaped
+    (1, num_envs) as ``agent.get_value(next_obs).reshape(1, -1)`` gives it. Computed in the inputs' dtype.
+    """
+    r, v, d = np.asarray(rewards), np.asarray(values), np.asarray(dones)
+    num_steps = r.shape[0]
+    advantages = np.zeros_like(r)
+    last = 0
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            next_nonterminal = 1.0 - np.asarray(next_done)
+            next_values = np.asarray(next_value)
+        else:
+            next_nonterminal = 1.0 - d[t + 1]
+            next_values = v[t + 1]
+        delta = r[t] + gamma * next_values * next_nonterminal - v[t]
+        advantages[t] = last = delta + gamma * gae_lambda * next_nonterminal * last
+    return advantages, advantages + v
+
+
+def cleanrl_normalize(mb_advantages):
+    """CleanRL's ``norm_adv``: ``(x - x.mean()) / (x.std() + 1e-8)``, torch's std being Bessel-corrected."""
+    x = np.asarray(mb_advantages, dtype=np.float64)
+    return (x - x.mean()) / (x.std(ddof=1) + 1e-8)
+
+
+# --- TRL (huggingface/trl, trl/experimental/ppo/ppo_trainer.py) --------------------------------------------------
+
+def trl_masked_mean(values, mask, axis=None):
+    """TRL's ``masked_mean``: ``(values * mask).sum(axis) / mask.sum(axis)``."""
+    v, m = np.asarray(values, dtype=np.float64), np.asarray(mask, dtype=np.float64)
+    return (v * m).sum(axis=axis) / m.sum(axis=axis)
+
+
+def trl_masked_var(values, mask, unbiased=True):
+    """TRL's ``masked_var``: the masked mean of the squared deviations, times ``n / (n - 1)``; n = 0 raises."""
+    m = np.asarray(mask, dtype=np.float64)
+    centred = np.asarray(values, dtype=np.float64) - trl_masked_mean(values, mask)
+    variance = trl_masked_mean(centred ** 2, mask)
+    if unbiased:
+        total = m.sum()
+        if total == 0:
+            raise ValueError("The sum of the mask is zero, which can happen when `mini_batch_size=1`;"
+                             "try increase the `mini_batch_size` or `gradient_accumulation_steps`")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            variance = variance * (total / (total - 1))
+    return variance
+
+
+def trl_masked_whiten(values, mask, shift_mean=True):
+    """TRL's ``masked_whiten``: ``(values - mean) * rsqrt(var + 1e-8)`` (+ mean again unless ``shift_mean``)."""
+    mean, variance = trl_masked_mean(values, mask), trl_masked_var(values, mask)
+    with np.errstate(invalid="ignore"):
+        whitened = (np.asarray(values, dtype=np.float64) - mean) / np.sqrt(variance + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+def trl_ppo_advantages(rewards, values, padding_mask, gamma, lam):
+    """PPOTrainer's step 6: the plain loop over the whole response (value 0 after it), returns = A + V, then the
+    advantages whitened over the real tokens (``~padding_mask``) and set to 0 on padding."""
+    r, v = np.asarray(rewards, dtype=np.float64), np.asarray(values, dtype=np.float64)
+    last = 0.0
+    columns = []
+    for t in reversed(range(r.shape[1])):
+        next_values = v[:, t + 1] if t < r.shape[1] - 1 else 0.0
+        last = r[:, t] + gamma * next_values - v[:, t] + gamma * lam * last
+        columns.append(last)
+    advantages = np.stack(columns[::-1], axis=1)
+    returns = advantages + v
+    padding = np.asarray(padding_mask, dtype=bool)
+    return np.where(padding, 0.0, trl_masked_whiten(advantages, ~padding)), returns
+
+
+# --- OpenRLHF, the normalisation (openrlhf/trainer/ppo_utils/experience_maker.py, compute_advantages_and_returns) -
+
+def openrlhf_normalize(advantages, action_masks, no_std_norm=False):
+    """The experiences' advantages normalised together: the mean over every real token of every experience; the
+    biased variance clamped at 1e-8 (``var.clamp(min=1e-8).rsqrt()``), or no division with ``no_std_norm``. Every
+    position is shifted and scaled, masked ones included. Lists in, lists out."""
+    flat = np.concatenate([np.asarray(a, dtype=np.float64).ravel() for a in advantages])
+    masks = np.concatenate([np.asarray(m, dtype=np.float64).ravel() for m in action_masks])
+    count = masks.sum()
+    mean = (flat * masks).sum() / count
+    scale = 1.0 if no_std_norm else 1.0 / np.sqrt(max(((flat - mean) ** 2 * masks).sum() / count, 1e-8))
+    return [(np.asarray(a, dtype=np.float64) - mean) * scale for a in advantages]

@@ -1,0 +1,291 @@
+r"""PyTorch: ``gae()`` as the custom operators ``torch.ops.gae_xp.gae`` and ``gae_xp.gae_backward``.
+
+Imported only when torch tensors arrive that record autograd history or are
+traced (``torch.compile``, meta tensors): ``gae_xp.backends.select`` sends
+them here. The operators make the kernels one node that autograd and
+``torch.compile`` keep:
+
+* ``gae_xp::gae(rewards, values, next_values, ..., carry) -> (advantages, returns)``
+  (the inputs ``INPUTS``: a ``GaeProblem``'s fields by name, its per-step ones
+  in the order of ``gae_xp._problem.PER_STEP``):
+  the forward, on the numba kernels for CPU tensors and on the numba-CUDA
+  kernels for CUDA tensors, with a fake implementation (shapes and dtypes)
+  for ``torch.compile``, dynamic shapes and meta tensors;
+* ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
+  (rewards, values, next_values, bootstrap, carry)`` (``DIFFERENTIABLE``;
+  an empty tensor for an absent input): the gradients, which
+  ``register_autograd`` wires to the forward. ``gae()`` is linear in its
+  float inputs once flags and coefficients are fixed, so the backward is
+  the adjoint scan: the same coefficients run forward in time, cut at the
+  same places (``gae_xp.backends._numba_backward``), and its own backward
+  is the forward operator again (second derivatives are exact).
+
+Inputs are a ``GaeProblem``'s fields: time last, compute dtype (float32 or
+float64), ``bootstrap`` (and ``carry``) of the batch shape plus a trailing
+axis of the segments' count. A coefficient is a float plus an optional
+per-step tensor that replaces it; ``critic_lam`` None (and no tensor) means
+the returns use ``lam``. No gradient flows to per-step ``gamma``, ``lam`` or
+``critic_lam`` through the operators: ``BACKEND.gae`` sends calls whose
+coefficients require grad to the generic path, whose autograd has them.
+
+Served here (``BACKEND.unavailable_reason``): torch tensors on the CPU with
+numba installed, meta tensors, and CUDA tensors once the numba-CUDA backend
+has ``gae_backward``; not ``torch.func`` transforms (vmap, grad, jvp), which
+take the generic path. Everything but ``gae`` (``discounted_cumsum``, the
+estimators' scans, the pieces' summaries) is the generic path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gae_xp._compat import array_namespace, is_torch_array
+from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
+
+from . import numba_cpu
+from . import xp as _generic
+
+NAME = "torch-op"
+#: Read once here, not per call: under ``torch.compile`` a cached lookup would be traced on every compilation.
+_NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+
+
+class TorchOpBackend:
+    name = NAME
+    segments = True
+    uses_chunk_size = False
+    critic_lam = True
+    summarize = None
+
+    def unavailable_reason(self, xp, arrays, *, forced=False):
+        if not all(is_torch_array(a) for a in arrays):
+            return "the custom operators take torch tensors"
+        if not torch.compiler.is_compiling() and any(torch._C._functorch.is_functorch_wrapped_tensor(a)
+                                                       for a in arrays):
+            return "torch.func transforms (vmap, grad) take the generic path"
+        device = arrays[0].device.type
+        if device == "meta":
+            return None
+        if device == "cpu":
+            return None if _NUMBA_INSTALLED else "numba is not installed (pip install 'gae_xp[numba]')"
+        if device == "cuda":
+            return _cuda_reason()
+        return f"the custom operators have no kernel for {device} tensors"
+
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        return _generic.BACKEND.scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+
+    def gae(self, problem, *, chunk_size):
+        """The operator's (advantages, returns), or the generic path's where the operator gives no gradient."""
+        if _generic_reason(problem) is not None:
+            return _generic.BACKEND.gae(problem, chunk_size=chunk_size)
+        return gae(*operator_arguments(problem))
+
+
+BACKEND = TorchOpBackend()
+
+
+def _generic_reason(p: GaeProblem) -> str | None:
+    """Why the generic path, not the operator, solves ``p`` (None when the operator does)."""
+    if any(is_torch_array(c) and c.requires_grad for c in (p.gamma, p.lam, p.critic_lam)):
+        return "per-step gamma, lam or critic_lam that require grad: the generic path's autograd differentiates them"
+    if p.carry is not None and p.critic_lam is not None:
+        return "a carry with critic_lam: the generic path refuses it (a carry enters one advantage chain)"
+    if p.rewards.device.type == "cuda":
+        if (p.offsets is not None or p.carry is not None) and not _cuda_backend().segments:
+            return "the numba-CUDA kernels take no packed sequences or carry yet"
+        if p.carry is not None and p.carry.requires_grad:
+            return "the numba-CUDA backward gives no gradient to a carry"
+    return None
+
+
+# --- the operators' inputs: a problem's fields, in the order of gae_xp._problem.PER_STEP ---------------------------
+
+def _schema() -> tuple[tuple[str, str], ...]:
+    """(schema type, name) of every input of ``gae_xp::gae``: each per-step field (a coefficient as a float and
+    an optional per-step tensor that replaces it), then the per-segment boundary, the option and the segments."""
+    inputs = []
+    for field in PER_STEP:
+        if field in COEFFICIENTS:
+            inputs += [("float?", field), ("Tensor?", f"{field}_steps")]
+        else:
+            inputs.append(("Tensor" if field in ("rewards", "values") else "Tensor?", field))
+    return (*inputs, ("Tensor", "bootstrap"), ("bool", "fill_masked"), ("Tensor?", "offsets"),
+            ("Tensor?", "host_offsets"), ("Tensor?", "carry"))
+
+
+_SCHEMA = _schema()
+INPUTS = tuple(name for _, name in _SCHEMA)
+#: The inputs that get a gradient, in the order of the backward operator's outputs.
+DIFFERENTIABLE = (*(field for field in PER_STEP if field not in FLAGS and field not in COEFFICIENTS),
+                  "bootstrap", "carry")
+_COEFFICIENT_STEPS = tuple(f"{field}_steps" for field in COEFFICIENTS)
+_NOT_TENSORS = (*COEFFICIENTS, "fill_masked")
+
+
+def operator_arguments(p: GaeProblem) -> tuple:
+    """The arguments of ``gae`` (the operator) for a problem, in its schema's order."""
+    arguments = {"bootstrap": p.bootstrap, "fill_masked": p.fill_masked, "offsets": p.offsets, "carry": p.carry,
+                 "host_offsets": None}  # given to the CUDA kernels, which then need not read the offsets back
+    if p.host_offsets is not None and p.rewards.device.type == "cuda" and not torch.compiler.is_compiling():
+        arguments["host_offsets"] = torch.from_numpy(np.asarray(p.host_offsets, dtype=np.int64))
+    for field in PER_STEP:
+        value = getattr(p, field)
+        if field in COEFFICIENTS:  # a float, or per-step values in its tensor
+            steps = is_torch_array(value)
+            arguments[field], arguments[f"{field}_steps"] = (None, value) if steps else (value, None)
+        else:
+            arguments[field] = value
+    return tuple(arguments[name] for name in INPUTS)
+
+
+def _problem(arguments: dict) -> GaeProblem:
+    """The GaeProblem of an operator's inputs by name (host offsets read from CPU offsets when none are given)."""
+    fields = {field: arguments[field] for field in PER_STEP if field not in COEFFICIENTS}
+    for field in COEFFICIENTS:
+        steps = arguments[f"{field}_steps"]
+        fields[field] = arguments[field] if steps is None else steps
+    offsets, host_offsets = arguments["offsets"], arguments["host_offsets"]
+    if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
+        host_offsets = offsets
+    return GaeProblem(xp=array_namespace(arguments["rewards"]), **fields, bootstrap=arguments["bootstrap"],
+                      fill_masked=arguments["fill_masked"], offsets=offsets, carry=arguments["carry"],
+                      host_offsets=None if host_offsets is None else host_offsets.numpy())
+
+
+# --- the operators -----------------------------------------------------------------------------------------------
+
+
+def _gae_cpu(*inputs):
+    return _solve(_problem(dict(zip(INPUTS, inputs))), numba_cpu.BACKEND)
+
+
+def _gae_cuda(*inputs):
+    return _solve(_problem(dict(zip(INPUTS, inputs))), _cuda_backend())
+
+
+def _gae_fake(*inputs):
+    rewards = inputs[0]
+    return _empty(rewards.shape, rewards), _empty(rewards.shape, rewards)
+
+
+def _gae_backward_cpu(grad_advantages, grad_returns, *inputs):
+    from ._numba_backward import gae_backward as kernel
+
+    problem = _problem(dict(zip(INPUTS, inputs)))
+    return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
+
+
+def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
+    problem = _problem(dict(zip(INPUTS, inputs)))
+    return _gradients(_cuda_backend().gae_backward(problem, grad_advantages, grad_returns), problem)
+
+
+def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
+    arguments = dict(zip(INPUTS, inputs))
+    rewards = arguments["rewards"]
+    return tuple(_empty((0,) if arguments[name] is None else arguments[name].shape, rewards) for name in DIFFERENTIABLE)
+
+
+_INPUTS_SCHEMA = ", ".join(f"{kind} {name}" for kind, name in _SCHEMA)
+gae = torch.library.custom_op("gae_xp::gae", _gae_cpu, mutates_args=(), device_types="cpu",
+                              schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+gae.__doc__ = "(advantages, returns) of the problem made of ``INPUTS`` (see the module docstring)."
+gae_backward = torch.library.custom_op(
+    "gae_xp::gae_backward", _gae_backward_cpu, mutates_args=(), device_types="cpu",
+    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> "
+           f"({', '.join('Tensor' for _ in DIFFERENTIABLE)})")
+gae_backward.__doc__ = ("The gradients to ``DIFFERENTIABLE`` given those to (advantages, returns); an empty tensor "
+                        "for an absent input.")
+gae.register_kernel("cuda", _gae_cuda)
+gae_backward.register_kernel("cuda", _gae_backward_cuda)
+gae.register_fake(_gae_fake)
+gae_backward.register_fake(_gae_backward_fake)
+
+
+def _setup_context(ctx, inputs, output):
+    _save(ctx, inputs, ctx.needs_input_grad)
+
+
+def _save(ctx, inputs, needs_input_grad):
+    """Keep the forward's inputs for the backward (the tensors saved, the numbers as they are)."""
+    arguments = dict(zip(INPUTS, inputs))
+    tensors = [name for name in INPUTS if name not in _NOT_TENSORS]
+    ctx.save_for_backward(*(arguments[name] for name in tensors))
+    ctx.tensor_names = tensors
+    ctx.numbers = {name: arguments[name] for name in _NOT_TENSORS}
+    ctx.needs = dict(zip(INPUTS, needs_input_grad))
+    ctx.coefficients_need_grad = any(ctx.needs[name] for name in _COEFFICIENT_STEPS)
+
+
+def _saved_arguments(ctx) -> dict:
+    return {**dict(zip(ctx.tensor_names, ctx.saved_tensors)), **ctx.numbers}
+
+
+def _backward(ctx, grad_advantages, grad_returns):
+    if ctx.coefficients_need_grad:
+        raise RuntimeError("gae_xp::gae computes no gradient to per-step gamma, lam or critic_lam: gae_xp.gae() "
+                           "sends such calls to the generic path (or pass backend='xp')")
+    arguments = _saved_arguments(ctx)
+    gradients = dict(zip(DIFFERENTIABLE, gae_backward(grad_advantages, grad_returns,
+                                                      *(arguments[name] for name in INPUTS))))
+    return tuple(gradients[name] if name in gradients and ctx.needs[name] else None for name in INPUTS)
+
+
+def _setup_backward_context(ctx, inputs, output):
+    _save(ctx, inputs[2:], ctx.needs_input_grad[2:])
+
+
+def _backward_of_backward(ctx, *upstream):
+    # The backward is the transpose of a linear map; its own backward is the map, the forward operator.
+    arguments = _saved_arguments(ctx)
+    for name, gradient in zip(DIFFERENTIABLE, upstream):
+        if arguments[name] is not None:
+            arguments[name] = gradient
+    grad_advantages, grad_returns = gae(*(arguments[name] for name in INPUTS))
+    return (grad_advantages, grad_returns, *(None for _ in INPUTS))
+
+
+gae.register_autograd(_backward, setup_context=_setup_context)
+gae_backward.register_autograd(_backward_of_backward, setup_context=_setup_backward_context)
+
+
+# --- shared by the implementations ------------------------------------------------------------------------------
+
+
+def _solve(problem: GaeProblem, kernels) -> tuple[Tensor, Tensor]:
+    from gae_xp.estimators import solve_gae
+
+    return solve_gae(problem, kernels, None)
+
+
+def _gradients(gradients: dict, problem: GaeProblem) -> tuple:
+    """The backward operator's outputs from a kernel's dict: an empty tensor where an input is absent."""
+    return tuple(_empty((0,), problem.rewards) if gradients.get(name) is None else gradients[name]
+                 for name in DIFFERENTIABLE)
+
+
+def _empty(shape, like: Tensor) -> Tensor:
+    return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+
+
+def _cuda_backend():
+    from . import numba_cuda
+
+    return numba_cuda.BACKEND
+
+
+def _cuda_reason() -> str | None:
+    """None when the numba-CUDA backend can run both operators on this machine."""
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed (pip install 'gae_xp[cuda12]' or 'gae_xp[cuda13]')"
+    backend = _cuda_backend()
+    if not hasattr(backend, "gae_backward"):
+        return "the numba-CUDA backend has no backward kernel yet"
+    from numba import cuda
+
+    return None if cuda.is_available() else "numba-cuda finds no usable CUDA driver or GPU"
