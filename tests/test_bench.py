@@ -643,7 +643,9 @@ def test_bench_profile_says_where_the_time_of_a_call_goes(capsys, plain):
     out = capsys.readouterr().out
     assert "gae_xp bench: profile of backend='auto' on numpy" in out
     assert re.search(r"numpy, B=2, T=16, constant: backend='auto' runs gae_xp\[\w+\]: [\d.]+ (us|ms|s) ", out)
-    assert "gae_xp/_prepare.py" in out and "gae_xp/estimators.py:" in out
+    modules = out[out.index("by module"):out.index("by function")]
+    assert "gae_xp/_prepare.py" in modules and "gae_xp/estimators.py" in modules
+    assert re.search(r"gae_xp/_prepare\.py:\d+\(prepare\)", out[out.index("by function"):])
 
 
 # ---------------------------------------------------------------------------------------------------- paths
