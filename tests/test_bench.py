@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +55,7 @@ def measurement(path="gae_xp[xp]", chunk=None, effective=32, median=1.0, spread=
     (["--T", "0"], "not positive"),
     (["--T", "abc"], "not an integer"),
     (["--B", ""], "comma-separated"),
+    (["--library", "fortran"], "unknown fortran"),
     (["--backend", "fortran"], "unknown fortran"),
     (["--chunk-size", "auto,-3"], "not positive"),
     (["--dones", "1.5"], "not in [0, 1)"),
@@ -61,13 +65,122 @@ def measurement(path="gae_xp[xp]", chunk=None, effective=32, median=1.0, spread=
     (["--repeat", "0"], "not positive"),
     (["--paths", "quantum"], "unknown path"),
     (["--cases", "constant,sometimes"], "unknown case sometimes"),
-    (["--serial-budget", "-1"], "not positive"),
+    (["--serial-budget", "-1"], "not a finite positive number"),
+    (["--serial-budget", "inf"], "not a finite positive number"),
+    (["--serial-budget", "nan"], "not a finite positive number"),
+    (["--load", "-1"], "is negative"),
+    (["--threads", "0"], "not positive"),
 ])
 def test_bad_options_are_rejected_with_a_message(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.build_parser().parse_args(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--repeat", "0"], "argument --repeat: 0 is not positive"),
+    (["--B", "-1"], "argument --B: -1 is not positive"),
+    (["--T", "0"], "argument --T: 0 is not positive"),
+    (["--T", "many"], "argument --T: 'many' is not an integer"),
+])
+def test_adapters_checks_its_arguments_as_bench_does(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["adapters", *argv], prog="gae-xp")
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["packed", "--total", "0"], "argument --total: 0 is not positive"),
+    (["packed", "--total", "10", "--sequences", "20"], "--sequences 20 is more than --total 10 steps"),
+    (["cp", "--world", "8", "--length", "4"], "--length 4 is shorter than --world 8"),
+    (["cp", "--repeat", "0"], "argument --repeat: 0 is not positive"),
+    (["dask-ooc", "--gib", "inf"], "argument --gib: inf is not a finite positive number"),
+    (["--json", "/no/such/folder/x.json", "packed"], "--json /no/such/folder/x.json: cannot write there"),
+])
+def test_the_scale_benchmarks_check_their_arguments_before_running(argv, message, capsys):
+    from gae_xp.bench import scale
+
+    with pytest.raises(SystemExit) as exit_info:
+        scale.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_library_is_the_option_and_backend_its_deprecated_alias(capsys):
+    parser = cli.build_parser()
+    assert parser.parse_args(["--library", "numpy,torch"]).library == ["numpy", "torch:cpu"]
+    assert capsys.readouterr().err == ""
+    assert parser.parse_args(["--backend", "numpy"]).library == ["numpy"]
+    err = capsys.readouterr().err
+    assert "--backend is deprecated, use --library" in err and "gae(backend=...) selects the compute path" in err
+
+
+def test_load_takes_a_count_or_one_per_core():
+    parser = cli.build_parser()
+    assert parser.parse_args([]).load == 0
+    assert parser.parse_args(["--load"]).load == cli.PER_CORE
+    assert parser.parse_args(["--load", "3"]).load == 3
+    assert report.load_words(0, 2).startswith("none started")
+    assert report.load_words(2, 2).startswith("2 busy neighbour processes (one per usable core) spin")
+    assert report.load_words(1, 2).startswith("1 busy neighbour process spin")
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """A bench that must stop before anything is timed: the sweep fails the test if it starts."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(runner, "run", refuse)
+    monkeypatch.setattr(runner, "first_call", refuse)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cases", "dones+mask", "--paths", "lfilter"],
+     "--paths lfilter matches nothing in this run (numpy: dones and masks need the general contract)"),
+    (["--paths", "gae_xp[xp],gae_xp[numba-cuda]"],
+     "--paths gae_xp[numba-cuda] matches nothing in this run (numpy: "),
+    (["--paths", "lax.scan"], "--paths lax.scan matches nothing in this run (numpy: a JAX reference"),
+])
+def test_paths_matching_nothing_are_named_before_any_run(argv, message, capsys, no_run):
+    assert main(["bench", "--library", "numpy", "--T", "64", *argv], prog="gae-xp") == 2
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""
+
+
+def test_a_path_that_runs_on_some_cases_only_is_noted(capsys, quick, plain):
+    argv = ["bench", "--library", "numpy", "--T", "64", "--B", "2", "--cases", "constant,dones+mask", "--paths",
+            "gae_xp[xp],lfilter", "--chunk-size", "auto", "--repeat", "1", "--no-first-call"]
+    assert main(argv, prog="gae-xp") == 0
+    captured = capsys.readouterr()
+    assert "note: lfilter does not run on numpy dones+mask: dones and masks need the general contract" in captured.err
+    assert any(line.split()[:3] == ["numpy", "constant", "lfilter"] for line in captured.out.splitlines())
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+@pytest.mark.parametrize("where", ["missing folder", "a folder"])
+def test_an_unwritable_output_fails_before_the_run(option, where, tmp_path, capsys, no_run):
+    if option == "--plot":
+        pytest.importorskip("matplotlib")
+    target = tmp_path / "missing" / "out.file" if where == "missing folder" else tmp_path
+    assert main(["bench", "--library", "numpy", option, str(target)], prog="gae-xp") == 2
+    err = capsys.readouterr().err
+    assert f"{option} {target}: cannot write there" in err
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_output_check_leaves_no_file_behind(tmp_path):
+    options = cli.build_parser().parse_args(["--json", str(tmp_path / "out.json")])
+    assert cli._output_problems(options) is None
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_profile_takes_no_json_or_plot(capsys, no_run, tmp_path):
+    assert main(["bench", "--profile", "--json", str(tmp_path / "x.json")], prog="gae-xp") == 2
+    assert "--profile prints a profile" in capsys.readouterr().err
 
 
 def test_a_case_without_its_probability_is_refused(capsys):
@@ -125,53 +238,71 @@ def test_the_program_name_follows_the_invocation(monkeypatch):
 def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, capsys, quick, plain):
     pytest.importorskip("matplotlib")
     json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
-    argv = ["bench", "--backend", "numpy", "--T", "64,256", "--B", "2", "--chunk-size", "auto,8,16,64",
+    argv = ["bench", "--library", "numpy", "--T", "64,256", "--B", "2", "--chunk-size", "auto,8,16,64",
             "--cases", "constant,dones+mask", "--repeat", "3", "--json", str(json_path), "--plot", str(png_path)]
     assert main(argv, prog="gae-xp") == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     # what is measured comes first
     assert lines[0].startswith("gae_xp bench: ")
-    head = "\n".join(lines[:9])
+    head = "\n".join(lines[:10])
     for expected in ("shapes  B=2, T=64,256 (time last), float32, gamma=0.99, lam=0.95",
                      "cases   constant, dones+mask (dones 0.01, mask holes 0.2)",
                      "chunk sizes auto,8,16,64", "timing  median of 3 samples", "machine ", "cores usable",
-                     "threads: ", "GPU: none in this run", "versions gae_xp ", "numpy "):
+                     "threads: ", "GPU: none in this run", "load    none started", "versions gae_xp ", "numpy "):
         assert expected in head, expected
     # the plain table, then its legend
-    table = [line.split() for line in lines if line.startswith("numpy ")]
-    assert table and all(len(row) >= 11 for row in table)
-    for name in ("gae_xp[xp]", "serial", "slime-chunked", "matrix"):
+    table = [re.split(r"\s{2,}", line.strip()) for line in lines if line.startswith("numpy ")]
+    assert table and all(len(row) == len(report.COLUMNS) for row in table)
+    for name in ("gae_xp[xp]", "serial", "slime-chunked", "matrix", "copy"):
         assert any(row[2] == name for row in table), name
-    for symbol in ("~ ", "spread ", "vs loop ", "C "):
+    # one copy floor per shape and case, its own yardstick; every other row a multiple of it
+    copies = [row for row in table if row[2] == "copy"]
+    assert len(copies) == 4 and all(row[8] == "1x" and row[9] == "-" for row in copies)
+    assert all(row[8].endswith("x") for row in table)
+    for symbol in ("~ ", "spread ", "x floor ", "vs loop ", "C "):
         assert any(line.startswith(symbol) for line in lines), symbol
-    # the numba kernel has no chunks: one row per shape and case, never a chunk size
-    if libraries.target_unavailable("numpy/numba") is None:
+    numba = libraries.target_unavailable("numpy/numba") is None
+    xp_256 = [row for row in table if row[1] == "constant" and row[2] == "gae_xp[xp]" and row[4] == "256"]
+    verdict = out[out.index("verdict"):out.index("first call in a fresh process")]
+    if numba:
+        # the numba kernel has no chunks: one row per shape and case, never a chunk size; and since auto runs it,
+        # no chunk size is swept or advised on the generic path either (it would change nothing in the user's call)
         numba_rows = [row for row in table if row[2] == "gae_xp[numba]"]
         assert len(numba_rows) == 4 and all(row[5] == "-" for row in numba_rows)
-        assert "gae_xp[numba] has no chunks" in out
-        assert not re.search(r"gae_xp\[numba\]: set chunk_size", out)
-    # a constant discount's kernel is at most 32 wide: 64 runs what auto runs, and is timed once
-    constant_xp_256 = [row for row in table if row[1] == "constant" and row[2] == "gae_xp[xp]" and row[4] == "256"]
-    assert sorted(" ".join(row[5:7]) if row[5] == "auto" else row[5] for row in constant_xp_256) == \
-        ["16", "8", "auto (32)"]
-    assert "chunk_size 64 runs C=32 like auto: timed once" in out
-    # the verdict at the user's shape: loop against gae_xp, per case
-    verdict = out[out.index("verdict"):]
+        assert "gae_xp[numba], what backend='auto' runs, has no chunks" in verdict
+        assert "set chunk_size" not in verdict and "gae_xp[xp]: keep the default" not in verdict
+        assert [row[5] for row in xp_256] == ["auto (32)"]
+    else:
+        # a constant discount's kernel is at most 32 wide: 64 runs what auto runs, and is timed once
+        assert sorted(row[5] for row in xp_256) == ["16", "8", "auto (32)"]
+        assert "chunk_size 64 runs C=32 like auto: timed once" in out
+        assert re.search(r"gae_xp\[xp\]: (keep the default chunk_size=None|set chunk_size=\d+)", verdict)
+    # the verdict at the user's shape: loop against gae_xp, the copy floor, per case; every shape compared
     assert "numpy, B=2, T=256, constant: backend='auto' runs gae_xp[" in verdict
     assert "numpy, B=2, T=256, dones+mask: " in verdict
-    assert "the serial loop, what you have now" in verdict and "per PPO step" in verdict
-    assert re.search(r"gae_xp\[xp\]: (keep the default chunk_size=None|set chunk_size=\d+)", verdict)
+    assert re.search(r"per call = [\d.]+x the copy floor \([^)]* to copy the same bytes, [\d.]+ GB/s", verdict)
+    assert "the serial loop, what you have now" in verdict
+    assert re.search(r"per PPO step|no measurable difference|gae_xp is slower here", verdict)
+    assert re.search(r"(ahead of the fastest baseline timed at every shape \(B=2, T=64, 256\)|"
+                     r"(behind|no measurable difference) at B=2, T=64: )", verdict)
     assert "dones+mask against the constant discount: gae_xp[xp]" in verdict
-    assert lines[-1].startswith("took ") and "gae-xp bench --backend numpy" in lines[-1]
+    # the first call of a fresh process: its own lines, one per library and case, at the largest shape
+    first = out[out.index("first call in a fresh process"):]
+    for case in ("constant", "dones+mask"):
+        assert re.search(rf"numpy, B=2, T=256, {re.escape(case)}, backend='auto': [\d.]+ m?s, then ", first), case
+    assert lines[-1].startswith("took ") and "gae-xp bench --library numpy" in lines[-1]
     # the JSON file and the plot
     document = json.loads(json_path.read_text())
-    assert document["command"].startswith("gae-xp bench --backend numpy")
-    assert {"machine", "versions", "results", "date", "elapsed_s"} <= set(document)
+    assert document["command"].startswith("gae-xp bench --library numpy")
+    assert {"machine", "versions", "results", "date", "elapsed_s", "load", "first_calls"} <= set(document)
+    assert document["load"] == 0 and len(document["first_calls"]) == 2
+    assert all(record["first_s"] > 0 for record in document["first_calls"])
     measured = {(r["path"], r["T"], r["case"], r["chunk_size"]) for r in document["results"]}
-    assert ("gae_xp[xp]", 256, "constant", 16) in measured and ("serial", 64, "constant", None) in measured
+    assert ("gae_xp[xp]", 256, "dones+mask", None) in measured and ("serial", 64, "constant", None) in measured
+    assert ("copy", 64, "constant", None) in measured
     for record in document["results"]:
-        assert record["median_s"] > 0
+        assert record["median_s"] > 0 and record["floor_ratio"] > 0
         if record["max_abs_error"] is not None:
             assert record["max_abs_error"] < 1e-4
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -182,7 +313,8 @@ def test_serial_loop_is_extrapolated_past_the_budget(quick):
     workload = paths.Workload(2, 4 * runner.PROBE_STEPS)
     serial = next(p for p in paths.BASELINES if p.name == "serial")
     sweep = runner.Sweep((library,), (workload,), (serial,), (None,), repeat=1, serial_budget_s=1e-6)
-    (measurement_,) = runner.run(sweep)
+    measurement_, floor = runner.run(sweep)
+    assert floor.path == runner.COPY and floor.extrapolated_from is None
     assert measurement_.extrapolated_from == runner.PROBE_STEPS
     assert measurement_.max_abs_error is None
     assert report.rows([measurement_])[0][6].startswith("~")
@@ -199,6 +331,19 @@ def test_chunk_sizes_are_swept_at_the_largest_shape_on_chunked_paths_only():
     assert [c for t, name, c in cases if name == "gae_xp[numba]"] in ([], [None, None])
     assert [(t, c) for t, name, c in cases if name == "slime-chunked"] == [(64, 128)] + [(512, c) for c in
                                                                                      (8, 16, 32, 64, 128)]
+    assert sweep.count() == len(cases) + 2  # a copy floor per workload
+
+
+def test_of_gae_xp_paths_only_the_one_auto_runs_is_swept():
+    library = libraries.load("numpy")
+    large = paths.Workload(2, 512)
+    chosen = tuple(p for p in paths.all_paths() if p.name in ("gae_xp[xp]", "gae_xp[numba]", "slime-chunked"))
+    sizes = (None, 8, 16)
+    on_numba = runner.Sweep((library,), (large,), chosen, sizes, swept={"numpy": "gae_xp[numba]"})
+    assert [c for _, _, p, c in on_numba.cases() if p.name == "gae_xp[xp]"] == [None]
+    assert [c for _, _, p, c in on_numba.cases() if p.name == "slime-chunked"] == [8, 16]  # baselines: all sizes
+    on_xp = runner.Sweep((library,), (large,), chosen, sizes, swept={"numpy": "gae_xp[xp]"})
+    assert [c for _, _, p, c in on_xp.cases() if p.name == "gae_xp[xp]"] == [None, 8, 16]
 
 
 # ---------------------------------------------------------------------------------------------------- verdict rules
@@ -239,7 +384,23 @@ def test_paths_without_chunks_get_no_chunk_advice():
              measurement("serial", effective=None, median=1.2)]
     lines = report.verdicts(numba, {"numpy": "gae_xp[numba]"})
     assert not any("set chunk_size" in line for line in lines)
-    assert any("gae_xp[numba] has no chunks" in line for line in lines)
+    assert any("gae_xp[numba], what backend='auto' runs, has no chunks" in line for line in lines)
+
+
+def test_no_chunk_advice_for_a_path_that_auto_does_not_run():
+    """Issue 25, 3: torch arrays, auto runs the numba kernel: sizes 16 and 8 on the generic path change nothing."""
+    results = [measurement("gae_xp[numba]", library="torch:cpu", effective=None, median=2e-3),
+               measurement("gae_xp[xp]", library="torch:cpu", median=20e-3),
+               measurement("gae_xp[xp]", library="torch:cpu", chunk=16, effective=16, median=10e-3),
+               measurement("gae_xp[xp]", library="torch:cpu", chunk=8, effective=8, median=12e-3)]
+    on_numba = "\n".join(report.verdicts(results, {"torch:cpu": "gae_xp[numba]"}))
+    assert "chunk size: gae_xp[xp]" not in on_numba
+    assert "gae_xp[numba], what backend='auto' runs, has no chunks" in on_numba
+    # sizes on another path are swept only when the user names it (--paths): then said for what they are
+    assert ("chunk size, for calls that force backend='xp' only (auto runs gae_xp[numba], where chunk_size changes "
+            "nothing): gae_xp[xp]: set chunk_size=16") in on_numba
+    on_xp = "\n".join(report.verdicts(results, {"torch:cpu": "gae_xp[xp]"}))
+    assert "chunk size: gae_xp[xp]: set chunk_size=16" in on_xp and "force backend" not in on_xp
 
 
 def test_the_step_verdict_compares_the_loop_with_what_auto_runs():
@@ -247,7 +408,7 @@ def test_the_step_verdict_compares_the_loop_with_what_auto_runs():
                measurement("gae_xp[xp]", median=6e-3), measurement("serial", effective=None, median=1.202)]
     line = report.verdicts(results, {"numpy": "gae_xp[numba]"})[0]
     assert line.startswith("numpy, B=8, T=131072, constant: backend='auto' runs gae_xp[numba]: 2 ms")
-    assert "1.2 s per call (601x): 1.2 s saved per PPO step" in line
+    assert "1.2 s ±0% per call (601x): 1.2 s saved per PPO step" in line
     assert "was not timed" in report.verdicts(results[:2], {"numpy": "gae_xp[numba]"})[0]
     assert "which was not timed" in report.verdicts(results[1:], {"numpy": "gae_xp[numba]"})[0]
 
@@ -256,7 +417,7 @@ def test_the_numba_kernel_is_compared_with_the_bare_numba_loop():
     results = [measurement("gae_xp[numba]", effective=None, median=2e-3),
                measurement("numba-bare", effective=None, median=1e-3)]
     lines = "\n".join(report.verdicts(results, {"numpy": "gae_xp[numba]"}))
-    assert "gae_xp[numba] 2 ms ±0% against a bare numba loop's 1 ms ±0% (2x its time" in lines
+    assert "gae_xp[numba] 2 ms ±0% against a bare numba loop's 1 ms ±0% (2x the bare loop's time" in lines
 
 
 def test_jax_is_compared_with_lax_scan_and_torch_cpu_with_numpy_on_the_numba_kernel():
@@ -269,10 +430,98 @@ def test_jax_is_compared_with_lax_scan_and_torch_cpu_with_numpy_on_the_numba_ker
     lines = "\n".join(report.verdicts(results, {"jax:cpu": "gae_xp[jax]", "numpy": "gae_xp[numba]",
                                                 "torch:cpu": "gae_xp[numba]"}))
     assert "jax:cpu, B=8, T=131072, constant: backend='auto' runs gae_xp[jax] under jax.jit: 3 ms" in lines
-    assert "lax.scan under jax.jit, what you have now: 30 ms per call (10x)" in lines
-    assert "gae_xp[jax] has no chunks" in lines
-    assert "lax.associative_scan under jax.jit: 12 ms" in lines
+    assert "lax.scan under jax.jit, what you have now: 30 ms ±0% per call (10x)" in lines
+    assert "gae_xp[jax], what backend='auto' runs, has no chunks" in lines
+    assert "lax.associative_scan under jax.jit: 12 ms ±0% (4x gae_xp[jax]'s time)" in lines
     assert "torch CPU tensors on the numba kernel: 2.2 ms ±0%; NumPy arrays on the same kernel: 2 ms" in lines
+
+
+def test_a_difference_within_the_spread_of_both_is_no_measurable_difference():
+    """Issue 25, 2: the same JAX command said "1.07x: 612 us saved", then "0.938x: slower by 660 us"."""
+    ours = measurement("gae_xp[jax]", library="jax:cpu", effective=None, median=9.4e-3, spread=0.5e-3)
+    for loop_median in (10.05e-3, 8.8e-3):  # 1.07x, 0.936x: both within 0.5 + 0.4 ms
+        loop = measurement("lax.scan", library="jax:cpu", effective=None, median=loop_median, spread=0.4e-3)
+        line = report.verdicts([ours, loop], {"jax:cpu": "gae_xp[jax]"})[0]
+        assert "what you have now: " in line and line.endswith(
+            "per call: no measurable difference (the medians differ by less than the spread of both)")
+        assert "saved" not in line and "slower" not in line
+    loop = measurement("lax.scan", library="jax:cpu", effective=None, median=11e-3, spread=0.4e-3)
+    assert "(1.17x): 1.6 ms saved per PPO step" in report.verdicts([ours, loop], {"jax:cpu": "gae_xp[jax]"})[0]
+    loop = measurement("lax.scan", library="jax:cpu", effective=None, median=8e-3, spread=0.4e-3)
+    assert "(0.851x): gae_xp is slower here by 1.4 ms per call" in report.verdicts(
+        [ours, loop], {"jax:cpu": "gae_xp[jax]"})[0]
+
+
+@pytest.mark.parametrize("other, tie", [(1.05e-3, True), (2e-3, False)])
+def test_every_comparison_takes_the_same_rule(other, tie):
+    ours = measurement(median=1e-3, spread=0.05e-3)
+    base = measurement(median=other, spread=0.05e-3)
+    assert report.measurably_different(ours, base) is not tie
+    assert report.relative(base, ours, "X") == ("no measurable difference from X" if tie else "2x X")
+    results = [measurement("gae_xp[numba]", effective=None, median=1e-3, spread=0.05e-3),
+               measurement("numba-bare", effective=None, median=other, spread=0.05e-3),
+               measurement("gae_xp[numba]", library="torch:cpu", effective=None, median=other, spread=0.05e-3),
+               measurement("gae_xp[numba]", effective=None, median=other, spread=0.05e-3, dones=0.01, holes=0.2)]
+    lines = "\n".join(report.verdicts(results, {"numpy": "gae_xp[numba]", "torch:cpu": "gae_xp[numba]"}))
+    for words, ratio in (("the bare loop's time", "0.5x"), ("NumPy's time", "2x"), ("its constant time", "2x")):
+        assert (f"no measurable difference from {words}" if tie else f"{ratio} {words}") in lines, words
+
+
+def test_every_shape_where_gae_xp_is_not_ahead_is_reported():
+    """Issue 25, 4: the base install behind slime's chunk scan at T=4096 and 32768; the verdict spoke of 131072 only."""
+    rows_ = []
+    for T, ours, slime, loop in ((4096, 5.47e-3, 1.09e-3, 20e-3), (32768, 12e-3, 9e-3, 160e-3),
+                                 (131072, 9e-3, 35e-3, 640e-3)):
+        rows_ += [measurement("gae_xp[xp]", T=T, median=ours, spread=0.1e-3),
+                  measurement("slime-chunked", T=T, chunk=128, effective=128, median=slime, spread=0.1e-3),
+                  measurement("serial", T=T, effective=None, median=loop, spread=0.1e-3),
+                  measurement(runner.COPY, T=T, effective=None, median=ours / 10, spread=0.0)]
+    lines = report.verdicts(rows_, {"numpy": "gae_xp[xp]"})
+    assert lines[0].startswith("numpy, B=8, T=131072, constant:")
+    behind = [line.strip() for line in lines if "behind at" in line]
+    assert behind == [
+        "behind at B=8, T=4096: gae_xp[xp] 5.47 ms ±2% against slime-chunked (C=128)'s 1.09 ms ±9%, the fastest "
+        "baseline there (5.02x its time)",
+        "behind at B=8, T=32768: gae_xp[xp] 12 ms ±1% against slime-chunked (C=128)'s 9 ms ±1%, the fastest "
+        "baseline there (1.33x its time)"]
+    assert not any("copy" in line for line in behind)  # the floor is a yardstick, not a baseline
+    rows_[5] = measurement("slime-chunked", T=32768, chunk=128, effective=128, median=11.9e-3, spread=0.1e-3)
+    text = "\n".join(report.verdicts(rows_, {"numpy": "gae_xp[xp]"}))
+    assert "no measurable difference at B=8, T=32768: gae_xp[xp] 12 ms ±1% against slime-chunked (C=128)'s" in text
+    ahead = [m for m in rows_ if m.T == 131072]
+    assert "ahead of the fastest baseline timed at every shape (B=8, T=131072)" in "\n".join(
+        report.verdicts(ahead, {"numpy": "gae_xp[xp]"}))
+
+
+def test_the_verdict_says_how_far_the_call_is_from_the_copy_floor():
+    results = [measurement("gae_xp[numba]", effective=None, median=5.6e-3),
+               measurement(runner.COPY, effective=None, median=0.91e-3),
+               measurement("serial", effective=None, median=1.2)]
+    runner.add_ratios(results)
+    assert results[0].floor_ratio == pytest.approx(5.6 / 0.91) and results[1].floor_ratio == 1
+    assert results[1].speedup_vs_serial is None  # the floor is not a GAE
+    line = report.verdicts(results, {"numpy": "gae_xp[numba]"})[0]
+    # 4 arrays of float32 at B=8, T=131072 in 0.91 ms: 18.4 GB/s
+    assert "5.6 ms ±0% per call = 6.15x the copy floor (910 us to copy the same bytes, 18.4 GB/s" in line
+    row = report.rows(results)[0]
+    assert row[report.COLUMNS.index("x floor")] == "6.15x"
+
+
+def test_the_copy_floor_copies_the_same_bytes_into_arrays_of_its_own():
+    workload = paths.Workload(2, 100, dones=0.1)
+    ran = 0
+    for name in ("numpy", "torch:cpu", "jax:cpu"):
+        if libraries.unavailable(name):
+            continue
+        library = libraries.load(name)
+        arrays = {k: library.asarray(v) for k, v in workload.arrays().items()}
+        advantages, returns = paths.copy_floor(library, arrays)()
+        for got, source in ((advantages, arrays["rewards"]), (returns, arrays["values"])):
+            got_np, source_np = library.to_numpy(got), library.to_numpy(source)
+            np.testing.assert_array_equal(got_np, source_np)
+            assert got_np.dtype == np.float32 and not np.shares_memory(got_np, source_np)
+        ran += 1
+    assert ran >= 1
 
 
 def test_the_verdict_names_the_path_auto_takes_on_each_library():
@@ -305,6 +554,23 @@ def test_legend_and_table_without_rich(plain, capsys):
         assert line in out
 
 
+def test_an_empty_table_prints_without_rich(plain, capsys):
+    report.print_report([])
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == [word for column in report.COLUMNS for word in column.split()]
+
+
+def test_first_call_lines():
+    records = [{"library": "numpy", "B": 8, "T": 131072, "case": "constant", "import_gae_xp_s": 0.05,
+                "import_library_s": 0.1, "first_s": 0.85, "second_s": 2e-3},
+               {"library": "torch:cpu", "B": 8, "T": 131072, "case": "dones+mask", "error": "ImportError: no"}]
+    first, failed = report.first_call_lines(records)
+    assert first == ("numpy, B=8, T=131072, constant, backend='auto': 850 ms, then 2 ms for the second call "
+                     "(compilation or a cache load, once per process); before it, import gae_xp took 50 ms and "
+                     "numpy 100 ms")
+    assert failed == "torch:cpu, B=8, T=131072, dones+mask, backend='auto': not measured (ImportError: no)"
+
+
 # ---------------------------------------------------------------------------------------------------- the harness
 
 
@@ -327,6 +593,59 @@ def test_the_harness_calibrates_and_takes_samples_in_turns():
     sampled = [name for name, number in order if number == timings[name].number][-5:]
     assert sampled == ["fast", "slow", "fast", "slow", "fast"]
     assert runner.time_call(lambda: None, timer=fake("one", 1e-2), repeat=2).median == pytest.approx(1e-2)
+
+
+def test_busy_neighbours_spin_while_the_block_runs_and_are_gone_after():
+    with runner.busy_neighbours(2) as spinners:
+        assert len(spinners) == 2 and all(spinner.poll() is None for spinner in spinners)
+    assert all(spinner.poll() is not None for spinner in spinners)
+
+
+def test_a_busy_neighbour_outlives_no_bench_killed_outright():
+    """A bench killed without its cleanup (SIGKILL, os._exit) leaves no spinner behind: each one watches its parent."""
+    script = ("import os, sys; from gae_xp.bench import runner\n"
+              "spinners = runner.busy_neighbours(1).__enter__()\n"
+              "print(spinners[0].pid, flush=True); os._exit(0)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    pid = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the busy neighbour outlived its parent")
+
+
+def test_a_first_call_that_fails_says_why():
+    record = runner.first_call("no-such-library", paths.Workload(2, 16))
+    assert set(record) == {"error"} and "unknown library 'no-such-library'" in record["error"]
+
+
+def test_the_profile_adds_up_to_the_call_time():
+    def call():
+        return sorted(range(300), key=lambda x: -x)
+
+    timing, profiled, lines = runner.profile(call, seconds=0.05)
+    assert profiled > 0 and lines
+    assert sum(line.seconds for line in lines) == pytest.approx(timing.median, rel=1e-9)
+    assert any(line.function.endswith("(<lambda>)") and line.calls == 300 for line in lines)
+    text = report.profile_lines("title", timing, profiled, lines, top=2)
+    assert text[0].startswith("title: ") and "per call without the profiler" in text[0]
+    assert "by module" in text[1] and "by function (own time)" in "\n".join(text)
+    assert text[-1].endswith(f"{len(lines) - 2} other functions")
+
+
+def test_bench_profile_says_where_the_time_of_a_call_goes(capsys, plain):
+    assert main(["bench", "--library", "numpy", "--B", "2", "--T", "16", "--profile"], prog="gae-xp") == 0
+    out = capsys.readouterr().out
+    assert "gae_xp bench: profile of backend='auto' on numpy" in out
+    assert re.search(r"numpy, B=2, T=16, constant: backend='auto' runs gae_xp\[\w+\]: [\d.]+ (us|ms|s) ", out)
+    modules = out[out.index("by module"):out.index("by function")]
+    assert "gae_xp/_prepare.py" in modules and "gae_xp/estimators.py" in modules
+    assert re.search(r"gae_xp/_prepare\.py:\d+\(prepare\)", out[out.index("by function"):])
 
 
 # ---------------------------------------------------------------------------------------------------- paths
@@ -393,6 +712,84 @@ def test_asv_takes_its_targets_from_the_registry_and_skips_cleanly():
     accuracy.workload = paths.Workload(2, 1000)
     accuracy.arrays = accuracy.workload.arrays()
     assert 0 <= accuracy.track_max_abs_error("numpy/xp", "gamma=0.99 lam=0.95") < 1e-4
+
+
+def test_asv_tracks_gae_as_a_multiple_of_a_copy_of_the_same_bytes():
+    common = _load_asv_module("common")
+    bench = _load_asv_module("bench_gae")
+    library = libraries.load("numpy")
+    arrays = {k: library.asarray(v) for k, v in paths.Workload(2, 1000).arrays().items()}
+    copied = common.copy_floor(library, arrays)()
+    for got, source in zip(copied, (arrays["rewards"], arrays["values"])):
+        np.testing.assert_array_equal(got, source)
+    calls = []
+    slow = common.ratio_to_floor(lambda: calls.append(time.sleep(2e-3)), lambda: None, lambda result: None,
+                                 rounds=3, min_sample_s=1e-3)
+    assert slow > 10 and len(calls) >= 4  # a warm-up, the calibration, three rounds
+    tracked = bench.TrackCopyFloor()
+    assert tracked.unit == "x copy floor"
+    tracked.setup("numpy/xp", "dones+mask")
+    tracked.workload = paths.Workload(2, 1000, dones=0.01, holes=0.2)
+    tracked.arrays = {k: library.asarray(v) for k, v in tracked.workload.arrays().items()}
+    tracked.floor = common.copy_floor(library, tracked.arrays)
+    assert tracked.track_x_copy_floor("numpy/xp", "dones+mask") > 0
+
+
+def _asv_config(name):
+    text = (ROOT / "asv_bench" / name).read_text()
+    return json.loads("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//")))
+
+
+@pytest.mark.parametrize("name", ["asv.conf.json", "recorded/asv.conf.json"])
+def test_asv_configurations_link_to_pages_that_exist(name):
+    config = _asv_config(name)
+    folder = (ROOT / "asv_bench" / name).parent
+    html = (folder / config["html_dir"]).resolve()
+    assert (html / config["project_url"]).resolve() == ROOT / "docs" / "bench.md"
+    assert (ROOT / "docs" / "bench.md").is_file()
+    assert (folder / config["benchmark_dir"]).resolve() == ROOT / "asv_bench" / "benchmarks"
+    assert (folder / config["repo"]).resolve() == ROOT
+
+
+def test_the_recorded_history_is_published_to_docs():
+    config = _asv_config("recorded/asv.conf.json")
+    assert (ROOT / "asv_bench" / "recorded" / config["html_dir"]).resolve() == ROOT / "docs" / "asv"
+    assert (ROOT / "docs" / "asv" / "index.html").is_file()
+    assert any((ROOT / "asv_bench" / "recorded" / config["results_dir"]).glob("*/machine.json"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "usage: "), (["HEAD"], "usage: "), (["HEAD", "HEAD"], "are the same commit"),
+    (["no-such-commit", "HEAD"], "no-such-commit is not a commit"),
+])
+def test_compare_refuses_what_compares_nothing(argv, message):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["bash", str(ROOT / "asv_bench" / "compare.sh"), *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_the_asv_smoke_run_selects_every_benchmark_function():
+    """CI's `bash asv_bench/smoke.sh` runs each benchmark function once: a class added later is not left out."""
+    bench = _load_asv_module("bench_gae")
+    script = (ROOT / "asv_bench" / "smoke.sh").read_text()
+    selected = re.findall(r'-b "\^bench_gae\\.(\w+)\\.(\w+)', script)
+    functions = {(name, attribute) for name, cls in vars(bench).items() if isinstance(cls, type)
+                 and cls.__module__ == bench.__name__ for attribute in vars(cls)
+                 if attribute.startswith(("time_", "track_", "peakmem_", "mem_"))}
+    assert functions and set(selected) == functions
+
+
+def test_figures_sh_names_every_tracked_file_it_overwrites():
+    script = (ROOT / "docs" / "figures.sh").read_text()
+    header = script[:script.index("set -uo pipefail")]
+    written = set(re.findall(r"--(?:plot|json) ((?:docs|gae_xp)/[\w./]+)", script))
+    written |= {"asv_bench/recorded/results/", "docs/asv/"} if "asv_bench/history.sh" in script else set()
+    written |= set(re.findall(r"screenshot\.py \S+ ((?:docs)/[\w./]+)", script))
+    assert written >= {"docs/bench.png", "gae_xp/bench/recorded.json", "docs/asv/", "docs/asv.png"}
+    for path in written:
+        assert path in header, path
 
 
 def test_asv_check_passes():

@@ -11,6 +11,8 @@ from .common import (
     TARGETS,
     XPBenchmark,
     chunk_size,
+    copy_floor,
+    ratio_to_floor,
     workload,
 )
 
@@ -45,6 +47,27 @@ class TimeGAETimeVarying(XPBenchmark):
 
     def time_gae(self, target, case):
         self.run(self.path)
+
+
+class TrackCopyFloor(XPBenchmark):
+    """gae() as a multiple of a copy of the same bytes, B=8, T=131072, timed in turns with the copy.
+
+    The memory roofline of the machine the run is on, measured in the same
+    seconds: a commit that slows gae() down shows here even when the whole
+    machine is slower (or busier) than it was for the other commit.
+    """
+
+    param_names = ["target", "case"]
+    params = [TARGETS, ["constant", "dones+mask"]]
+    unit = "x copy floor"
+    timeout = 300
+
+    def setup(self, target, case):
+        self.setup_target(target, workload(8, 131072, case))
+        self.floor = copy_floor(self.library, self.arrays)
+
+    def track_x_copy_floor(self, target, case):
+        return ratio_to_floor(lambda: self.run(self.path), self.floor, self.library.synchronize)
 
 
 class TimeGAEChunkSize(XPBenchmark):

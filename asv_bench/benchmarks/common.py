@@ -12,10 +12,18 @@ the tests time and check the same things.
 
 These modules import the registry from the gae_xp installed in asv's
 environment: commits from the registry's introduction on can be benchmarked;
-on an older commit every benchmark skips.
+on an older commit every benchmark skips. Two things are deliberately not
+taken from the installed gae_xp: the copy floor (:func:`copy_floor`) and the
+interleaved timing of :func:`ratio_to_floor`, the denominator of the
+``track_x_copy_floor`` benchmarks. A yardstick that changed with the commit
+measured would not compare commits; these stay the same for every commit (they
+restate what ``gae-xp bench`` does: ``gae_xp.bench.paths.copy_floor``).
 """
 
 from __future__ import annotations
+
+import statistics
+import time
 
 import numpy as np
 
@@ -43,6 +51,67 @@ GPU_LIBRARIES = list(libraries.GPU_NAMES) if libraries else []
 CHUNKS = ["auto", 8, 16, 32, 64, 128]
 LENGTHS = [4096, 65536, 131072]
 TIME_VARYING = {"constant": (0.0, 0.0), "dones": (0.01, 0.0), "mask": (0.0, 0.2), "dones+mask": (0.01, 0.2)}
+
+
+def copy_floor(library, arrays):
+    """A copy of the same bytes as a GAE call: rewards and values into two preallocated arrays, on the same device.
+
+    On a CPU, NumPy's one-thread ``copyto`` for every library; on a GPU, the
+    library's device-to-device copy (JAX: a copy under ``jax.jit``).
+    """
+    sources = (arrays["rewards"], arrays["values"])
+    if library.name.startswith("jax") and library.name not in CPU_LIBRARIES:
+        import jax
+
+        copy = jax.jit(lambda r, v: (library.xp.copy(r), library.xp.copy(v)))
+        return lambda: copy(*sources)
+    if library.name in CPU_LIBRARIES:
+        sources = tuple(library.to_numpy(source) for source in sources)
+        targets = tuple(np.empty_like(source) for source in sources)
+
+        def write(target, source):
+            np.copyto(target, source)
+    elif library.name == "cupy":
+        import cupy
+
+        targets = tuple(library.xp.empty_like(source) for source in sources)
+
+        def write(target, source):
+            cupy.copyto(target, source)
+    else:
+        targets = tuple(library.xp.empty_like(source) for source in sources)
+
+        def write(target, source):
+            target.copy_(source)
+
+    def call():
+        for target, source in zip(targets, sources):
+            write(target, source)
+        return targets
+
+    return call
+
+
+def ratio_to_floor(call, floor, synchronize, rounds: int = 7, min_sample_s: float = 0.005) -> float:
+    """Median time of ``call`` over median time of ``floor``, sampled in turns (a busy moment falls on both)."""
+    def sample(function, number):
+        start = time.perf_counter()
+        for _ in range(number):
+            synchronize(function())
+        return (time.perf_counter() - start) / number
+
+    numbers = []
+    for function in (call, floor):
+        sample(function, 1)  # warm-up
+        number = 1
+        while sample(function, number) * number < min_sample_s and number < 1 << 16:
+            number *= 2
+        numbers.append(number)
+    times = ([], [])
+    for _ in range(rounds):
+        for index, function in enumerate((call, floor)):
+            times[index].append(sample(function, numbers[index]))
+    return statistics.median(times[0]) / statistics.median(times[1])
 
 
 def chunk_size(value):

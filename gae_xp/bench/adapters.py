@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from gae_xp.bench import baselines, runner
+from gae_xp.bench.cli import positive_int
 from gae_xp.testing import libraries
 from gae_xp.testing.cases import make_case
 
@@ -100,9 +101,9 @@ def _new_framework_cases(library, rng, r, v, numeric_mask, B, T):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--B", type=int, default=8, help="batch size (default: 8)")
-    parser.add_argument("--T", type=int, default=131072, help="sequence length (default: 131072)")
-    parser.add_argument("--repeat", type=int, default=5, help="timed samples of each adapter (default: 5)")
+    parser.add_argument("--B", type=positive_int, default=8, help="batch size (default: 8)")
+    parser.add_argument("--T", type=positive_int, default=131072, help="sequence length (default: 131072)")
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed samples of each adapter (default: 5)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="torch device (default: cpu)")
     return parser
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import math
+import os
 import shlex
 import sys
 import time
@@ -18,12 +21,29 @@ DEFAULT_CHUNKS = (None, 8, 16, 32, 64, 128)
 DEFAULT_DONES = 0.01
 DEFAULT_HOLES = 0.2
 ALIASES = {"torch": "torch:cpu", "jax": "jax:cpu"}
+#: ``--load`` without a number: one busy process per usable core.
+PER_CORE = -1
 DESCRIPTION = ("Is GAE my bottleneck, and what should I set? Times gae_xp's paths against the serial GAE loop "
                "you have now (and slime's chunk scan, the O(T^2) matrix, scipy's lfilter, a bare numba loop, "
                "JAX's lax.scan and lax.associative_scan) on the installed array libraries, side by side in one "
-               "process; prints what is measured, a table, and a verdict per library: the time per call against "
-               "the loop, the seconds saved per PPO step, whether a chunk size beats the default, and what an "
-               "uninstalled extra would give.")
+               "process, next to a copy of the same bytes (the memory roofline); prints what is measured, a "
+               "table, and a verdict per library: the time per call against the loop and against the copy floor, "
+               "the seconds saved per PPO step, every shape where gae_xp is not ahead, whether a chunk size beats "
+               "the default on the path auto runs, the first call of a fresh process, and what an uninstalled "
+               "extra would give.")
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old name: it still works, and says which name to use instead."""
+
+    def __init__(self, option_strings, dest, replacement: str, why: str, **kwargs):
+        self.replacement, self.why = replacement, why
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: warning: {option_string} is deprecated, use {self.replacement} ({self.why})",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 def _listing(values) -> str:
@@ -32,9 +52,13 @@ def _listing(values) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The bench's options, each with its default in words."""
-    parser.add_argument("--backend", type=_libraries, default=None, metavar="LIST",
+    parser.add_argument("--library", type=_libraries, default=None, metavar="LIST",
                         help=f"comma-separated array libraries, from {', '.join(libraries.NAMES)} "
                              "(torch = torch:cpu, jax = jax:cpu) (default: every installed one but array_api_strict)")
+    parser.add_argument("--backend", dest="library", type=_libraries, default=None, metavar="LIST",
+                        action=_DeprecatedAlias, replacement="--library",
+                        why="it selects the array libraries, while gae(backend=...) selects the compute path",
+                        help="deprecated name of --library (default: as --library)")
     parser.add_argument("--B", type=_positive_ints, default=DEFAULT_B, metavar="LIST",
                         help=f"comma-separated batch sizes: put yours here (default: {_listing(DEFAULT_B)})")
     parser.add_argument("--T", type=_positive_ints, default=DEFAULT_T, metavar="LIST",
@@ -57,17 +81,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="dtype of rewards and values (default: float32)")
     parser.add_argument("--gamma", type=_unit, default=0.99, metavar="G", help="discount (default: 0.99)")
     parser.add_argument("--lam", type=_unit, default=0.95, metavar="L", help="GAE lambda (default: 0.95)")
-    parser.add_argument("--repeat", type=_positive_int, default=5, metavar="N",
+    parser.add_argument("--repeat", type=positive_int, default=5, metavar="N",
                         help="timed samples per case, each at least "
                              f"{runner.MIN_SAMPLE_S * 1e3:g} ms of calls (default: 5)")
-    parser.add_argument("--serial-budget", type=_positive_float, default=1.0, metavar="SECONDS",
+    parser.add_argument("--serial-budget", type=positive_float, default=1.0, metavar="SECONDS",
                         help="seconds of timed samples per case; a Python loop over time (serial, slime-chunked) "
                              "expected to take longer per call runs on a prefix and is extrapolated linearly to T, "
                              "marked ~ (default: 1)")
-    parser.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
                         help="threads for torch's and numba's parallel loops (torch.set_num_threads, "
                              "numba.set_num_threads); on a machine shared with other work, 1 spares torch the "
                              "stalls of a thread pool that waits for a busy core (default: the libraries' own)")
+    parser.add_argument("--load", type=_count, nargs="?", const=PER_CORE, default=0, metavar="N",
+                        help="start N busy neighbour processes (--load alone: one per usable core) that spin while "
+                             "the runs are timed, so that figures under load are reproducible (default: 0, none)")
+    parser.add_argument("--no-first-call", dest="first_call", action="store_false",
+                        help="do not measure the first call of a fresh process (a subprocess per library and case, "
+                             "at the largest shape, after the sweep) (default: measured)")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of the sweep, profile backend='auto' calls of every library, case and shape "
+                             "asked for (e.g. --B 8 --T 128): where each microsecond of a call goes "
+                             "(default: off)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
                         help="comma-separated paths to run, from " + ", ".join(p.name for p in paths.all_paths())
                              + " (default: all that apply to each library and case)")
@@ -90,7 +124,11 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
             stream=None) -> int:
     stream = stream or sys.stdout
     started = time.perf_counter()
-    names = options.backend or [n for n in libraries.NAMES
+    problem = _output_problems(options)
+    if problem:
+        print(f"{prog}: {problem}", file=sys.stderr)
+        return 2
+    names = options.library or [n for n in libraries.NAMES
                                 if n != "array_api_strict" and libraries.unavailable(n) is None]
     skipped = {n: libraries.unavailable(n) for n in names if libraries.unavailable(n)}
     for name, reason in skipped.items():
@@ -113,10 +151,19 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
                                      options.gamma, options.lam)
                       for case in cases for b in options.B for t in options.T)
     chosen = tuple(p for p in paths.all_paths() if options.paths is None or p.name in options.paths)
-    sweep = runner.Sweep(loaded, workloads, chosen, options.chunk_size, options.repeat, options.serial_budget)
+    auto = auto_paths(loaded, options.dtype)
+    sweep = runner.Sweep(loaded, workloads, chosen, options.chunk_size, options.repeat, options.serial_budget,
+                         swept=auto if options.paths is None else None)
+    if not options.profile:
+        unmatched = _unmatched_paths(sweep, options.paths is not None)
+        if unmatched:
+            print(f"{prog}: {unmatched}", file=sys.stderr)
+            return 2
     machine = report.machine()
+    load = machine["usable_cpus"] if options.load == PER_CORE else options.load
     settings = {
-        "what": f"{len(sweep.cases())} cases on {', '.join(library.name for library in loaded)}",
+        "what": (f"profile of backend='auto' on {', '.join(library.name for library in loaded)}" if options.profile
+                 else f"{sweep.count()} measurements on {', '.join(library.name for library in loaded)}"),
         "B": _listing(options.B), "T": _listing(options.T), "dtype": options.dtype, "gamma": options.gamma,
         "lam": options.lam,
         "cases": ", ".join(f"{c} (dones {d:g}, mask holes {h:g})" if c != "constant" else c
@@ -124,22 +171,115 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
         "paths": "all that apply" if options.paths is None else ",".join(options.paths),
         "chunks": _listing(options.chunk_size), "repeat": options.repeat,
         "min_sample_ms": runner.MIN_SAMPLE_S * 1e3, "serial_budget": options.serial_budget,
+        "load": report.load_words(load, machine["usable_cpus"]),
     }
     for line in report.header(settings, loaded, machine):
         print(line, file=stream)
     print("", file=stream, flush=True)
-    results = _run_with_progress(sweep)
-    report.print_report(results, stream, auto_paths=auto_paths(loaded, options.dtype),
-                        missing_extras=missing_extras(loaded), notes=sweep.skipped_sizes())
+    first_calls = []
+    with runner.busy_neighbours(load):
+        if options.profile:
+            for library in loaded:
+                for workload in workloads:
+                    _print_profile(library, workload, auto[library.name], stream)
+        else:
+            results = _run_with_progress(sweep)
+            if options.first_call:
+                first_calls = _first_calls(sweep, options.threads)
+    if not options.profile:
+        report.print_report(results, stream, auto_paths=auto, missing_extras=missing_extras(loaded),
+                            notes=sweep.skipped_sizes(), first_calls=first_calls)
     elapsed = time.perf_counter() - started
     if options.json:
-        report.write_json(results, options.json, [*prog.split(), *argv], loaded, machine, elapsed)
+        report.write_json(results, options.json, [*prog.split(), *argv], loaded, machine, elapsed, load=load,
+                          first_calls=first_calls)
         print(f"wrote {options.json}", file=stream)
     if options.plot:
         report.write_plot(results, options.plot)
         print(f"wrote {options.plot}", file=stream)
     print(f"took {_duration(elapsed)} ({' '.join([prog, *map(shlex.quote, argv)])})", file=stream)
     return 0
+
+
+def _output_problems(options) -> str | None:
+    """Why ``--json``/``--plot`` could not be written, found before anything runs (a run's results are not lost)."""
+    if options.profile and (options.json or options.plot):
+        return "--profile prints a profile: --json and --plot take the sweep's measurements, so not with --profile"
+    if options.plot and importlib.util.find_spec("matplotlib") is None:
+        return "--plot needs matplotlib: pip install 'gae_xp[bench]'"
+    for option, path in (("--json", options.json), ("--plot", options.plot)):
+        problem = None if path is None else unwritable(path)
+        if problem:
+            return f"{option} {path}: {problem}"
+    return None
+
+
+def unwritable(path: str) -> str | None:
+    """Why a file cannot be written at ``path`` (tried, then removed again if it was not there), or None."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as error:
+        return f"cannot write there ({error.strerror or error})"
+    if not existed:
+        os.remove(path)
+    return None
+
+
+def _unmatched_paths(sweep: runner.Sweep, named: bool) -> str | None:
+    """What matched nothing: a path of ``--paths`` that runs on no library and case of this run (or no case at all).
+
+    A named path that runs on some of them only is noted on stderr, with why not on the others.
+    """
+    cases = sweep.cases()
+    if not named:
+        return None if cases else "nothing to run: no path applies to these libraries and cases"
+    used = {path.name for _, _, path, _ in cases}
+    problems = []
+    every_case = list(dict.fromkeys(w.case for w in sweep.workloads))
+    for path in sweep.paths:
+        reasons: dict[tuple[str, str], list[str]] = {}
+        for library in sweep.libraries:
+            for workload in sweep.workloads:
+                reason = path.skip_reason(library, workload)
+                if reason is not None:
+                    cases = reasons.setdefault((library.name, reason), [])
+                    cases.extend([] if workload.case in cases else [workload.case])
+        listed = "; ".join(f"{name}{'' if cases == every_case else ' ' + ', '.join(cases)}: {why}"
+                           for (name, why), cases in reasons.items())
+        if path.name not in used:
+            problems.append(f"--paths {path.name} matches nothing in this run ({listed})")
+        elif reasons:
+            print(f"note: {path.name} does not run on {listed}", file=sys.stderr)
+    return "; ".join(problems) or None
+
+
+def _first_calls(sweep: runner.Sweep, threads: int | None) -> list[dict]:
+    """``runner.first_call`` per library and case, at the case's largest workload."""
+    out = []
+    for library in sweep.libraries:
+        for workload in sweep.largest().values():
+            print(f"first call: {library.name} {workload.case}", file=sys.stderr)
+            out.append({"library": library.name, "B": workload.B, "T": workload.T, "case": workload.case,
+                        **runner.first_call(library.name, workload, threads)})
+    return out
+
+
+def _print_profile(library, workload, auto_path: str, stream) -> None:
+    import gae_xp
+
+    arrays = {k: library.asarray(v) for k, v in workload.arrays().items()}
+
+    def call():
+        library.synchronize(gae_xp.gae(**arrays, gamma=workload.gamma, lam=workload.lam))
+
+    call()  # compilation and caches, outside the profile
+    timing, profiled, lines = runner.profile(call)
+    title = f"{library.name}, B={workload.B}, T={workload.T}, {workload.case}: backend='auto' runs {auto_path}"
+    for line in report.profile_lines(title, timing, profiled, lines):
+        print(line, file=stream)
+    print("", file=stream, flush=True)
 
 
 def set_threads(n: int) -> None:
@@ -189,7 +329,7 @@ def _duration(seconds: float) -> str:
 
 
 def _run_with_progress(sweep):
-    total = len(sweep.cases())
+    total = sweep.count()
     try:
         from rich.progress import Progress
     except ImportError:
@@ -239,22 +379,34 @@ def _path_names(text):
     return names
 
 
-def _positive_int(text):
+def _integer(text) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text) -> int:
+    """An argparse type: an integer above 0 (``gae-xp adapters`` takes its sizes and samples with it too)."""
+    value = _integer(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
     return value
 
 
+def _count(text) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
 def _positive_ints(text):
-    return tuple(_positive_int(item) for item in _split(text))
+    return tuple(positive_int(item) for item in _split(text))
 
 
 def _chunk_sizes(text):
-    return tuple(dict.fromkeys(None if item == "auto" else _positive_int(item) for item in _split(text)))
+    return tuple(dict.fromkeys(None if item == "auto" else positive_int(item) for item in _split(text)))
 
 
 def _number(text):
@@ -264,10 +416,11 @@ def _number(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
-def _positive_float(text):
+def positive_float(text) -> float:
+    """An argparse type: a finite number above 0."""
     value = _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{value} is not a finite positive number")
     return value
 
 

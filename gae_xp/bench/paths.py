@@ -21,6 +21,9 @@ Paths:
 * ``numba-bare``: a bare numba one-pass loop, parallel over rows, for the
   constant-discount case only: the floor a compiled CPU path can reach, and
   independent of gae_xp's kernel (it is the yardstick).
+
+Beside them, not a path but the yardstick of every row: :func:`copy_floor`,
+a copy of the same bytes (the memory roofline).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,9 +40,12 @@ from gae_xp import backends, reference
 from gae_xp._compat import array_namespace
 from gae_xp.bench import baselines
 from gae_xp.testing.cases import make_case
-from gae_xp.testing.libraries import Library
+from gae_xp.testing.libraries import CPU_NAMES, Library
 
 MATRIX_MAX_T = 8192
+#: Arrays of the inputs' float dtype that any GAE moves at the least: it reads rewards and values, writes
+#: advantages and returns. The copy floor moves exactly these bytes.
+FLOOR_ARRAYS = 4
 
 
 @dataclass(frozen=True)
@@ -280,3 +286,47 @@ def all_paths() -> tuple[Path, ...]:
 def prefix(arrays: dict, steps: int) -> dict:
     """The first ``steps`` time steps of every array (for extrapolating a slow serial loop)."""
     return {k: v[:, :steps] for k, v in arrays.items()}
+
+
+def copy_floor(library: Library, arrays: dict) -> Callable[[], Any]:
+    """A copy of the same bytes as a GAE call: rewards and values into two preallocated arrays, on the same device.
+
+    The memory roofline: every GAE reads rewards and values once and writes
+    advantages and returns once (``FLOOR_ARRAYS`` arrays of the float dtype;
+    the bool flags of dones and a mask come on top). On a CPU, NumPy's
+    ``copyto`` on one thread serves every library (a library's own copy may
+    enter a thread pool, which on a shared machine measures the pool, not the
+    memory); on a GPU, the library's device-to-device copy (JAX cannot write
+    into an array: a copy under ``jax.jit``, which allocates its outputs).
+    """
+    rewards, values = arrays["rewards"], arrays["values"]
+    if library.name in CPU_NAMES:
+        sources = (library.to_numpy(rewards), library.to_numpy(values))
+        targets = tuple(np.empty_like(source) for source in sources)
+
+        def call():
+            np.copyto(targets[0], sources[0])
+            np.copyto(targets[1], sources[1])
+            return targets
+
+        return call
+    if library.name.startswith("jax"):
+        import jax
+
+        copy = jax.jit(lambda r, v: (library.xp.copy(r), library.xp.copy(v)))
+        return lambda: copy(rewards, values)
+    targets = (library.xp.empty_like(rewards), library.xp.empty_like(values))
+    if library.name == "cupy":
+        import cupy
+
+        def call():
+            cupy.copyto(targets[0], rewards)
+            cupy.copyto(targets[1], values)
+            return targets
+    else:
+        def call():
+            targets[0].copy_(rewards)
+            targets[1].copy_(values)
+            return targets
+
+    return call

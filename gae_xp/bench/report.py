@@ -1,7 +1,13 @@
-"""The bench command's outputs: what is measured (the header), the table and its legend, the verdicts, JSON, plot."""
+"""The bench command's outputs: what is measured (the header), the table and its legend, the verdicts, JSON, plot.
+
+One rule for every comparison in a verdict: two times whose medians differ by
+no more than the spread of both (the sum of their half interquartile ranges)
+are "no measurable difference", whichever side is ahead.
+"""
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import json
 import os
@@ -11,15 +17,20 @@ from collections import defaultdict
 from importlib import metadata, resources
 from typing import Iterable
 
-from gae_xp.bench.paths import loop_baseline
-from gae_xp.bench.runner import MIN_SAMPLES_FOR_A_VERDICT, Measurement
+from gae_xp.bench.paths import FLOOR_ARRAYS, loop_baseline
+from gae_xp.bench.runner import COPY, MIN_SAMPLES_FOR_A_VERDICT, Measurement
+from gae_xp.testing.libraries import CPU_NAMES
 
-COLUMNS = ("library", "case", "path", "B", "T", "C", "median", "spread", "vs loop", "max error", "peak mem")
+COLUMNS = ("library", "case", "path", "B", "T", "C", "median", "spread", "x floor", "vs loop", "max error",
+           "peak mem")
 
 LEGEND = (
     "~          the time is extrapolated linearly in T from a run on the first steps (a Python loop over time "
     "expected to take longer than --serial-budget)",
     "spread     half the interquartile range of the samples, as a share of the median (0% with a single sample)",
+    "x floor    this time over the copy row's: a copy of the same bytes (rewards and values into two preallocated "
+    "arrays, what every GAE must read and write), same library, device and shape, timed in the same turns; "
+    "on a CPU NumPy's one-thread copy",
     "C          the chunk size that ran: auto (C) = chunk_size=None and the size gae_xp's rule chose; "
     "- = the path has no chunks",
     "vs loop    the library's serial loop (lax.scan under jax.jit on JAX) divided by this path, same shape and case",
@@ -58,7 +69,8 @@ def rows(results: list[Measurement]) -> list[tuple[str, ...]]:
             m.library, m.case, m.path, str(m.B), str(m.T), chunk_label(m),
             f"{approx}{seconds(m.median_s)}",
             f"±{100 * m.spread_s / m.median_s:.0f}%",
-            "-" if m.speedup_vs_serial is None else f"{m.speedup_vs_serial:.3g}x",
+            "-" if m.floor_ratio is None else ratio(m.floor_ratio),
+            "-" if m.speedup_vs_serial is None else ratio(m.speedup_vs_serial),
             "-" if m.max_abs_error is None else f"{m.max_abs_error:.1e}",
             "-" if m.peak_bytes is None else _bytes(m.peak_bytes),
         ))
@@ -66,6 +78,23 @@ def rows(results: list[Measurement]) -> list[tuple[str, ...]]:
 
 
 # ---------------------------------------------------------------------------------------------------- verdicts
+
+
+def measurably_different(a: Measurement, b: Measurement) -> bool:
+    """Whether two medians differ by more than the spread of both (the sum of their half interquartile ranges)."""
+    return abs(a.median_s - b.median_s) > a.spread_s + b.spread_s
+
+
+def relative(m: Measurement, base: Measurement, base_time: str) -> str:
+    """``2.4x <base_time>``, or ``no measurable difference from <base_time>`` within the spread of both."""
+    if not measurably_different(m, base):
+        return f"no measurable difference from {base_time}"
+    return f"{ratio(m.median_s / base.median_s)} {base_time}"
+
+
+def ratio(value: float) -> str:
+    """``0.0385x``, ``2.07x``, ``3680x``: three significant digits, no exponent."""
+    return f"{value:.0f}x" if value >= 1000 else f"{value:.3g}x"
 
 
 def recommend_chunk(auto: Measurement, others: Iterable[Measurement]) -> Measurement | None:
@@ -115,11 +144,13 @@ def chunk_verdict(measured: list[Measurement], path: str) -> str | None:
 
 def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = None,
              missing_extras: Iterable[str] = ()) -> list[str]:
-    """What the run means, per library at its largest shape and per case.
+    """What the run means, per library and case: at the largest shape, and every shape where gae_xp is not ahead.
 
     ``auto_paths`` maps a library to the path ``backend="auto"`` runs for its
-    arrays (gae_xp[numba] for NumPy with numba installed...); ``missing_extras``
-    lists the extras (numba, numba-cuda) not installed here.
+    arrays (gae_xp[numba] for NumPy with numba installed...): chunk-size
+    advice is given for that path only, since a size on another path changes
+    nothing in the user's call. ``missing_extras`` lists the extras (numba,
+    numba-cuda) not installed here.
     """
     auto_paths = auto_paths or {}
     lines = []
@@ -127,23 +158,76 @@ def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = Non
     for m in results:
         by_library[m.library].append(m)
     for library, measured in by_library.items():
+        auto_path = auto_paths.get(library)
         for case in dict.fromkeys(m.case for m in measured):
             in_case = [m for m in measured if m.case == case]
             largest = max((m.B * m.T, m.T) for m in in_case)
             here = [m for m in in_case if (m.B * m.T, m.T) == largest]
-            lines.append(_step_line(library, case, here, auto_paths.get(library)))
-            for path in dict.fromkeys(m.path for m in here if m.ours):
-                line = chunk_verdict(here, path)
-                if line is not None:
-                    lines.append("  chunk size: " + line)
-            for path in dict.fromkeys(m.path for m in here if m.ours and m.effective_chunk is None):
-                lines.append(f"  chunk size: {path} has no chunks: chunk_size is ignored there, so not swept")
+            lines.append(_step_line(library, case, here, auto_path))
+            lines.extend("  " + line for line in _chunk_lines(here, auto_path))
+            lines.extend("  " + line for line in _behind_lines(in_case, auto_path))
             lines.extend("  " + line for line in _jax_lines(here))
-            lines.extend("  " + line for line in _floor_lines(here))
+            lines.extend("  " + line for line in _bare_loop_lines(here))
             lines.extend("  " + line for line in _case_cost_lines(measured, here))
             lines.extend("  " + line for line in _cross_library_lines(results, here))
     lines.extend(extra_hints(missing_extras, by_library))
     return lines
+
+
+def _chunk_lines(here, auto_path) -> list[str]:
+    """Chunk-size advice for the path auto runs; for another gae_xp path only where its sizes were swept."""
+    lines = []
+    for path in dict.fromkeys(m.path for m in here if m.ours):
+        chunked = any(m.path == path and m.effective_chunk is not None for m in here)
+        if auto_path is None or path == auto_path:
+            if chunked:
+                line = chunk_verdict(here, path)
+                lines.extend([] if line is None else ["chunk size: " + line])
+            else:
+                what = ", what backend='auto' runs," if path == auto_path else ""
+                lines.append(f"chunk size: {path}{what} has no chunks: chunk_size changes nothing there, "
+                             "so not swept")
+        elif chunked and sum(m.path == path for m in here) > 1:
+            line = chunk_verdict(here, path)
+            backend = path[len("gae_xp["):-1]
+            lines.append(f"chunk size, for calls that force backend='{backend}' only (auto runs {auto_path}, "
+                         f"where chunk_size changes nothing): {line}")
+    return lines
+
+
+def _behind_lines(in_case, auto_path) -> list[str]:
+    """Every shape where what auto runs is not ahead of the fastest baseline timed (slower, or within the spread)."""
+    shapes = sorted({(m.B, m.T) for m in in_case})
+    lines, compared = [], []
+    for B, T in shapes:
+        at = [m for m in in_case if (m.B, m.T) == (B, T)]
+        ours = _ours_at_auto(at, auto_path)
+        baselines = [m for m in at if m.baseline]
+        if ours is None or not baselines:
+            continue
+        best = min(baselines, key=lambda m: m.median_s)
+        compared.append((B, T))
+        name = best.path + (f" (C={best.effective_chunk})" if best.effective_chunk is not None else "")
+        if not measurably_different(ours, best):
+            lines.append(f"no measurable difference at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s "
+                         f"{_timed(best)}, the fastest baseline there")
+        elif best.median_s < ours.median_s:
+            lines.append(f"behind at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s {_timed(best)}, "
+                         f"the fastest baseline there ({ours.median_s / best.median_s:.3g}x its time)")
+    if compared and not lines:
+        batches = {B for B, _ in compared}
+        where = (f"B={compared[0][0]}, T={', '.join(str(T) for _, T in compared)}" if len(batches) == 1
+                 else "; ".join(f"B={B}, T={T}" for B, T in compared))
+        lines.append(f"ahead of the fastest baseline timed at every shape ({where})")
+    return lines
+
+
+def _ours_at_auto(measured, auto_path) -> Measurement | None:
+    """The row of what auto runs at its automatic chunk size, or the fastest gae_xp row at auto where unknown."""
+    if auto_path is not None:
+        return next((m for m in measured if m.path == auto_path and m.chunk_size is None), None)
+    timed = [m for m in measured if m.ours and m.chunk_size is None]
+    return min(timed, key=lambda m: m.median_s) if timed else None
 
 
 def _step_line(library, case, here, auto_path) -> str:
@@ -151,31 +235,49 @@ def _step_line(library, case, here, auto_path) -> str:
     head = f"{library}, B={m0.B}, T={m0.T}, {case}:"
     loop_name = loop_baseline(library)
     loop = next((m for m in here if m.path == loop_name), None)
-    ours = None
+    ours = _ours_at_auto(here, auto_path)
     if auto_path is not None:
-        ours = next((m for m in here if m.path == auto_path and m.chunk_size is None), None)
         if ours is None:
             return f"{head} backend='auto' runs {auto_path}, which was not timed (add it to --paths)"
         what = f"backend='auto' runs {auto_path}{' under jax.jit' if library.startswith('jax') else ''}"
     else:
-        timed = [m for m in here if m.ours and m.chunk_size is None]
-        if not timed:
+        if ours is None:
             return f"{head} no gae_xp path ran"
-        ours = min(timed, key=lambda m: m.median_s)
         what = f"the fastest gae_xp path at auto chunk size is {ours.path}"
-    line = f"{head} {what}: {_timed(ours)} per call"
+    line = f"{head} {what}: {_timed(ours)} per call{_floor_words(ours, here)}"
     loop_words = "lax.scan under jax.jit" if loop_name == "lax.scan" else "the serial loop"
     if loop is None:
         return line + f"; {loop_words} was not timed (add {loop_name} to --paths)"
     saved = loop.median_s - ours.median_s
     approx = "~" if loop.extrapolated_from else ""
-    line += (f"; {loop_words}, what you have now: {approx}{seconds(loop.median_s)} per call "
-             f"({loop.median_s / ours.median_s:.3g}x)")
-    if saved > 0:
-        line += f": {approx}{seconds(saved)} saved per PPO step that computes GAE once on this batch"
+    line += f"; {loop_words}, what you have now: {_timed(loop)} per call"
+    if not measurably_different(ours, loop):
+        line += ": no measurable difference (the medians differ by less than the spread of both)"
+    elif saved > 0:
+        line += (f" ({ratio(loop.median_s / ours.median_s)}): {approx}{seconds(saved)} saved per PPO step that "
+                 "computes GAE once on this batch")
     else:
-        line += f": gae_xp is slower here by {seconds(-saved)} per call"
+        line += (f" ({ratio(loop.median_s / ours.median_s)}): gae_xp is slower here by {approx}{seconds(-saved)} "
+                 "per call")
     return line
+
+
+def _floor_words(ours: Measurement, here) -> str:
+    """`` = 6.2x the copy floor (0.91 ms, 18.5 GB/s)``: how far the call is from the memory roofline."""
+    floor = next((m for m in here if m.path == COPY), None)
+    if floor is None or ours.floor_ratio is None:
+        return ""
+    moved = FLOOR_ARRAYS * _itemsize(floor.dtype) * floor.B * floor.T
+    cache = last_level_cache() if floor.library in CPU_NAMES else None
+    where = (f"; the {moved / 2**20:.3g} MiB fit in the CPU's {cache / 2**20:.3g} MiB cache, so this is the "
+             "cache's floor"
+             if cache and moved <= cache else "")
+    return (f" = {ratio(ours.floor_ratio)} the copy floor ({seconds(floor.median_s)} to copy the same bytes, "
+            f"{moved / floor.median_s / 1e9:.3g} GB/s{where})")
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(dtype, 4)
 
 
 def _jax_lines(here) -> list[str]:
@@ -185,18 +287,19 @@ def _jax_lines(here) -> list[str]:
         return []
     best = min(ours, key=lambda m: m.median_s)
     ref = refs[0]
-    return [f"JAX's other alternative, lax.associative_scan under jax.jit: {_timed(ref)} "
-            f"({ref.median_s / best.median_s:.3g}x {best.path}'s time)"]
+    against = relative(ref, best, f"{best.path}'s time")
+    return [f"JAX's other alternative, lax.associative_scan under jax.jit: {_timed(ref)} ({against})"]
 
 
-def _floor_lines(here) -> list[str]:
-    """gae_xp's numba kernel against the bare numba loop: the floor of a compiled CPU loop (constant discount only)."""
-    floor = next((m for m in here if m.path == "numba-bare"), None)
+def _bare_loop_lines(here) -> list[str]:
+    """gae_xp's numba kernel against the bare numba loop: what a compiled CPU loop reaches (constant discount only)."""
+    bare = next((m for m in here if m.path == "numba-bare"), None)
     ours = next((m for m in here if m.path == "gae_xp[numba]"), None)
-    if floor is None or ours is None:
+    if bare is None or ours is None:
         return []
-    return [f"gae_xp[numba] {_timed(ours)} against a bare numba loop's {_timed(floor)} "
-            f"({ours.median_s / floor.median_s:.2g}x its time; the bare loop knows only a constant discount)"]
+    against = relative(ours, bare, "the bare loop's time")
+    return [f"gae_xp[numba] {_timed(ours)} against a bare numba loop's {_timed(bare)} "
+            f"({against}; it knows only a constant discount)"]
 
 
 def _case_cost_lines(measured, here) -> list[str]:
@@ -208,8 +311,8 @@ def _case_cost_lines(measured, here) -> list[str]:
             continue
         base = constant.get((m.path, m.B, m.T))
         if base is not None:
-            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)} = "
-                         f"{m.median_s / base.median_s:.2g}x its constant time ({_timed(base)})")
+            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)}, "
+                         f"{relative(m, base, 'its constant time')} ({_timed(base)})")
     return lines
 
 
@@ -221,8 +324,9 @@ def _cross_library_lines(results, here) -> list[str]:
         if m.library == "torch:cpu" and m.path == "gae_xp[numba]":
             base = numpy_side.get((m.B, m.T, m.case))
             if base is not None:
+                against = relative(m, base, "NumPy's time")
                 lines.append(f"torch CPU tensors on the numba kernel: {_timed(m)}; NumPy arrays on the same kernel: "
-                             f"{_timed(base)} ({m.median_s / base.median_s:.2f}x)")
+                             f"{_timed(base)} ({against})")
     return lines
 
 
@@ -301,7 +405,24 @@ def machine() -> dict:
 
         threads["numba"] = numba.get_num_threads()
     return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "usable_cpus": usable,
-            "python": platform.python_version(), "threads": threads}
+            "last_level_cache_bytes": last_level_cache(), "python": platform.python_version(), "threads": threads}
+
+
+def last_level_cache() -> int | None:
+    """Bytes of the CPU's largest cache (Linux's sysfs), or None where it does not tell."""
+    sizes = []
+    for folder in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(os.path.join(folder, "size")) as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        if text[-1:] in units and text[:-1].isdigit():
+            sizes.append(int(text[:-1]) * units[text[-1]])
+        elif text.isdigit():
+            sizes.append(int(text))
+    return max(sizes, default=None)
 
 
 def gpu_names(libraries) -> list[str]:
@@ -330,6 +451,15 @@ def versions(libraries) -> dict:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def load_words(count: int, usable_cpus: int | None) -> str:
+    """The header's words for ``--load``."""
+    if not count:
+        return "none started (--load starts a busy process per usable core during the timed runs)"
+    per_core = " (one per usable core)" if count == usable_cpus else ""
+    return (f"{count} busy neighbour process{'es' if count > 1 else ''}{per_core} spin during the timed runs and the "
+            "first calls (--load): the figures are a busy machine's")
+
+
 def header(settings: dict, libraries, machine_: dict) -> list[str]:
     """What is measured, before anything is timed."""
     threads = ", ".join(f"{k} {v}" for k, v in machine_["threads"].items()) or "library defaults"
@@ -343,17 +473,59 @@ def header(settings: dict, libraries, machine_: dict) -> list[str]:
         f"  timing  median of {settings['repeat']} samples of >= {settings['min_sample_ms']:g} ms, taken in turns; "
         f"loops over time past {settings['serial_budget']:g} s per call run on a prefix",
         f"  machine {machine_['cpu']}, {machine_['usable_cpus']} of {machine_['cpus']} cores usable, "
-        f"threads: {threads}; GPU: {', '.join(gpus) if gpus else 'none in this run'}",
+        f"{_cache_words(machine_.get('last_level_cache_bytes'))}threads: {threads}; "
+        f"GPU: {', '.join(gpus) if gpus else 'none in this run'}",
+        f"  load    {settings['load']}",
         f"  {machine_['platform']}, python {machine_['python']}",
         "  versions " + ", ".join(f"{k} {v}" for k, v in versions(libraries).items()),
     ]
+
+
+# ---------------------------------------------------------------------------------------------------- the profile
+
+
+#: Functions listed one by one in a profile; the rest are summed on one line.
+PROFILE_TOP = 15
+
+
+def profile_lines(title: str, timing, profiled_s: float, lines, top: int = PROFILE_TOP) -> list[str]:
+    """A profile (``runner.profile``) as text: the call's time, its time by module, then by function."""
+    total = timing.median
+    spread = 50 * (timing.quartiles[1] - timing.quartiles[0]) / total if total else 0.0
+    out = [f"{title}: {seconds(total)} ±{spread:.0f}% per call without the profiler, {seconds(profiled_s)} under "
+           "cProfile; each function's own time scaled to the former (the profiler's cost per function call makes "
+           "many small functions look heavier than a few long ones)"]
+    modules: dict[str, float] = defaultdict(float)
+    for line in lines:
+        modules[_module_of(line.function)] += line.seconds
+    out.append(f"  {'us/call':>8}  {'share':>5}  by module")
+    for module, spent in sorted(modules.items(), key=lambda item: -item[1]):
+        out.append(f"  {spent * 1e6:8.2f}  {spent / total:5.0%}  {module}")
+    out.append(f"  {'us/call':>8}  {'share':>5}  {'calls':>5}  by function (own time)")
+    for line in lines[:top]:
+        out.append(f"  {line.seconds * 1e6:8.2f}  {line.seconds / total:5.0%}  {line.calls:5.3g}  {line.function}")
+    rest = lines[top:]
+    if rest:
+        spent = sum(line.seconds for line in rest)
+        out.append(f"  {spent * 1e6:8.2f}  {spent / total:5.0%}  {'':>5}  {len(rest)} other functions")
+    return out
+
+
+def _module_of(function: str) -> str:
+    """gae_xp's file (``gae_xp/_prepare.py``) for gae_xp's code, the top package (``numpy``, ``numba``) for others'."""
+    if ":" not in function or "/" not in function:
+        return "built-in functions (C)"
+    parts = function.split(":")[0].split("/")
+    if parts[0] in ("gae_xp", "backends"):
+        return "/".join(parts)
+    return "Python's standard library" if parts[0].startswith("python") else parts[0]
 
 
 # ---------------------------------------------------------------------------------------------------- output
 
 
 def print_report(results: list[Measurement], stream=None, *, auto_paths=None, missing_extras=(),
-                 notes: Iterable[str] = ()) -> None:
+                 notes: Iterable[str] = (), first_calls: Iterable[dict] = ()) -> None:
     stream = stream or sys.stdout
     table = rows(results)
     try:
@@ -361,7 +533,7 @@ def print_report(results: list[Measurement], stream=None, *, auto_paths=None, mi
         from rich.markup import escape
         from rich.table import Table
     except ImportError:
-        widths = [max(len(c), *(len(r[i]) for r in table)) for i, c in enumerate(COLUMNS)]
+        widths = [max([len(c), *(len(r[i]) for r in table)]) for i, c in enumerate(COLUMNS)]
         for line in [COLUMNS, *table]:
             print("  ".join(cell.ljust(w) if i < 3 else cell.rjust(w)
                             for i, (cell, w) in enumerate(zip(line, widths))), file=stream)
@@ -381,10 +553,32 @@ def print_report(results: list[Measurement], stream=None, *, auto_paths=None, mi
     print("verdict (at each library's largest shape; times are median ± spread):", file=stream)
     for line in verdicts(results, auto_paths, missing_extras):
         print(line, file=stream)
+    first_calls = list(first_calls)
+    if first_calls:
+        print("", file=stream)
+        print("first call in a fresh process (a subprocess per library and case, not in the medians above):",
+              file=stream)
+        for line in first_call_lines(first_calls):
+            print("  " + line, file=stream)
+
+
+def first_call_lines(first_calls: Iterable[dict]) -> list[str]:
+    """One line per first call measured by ``runner.first_call``: its time, the second call's, the imports before."""
+    lines = []
+    for record in first_calls:
+        head = f"{record['library']}, B={record['B']}, T={record['T']}, {record['case']}, backend='auto'"
+        if "error" in record:
+            lines.append(f"{head}: not measured ({record['error']})")
+            continue
+        module = record["library"].split(":")[0]
+        lines.append(f"{head}: {seconds(record['first_s'])}, then {seconds(record['second_s'])} for the second call "
+                     f"(compilation or a cache load, once per process); before it, import gae_xp took "
+                     f"{seconds(record['import_gae_xp_s'])} and {module} {seconds(record['import_library_s'])}")
+    return lines
 
 
 def write_json(results: list[Measurement], path: str, argv: list[str], libraries, machine_: dict | None = None,
-               elapsed_s: float | None = None) -> None:
+               elapsed_s: float | None = None, *, load: int = 0, first_calls: Iterable[dict] = ()) -> None:
     import datetime
 
     document = {
@@ -394,6 +588,8 @@ def write_json(results: list[Measurement], path: str, argv: list[str], libraries
         "gpus": gpu_names(libraries),
         "versions": versions(libraries),
         "elapsed_s": elapsed_s,
+        "load": load,
+        "first_calls": list(first_calls),
         "results": [m.as_dict() for m in results],
     }
     with open(path, "w") as handle:
@@ -424,8 +620,10 @@ def write_plot(results: list[Measurement], path: str) -> None:
         for name in dict.fromkeys(p for p, _ in best):
             points = sorted((t, m) for (p, t), m in best.items() if p == name)
             ts = [t for t, _ in points]
-            ax.plot(ts, [m.median_s for _, m in points], marker="o", label=name,
-                    linestyle="--" if any(m.extrapolated_from for _, m in points) else "-")
+            floor = points[0][1].path == COPY
+            ax.plot(ts, [m.median_s for _, m in points], marker="" if floor else "o",
+                    label=name.replace(COPY, "copy floor", 1) if floor else name, color="black" if floor else None,
+                    linestyle=":" if floor else "--" if any(m.extrapolated_from for _, m in points) else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("T (steps)")
@@ -433,7 +631,8 @@ def write_plot(results: list[Measurement], path: str) -> None:
         ax.set_title(library)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
-    figure.suptitle("GAE time against sequence length (dashed: extrapolated from a prefix)")
+    figure.suptitle("GAE time against sequence length (dashed: extrapolated from a prefix; dotted: a copy of the "
+                    "same bytes)")
     figure.tight_layout()
     figure.savefig(path, dpi=90)
     plt.close(figure)
@@ -452,6 +651,10 @@ def _timed(m: Measurement) -> str:
 
 def _bytes(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
+
+
+def _cache_words(cache: int | None) -> str:
+    return "" if not cache else f"largest cache {cache / 2**20:.0f} MiB, "
 
 
 def _version(name: str) -> str | None:

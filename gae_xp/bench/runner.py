@@ -15,6 +15,14 @@ Two layers:
   returns :class:`Measurement` records with the error against the float64
   loop and the peak memory.
 
+Every (library, workload) group also times :func:`gae_xp.bench.paths.copy_floor`,
+a copy of the same bytes, in the same turns: each measurement carries its time
+as a multiple of that floor. Around the timing, :func:`busy_neighbours` starts
+processes that keep the cores busy (``--load``), :func:`first_call` measures
+the first call of a fresh process in a subprocess (compilation and cache
+loads, kept out of the medians), and :func:`profile` says where a call's time
+goes.
+
 asv times with its own machinery; the asv benchmarks share the registry
 (``gae_xp.testing.libraries``) and the cases (``gae_xp.testing.cases``) with the
 bench instead, and time the same calls.
@@ -22,14 +30,21 @@ bench instead, and time the same calls.
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
+import json
+import os
+import pstats
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, Mapping
 
 import numpy as np
 
-from gae_xp.bench.paths import Path, Workload, exact_advantages, loop_baseline, prefix
+from gae_xp.bench.paths import Path, Workload, copy_floor, exact_advantages, loop_baseline, prefix
 from gae_xp.testing.libraries import Library
 
 #: Seconds the first case of each library runs untimed before any timing.
@@ -40,6 +55,10 @@ PROBE_STEPS = 512
 MIN_SAMPLE_S = 0.005
 #: Fewer samples than this give no spread worth the name: no chunk size is recommended from them.
 MIN_SAMPLES_FOR_A_VERDICT = 3
+#: The name of the copy floor's rows (not a path: the yardstick of every row of its library and workload).
+COPY = "copy"
+#: Seconds a first call in a fresh process may take before it is given up.
+FIRST_CALL_TIMEOUT_S = 600
 
 #: ``timer(call, number) -> seconds`` for ``number`` calls of ``call`` (the device waited for).
 Timer = Callable[[Callable[[], Any], int], float]
@@ -188,6 +207,8 @@ class Measurement:
     extrapolated_from: int | None = None
     #: the library's loop (serial; lax.scan on JAX) over this path, same workload
     speedup_vs_serial: float | None = None
+    #: this path's time over the copy floor's (a copy of the same bytes, same library, device and workload)
+    floor_ratio: float | None = None
     max_abs_error: float | None = None
     peak_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -199,6 +220,11 @@ class Measurement:
     @property
     def ours(self) -> bool:
         return self.path.startswith("gae_xp[")
+
+    @property
+    def baseline(self) -> bool:
+        """A user's alternative to gae_xp (the serial loop, slime's scan, lfilter...): not ours, not the floor."""
+        return not self.ours and self.path != COPY
 
     @property
     def spread_s(self) -> float:
@@ -219,6 +245,9 @@ class Sweep:
     #: a case's timed samples stop at about this many seconds; a Python loop over time expected to take
     #: longer per call runs on a prefix and is extrapolated
     serial_budget_s: float = 1.0
+    #: library name -> the one gae_xp path whose chunk sizes are swept (the path ``backend="auto"`` runs: a
+    #: size on another path changes nothing in the user's call); None: every gae_xp path that has chunks
+    swept: Mapping[str, str] | None = None
 
     def largest(self) -> dict[str, Workload]:
         """The largest workload (B*T, then T) of each case: the chunk sizes are swept there only."""
@@ -232,8 +261,9 @@ class Sweep:
         """Every case to time, in order; paths that do not apply are left out.
 
         Chunk sizes are swept at each case's largest workload, on paths whose
-        chunk size changes what runs; elsewhere gae_xp paths run auto and
-        slime's scan its default 128 (or the first size asked for). A size
+        chunk size changes what runs (of gae_xp's, only the ``swept`` one
+        where given); elsewhere gae_xp paths run auto and slime's scan its
+        default 128 (or the first size asked for). A size
         that resolves to a piece length already timed (gae_xp caps a constant
         discount's kernel at 32, and never goes past T) is not timed twice.
         """
@@ -247,7 +277,7 @@ class Sweep:
                         continue
                     if not path.chunked:
                         sizes: tuple = (None,)
-                    elif workload is largest[workload.case]:
+                    elif workload is largest[workload.case] and self._sweeps(library, path):
                         sizes = self.chunk_sizes if path.ours else explicit
                     elif path.ours:
                         sizes = (None,)
@@ -262,12 +292,26 @@ class Sweep:
                         out.append((library, workload, path, size))
         return out
 
+    def _sweeps(self, library: Library, path: Path) -> bool:
+        return not path.ours or self.swept is None or self.swept.get(library.name) == path.name
+
+    def groups(self) -> dict[tuple[Library, Workload], list[tuple[Path, int | None]]]:
+        """The cases by (library, workload): each group is timed side by side, with its copy floor."""
+        out: dict[tuple, list] = {}
+        for library, workload, path, chunk in self.cases():
+            out.setdefault((library, workload), []).append((path, chunk))
+        return out
+
+    def count(self) -> int:
+        """Measurements a run makes: every case, and a copy floor per group."""
+        return sum(len(cases) + 1 for cases in self.groups().values())
+
     def skipped_sizes(self) -> list[str]:
         """Human-readable notes on requested chunk sizes that were not timed, because they resolve to another."""
         notes = []
         largest = set(self.largest().values())
-        for path, workload in dict.fromkeys((p, w) for _, w, p, _ in self.cases()):
-            if path.ours and path.chunked and workload in largest:
+        for library, workload, path in dict.fromkeys((lib, w, p) for lib, w, p, _ in self.cases()):
+            if path.ours and path.chunked and workload in largest and self._sweeps(library, path):
                 groups: dict[int | None, list] = {}
                 for size in self.chunk_sizes:
                     groups.setdefault(path.effective_chunk(workload, size), []).append(size)
@@ -281,13 +325,10 @@ class Sweep:
 
 
 def run(sweep: Sweep, *, on_case_done: Callable[[Measurement], None] = lambda m: None) -> list[Measurement]:
-    """Time a sweep: per library and workload, every path side by side (see the module docstring)."""
-    groups: dict[tuple, list] = {}
-    for library, workload, path, chunk in sweep.cases():
-        groups.setdefault((library, workload), []).append((path, chunk))
+    """Time a sweep: per library and workload, every path and the copy floor side by side (see the module docstring)."""
     results = []
     warmed = set()
-    for (library, workload), cases in groups.items():
+    for (library, workload), cases in sweep.groups().items():
         # The float64 reference first: every case then meets the allocator in the same state
         # (glibc raises its mmap threshold once large blocks were freed, which spares later
         # calls their page faults; the first case timed would otherwise pay them alone).
@@ -300,21 +341,31 @@ def run(sweep: Sweep, *, on_case_done: Callable[[Measurement], None] = lambda m:
             settle = WARM_UP_S if library.name not in warmed else 0.0
             warmed.add(library.name)
             prepared[index] = _prepare(library, workload, path, chunk, arrays, exact, sweep, settle)
-        timings = time_side_by_side({i: p["candidate"] for i, p in prepared.items()}, warmup=0)
+        floor = copy_floor(library, arrays)
+        library.synchronize(floor())  # its outputs' first touch, and JAX's compilation
+        candidates = {i: p["candidate"] for i, p in prepared.items()}
+        candidates[COPY] = Candidate(floor, wall_clock(library.synchronize), sweep.repeat)
+        timings = time_side_by_side(candidates, warmup=0)
         for index, (path, chunk) in enumerate(cases):
             p = prepared[index]
-            timing = timings[index]
-            q25, q75 = timing.quartiles
-            m = Measurement(library.name, path.name, workload.B, workload.T, chunk, workload.dtype, workload.dones,
-                            workload.holes, timing.median, q25, q75, len(timing.samples), timing.number,
-                            effective_chunk=path.effective_chunk(workload, chunk),
-                            extrapolated_from=p["extrapolated_from"], max_abs_error=p["error"])
+            m = _measurement(library, workload, path.name, chunk, timings[index],
+                             effective_chunk=path.effective_chunk(workload, chunk),
+                             extrapolated_from=p["extrapolated_from"], max_abs_error=p["error"])
             if p["extrapolated_from"] is None and not path.python_loop:
                 m.peak_bytes = library.peak_memory(p["candidate"].call)
             results.append(m)
             on_case_done(m)
-    _add_speedups(results)
+        m = _measurement(library, workload, COPY, None, timings[COPY])
+        results.append(m)
+        on_case_done(m)
+    add_ratios(results)
     return results
+
+
+def _measurement(library, workload, path: str, chunk, timing: Timing, **details) -> Measurement:
+    q25, q75 = timing.quartiles
+    return Measurement(library.name, path, workload.B, workload.T, chunk, workload.dtype, workload.dones,
+                       workload.holes, timing.median, q25, q75, len(timing.samples), timing.number, **details)
 
 
 def _prepare(library, workload, path, chunk, arrays, exact, sweep, settle_s) -> dict:
@@ -355,10 +406,155 @@ def _prepare(library, workload, path, chunk, arrays, exact, sweep, settle_s) -> 
             "extrapolated_from": None if steps == workload.T else steps, "error": error}
 
 
-def _add_speedups(results: Iterable[Measurement]) -> None:
-    loops = {(m.library, m.B, m.T, m.dtype, m.dones, m.holes): m.median_s
-             for m in results if m.path == loop_baseline(m.library)}
+def add_ratios(results: Iterable[Measurement]) -> None:
+    """Each measurement's speed-up over its library's loop and its multiple of the copy floor, same workload."""
+    results = list(results)
+
+    def key(m):
+        return m.library, m.B, m.T, m.dtype, m.dones, m.holes
+
+    loops = {key(m): m.median_s for m in results if m.path == loop_baseline(m.library)}
+    floors = {key(m): m.median_s for m in results if m.path == COPY}
     for m in results:
-        base = loops.get((m.library, m.B, m.T, m.dtype, m.dones, m.holes))
-        if base is not None:
+        base, floor = loops.get(key(m)), floors.get(key(m))
+        if base is not None and m.path != COPY:
             m.speedup_vs_serial = base / m.median_s
+        if floor is not None:
+            m.floor_ratio = m.median_s / floor
+
+
+# ---------------------------------------------------------------------------------------------------- around the timing
+
+
+#: A busy neighbour: spins until its parent is gone (so that a bench killed outright leaves no spinner behind).
+_SPIN = """
+import os
+parent = os.getppid()
+while os.getppid() == parent:
+    for _ in range(1_000_000):
+        pass
+"""
+
+
+@contextlib.contextmanager
+def busy_neighbours(count: int):
+    """``count`` processes that each keep one core busy while the block runs: a machine that is not quiet.
+
+    What a trainer's machine has beside GAE (data loaders, environment
+    workers, other ranks), made reproducible: thread pools that spin or wait
+    for a core show their cost under it (``gae-xp bench --load``).
+    """
+    spinners = [subprocess.Popen([sys.executable, "-c", _SPIN], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.terminate()
+        for spinner in spinners:
+            try:
+                spinner.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                spinner.kill()
+                spinner.wait()
+
+
+#: Run in a fresh interpreter by :func:`first_call`: the imports, then the first and the second call, timed.
+_FIRST_CALL = """
+import json, sys, time
+spec = json.loads(sys.argv[1])
+start = time.perf_counter()
+import gae_xp
+imported = time.perf_counter()
+from gae_xp.testing import libraries
+library = libraries.load(spec["library"])
+loaded = time.perf_counter()
+from gae_xp.bench.cli import set_threads
+from gae_xp.bench.paths import Workload
+if spec["threads"] is not None:
+    set_threads(spec["threads"])
+arrays = {k: library.asarray(v) for k, v in Workload(**spec["workload"]).arrays().items()}
+def call():
+    result = gae_xp.gae(**arrays, gamma=spec["workload"]["gamma"], lam=spec["workload"]["lam"])
+    library.synchronize(result)
+ready = time.perf_counter()
+call()
+first = time.perf_counter()
+call()
+second = time.perf_counter()
+print(json.dumps({"import_gae_xp_s": imported - start, "import_library_s": loaded - imported,
+                  "first_s": first - ready, "second_s": second - first}))
+"""
+
+
+def first_call(library: str, workload: Workload, threads: int | None = None) -> dict:
+    """The first ``gae_xp.gae`` call (``backend="auto"``) of a fresh process, and its second, in a subprocess.
+
+    What a user meets once per process: numba compiling its kernels or
+    loading them from its on-disk cache, JAX tracing and compiling. Returns
+    ``{"import_gae_xp_s", "import_library_s", "first_s", "second_s"}``, or
+    ``{"error": ...}`` when the subprocess failed. The subprocess imports the
+    gae_xp this process imported.
+    """
+    import gae_xp
+
+    spec = {"library": library, "workload": asdict(workload), "threads": threads}
+    where = os.path.dirname(os.path.dirname(os.path.abspath(gae_xp.__file__)))
+    try:
+        done = subprocess.run([sys.executable, "-c", _FIRST_CALL, json.dumps(spec)], cwd=where, capture_output=True,
+                              text=True, timeout=FIRST_CALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no answer within {FIRST_CALL_TIMEOUT_S} s"}
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        return {"error": tail}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class ProfileLine:
+    """One function's own time in a profiled call (the time spent in its callees is theirs)."""
+
+    function: str
+    #: seconds per call of the profiled function, scaled to the time the call takes without the profiler
+    seconds: float
+    #: how many times one call enters it
+    calls: float
+
+
+def profile(call: Callable[[], Any], *, seconds: float = 0.5) -> tuple[Timing, float, list[ProfileLine]]:
+    """Where ``call``'s time goes: (its timing without the profiler, its time per call under cProfile, lines).
+
+    Each function's own time under cProfile is scaled by the ratio of the
+    unprofiled time to the profiled one, so that the lines add up to the
+    call's real time; the profiler's own cost falls on every function call
+    alike, so many small functions are over-weighted against a few long ones.
+    """
+    plain = time_call(call, repeat=5)
+    number = max(1, int(seconds / max(plain.median, 1e-9)))
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(number):
+        call()
+    profiler.disable()
+    stats = {where: entry for where, entry in pstats.Stats(profiler).stats.items()
+             if where[2] != "<method 'disable' of '_lsprof.Profiler' objects>"}
+    profiled = sum(own for _, _, own, _, _ in stats.values()) / number
+    scale = plain.median / profiled if profiled > 0 else 0.0
+    lines = [ProfileLine(_function_name(where), own / number * scale, calls / number)
+             for where, (_, calls, own, _, _) in stats.items()]
+    return plain, profiled, sorted(lines, key=lambda line: -line.seconds)
+
+
+def _function_name(where: tuple[str, int, str]) -> str:
+    """``gae_xp/_prepare.py:47(prepare)`` for Python code, the built-in's own name for C functions."""
+    filename, line, name = where
+    if filename == "~":
+        return name
+    parts = filename.replace(os.sep, "/").split("/")
+    for anchor in ("site-packages", "gae_xp", "backends", "lib"):
+        if anchor in parts[:-1]:
+            index = len(parts) - 1 - parts[::-1].index(anchor)
+            parts = parts[index + 1:] if anchor in ("site-packages", "lib") else parts[index:]
+            break
+    return f"{'/'.join(parts[-3:])}:{line}({name})"
