@@ -161,7 +161,8 @@ def test_relative_position_gae_lambda_handles_empty_and_single_step_trajectories
 @pytest.mark.parametrize("q", [True, -0.1, 0.0, 1.1, float("nan"), float("inf")])
 def test_relative_position_gae_lambda_rejects_invalid_q(q):
     """AReaL raises ValueError for each; gae_xp a TypeError for the bool (not a number), ValueError for the rest."""
-    with pytest.raises(TypeError if q is True else ValueError, match=r"q must be (a real number|above 0\.0 and at most 1\.0)"):
+    expected = r"q must be (a real number|above 0\.0 and at most 1\.0)"
+    with pytest.raises(TypeError if q is True else ValueError, match=expected):
         gae_xp.relative_position_lambda(q, lengths=np.array([2]))
 
 
@@ -197,7 +198,7 @@ def test_custom_token_gae_lambda_uses_lengths_without_turn_ids(library):
 
 
 def test_vapo_gae_lambda_rejects_non_positive_alpha():
-    with pytest.raises(ValueError, match="alpha must be above 0\.0"):
+    with pytest.raises(ValueError, match=r"alpha must be above 0\.0"):
         gae_xp.length_adaptive_lambda(0.0, lengths=np.array([0]))
 
 
