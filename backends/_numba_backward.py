@@ -44,6 +44,7 @@ import numpy as np
 from gae_xp._problem import FLAGS, OPTIONAL
 
 from . import numba_cpu
+from ._sharing import share
 
 
 def gae_backward(problem, grad_advantages, grad_returns) -> dict:
@@ -70,13 +71,12 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
     critic = p.lam if p.critic_lam is None else p.critic_lam
     critic_scalar, critic_steps = _coefficient(critic, dtype, shape)
     flags = _optional_arrays(p, dtype, rows.shape)[1:]  # terminated, truncated, mask, gamma, lam
-    parallel = numba_cpu._parallel(rewards.size, (rows.shape[0] + 1) // 2 * count)
+    units = (rows.shape[0] + 1) // 2 * count
     per_step = tuple(not isinstance(c, float) for c in (p.gamma, p.lam, critic))
-    kernel = _kernel(*(getattr(p, name) is not None for name in OPTIONAL), p.critic_lam is not None, *per_step,
-                     parallel)
-    numba_cpu._launch(parallel, kernel, rows, numba_cpu._rows(np.broadcast_to(numba_cpu._host(grad_returns), shape)),
-                      offsets, *flags, critic_scalar, critic_steps, p.fill_masked, on_rewards, on_values,
-                      on_next_values, on_bootstrap, on_carry)
+    kernel = _kernel(*(getattr(p, name) is not None for name in OPTIONAL), p.critic_lam is not None, *per_step)
+    share(kernel, (rows, numba_cpu._rows(np.broadcast_to(numba_cpu._host(grad_returns), shape)), offsets, *flags,
+                   critic_scalar, critic_steps, p.fill_masked, on_rewards, on_values, on_next_values, on_bootstrap,
+                   on_carry), units, numba_cpu._threads_for(rewards.size, units))
     like = p.rewards
     batch = (*shape[:-1], count)
     return {"rewards": numba_cpu._like(on_rewards.reshape(shape), like),
@@ -112,7 +112,7 @@ def _offsets(p, length: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def _kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask: bool, has_critic: bool,
-            gamma_per_step: bool, lam_per_step: bool, critic_per_step: bool, parallel: bool):
+            gamma_per_step: bool, lam_per_step: bool, critic_per_step: bool):
     """The adjoint pass, compiled once per combination of the optional arrays present and of the coefficients
     given per step (constants of the code, not a test per step).
 
@@ -123,8 +123,9 @@ def _kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask:
     the tests compiled away 1.5 ms; the forward kernel 2.1 ms. The last
     row of an odd count is walked twice, writing the same values. ``step``
     takes and returns numbers only: an array passed to an inlined function
-    costs a reference count per step outside ``prange``, so the loads and
-    stores of the two rows are written out.
+    costs a reference count per step, so the loads and stores of the two
+    rows are written out. The kernel solves the tasks ``first .. stop - 1``
+    (shared between threads by ``gae_xp.backends._sharing``).
     """
     import numba
 
@@ -162,10 +163,10 @@ def _kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask:
 
     def backward_segments(grad_advantages, grad_returns, offsets, terminated, truncated, mask, gamma_scalar,
                           gamma_steps, lam_scalar, lam_steps, critic_scalar, critic_steps, fill_masked,
-                          on_rewards, on_values, on_next_values, on_bootstrap, on_carry):
+                          on_rewards, on_values, on_next_values, on_bootstrap, on_carry, first, stop):
         n_rows, n_segments = grad_advantages.shape[0], offsets.shape[0] - 1
         has_carry = on_carry.shape[0] > 0
-        for s in numba.prange((n_rows + 1) // 2 * n_segments):
+        for s in range(first, stop):
             pair = s // n_segments
             segment = s - pair * n_segments
             a, b = 2 * pair, min(2 * pair + 1, n_rows - 1)
@@ -205,4 +206,4 @@ def _kernel(has_next: bool, has_terminated: bool, has_truncated: bool, has_mask:
                 on_carry[a, segment] = leaving(phi_a, psi_a, into_phi_a, into_psi_a)
                 on_carry[b, segment] = leaving(phi_b, psi_b, into_phi_b, into_psi_b)
 
-    return numba.njit(parallel=parallel, nogil=True)(backward_segments)
+    return numba.njit(nogil=True)(backward_segments)

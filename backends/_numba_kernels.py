@@ -37,9 +37,10 @@ are powers of ``gamma * lam``.
 
 Every kernel is compiled once per combination of argument types (None for
 an absent array, a float or an array for a coefficient: what is absent
-costs nothing) and cached on disk. Each has a serial and a parallel driver
-(``prange`` over the spans); they are separate functions so that their
-cache entries never mix.
+costs nothing) and cached on disk. Each driver solves the work units
+``first .. stop - 1`` (a unit is a span of one row, a segment, or a row) and
+releases the GIL, so the backend shares a call's units between the calling
+thread and helper threads (``gae_xp.backends._sharing``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import overload
 
 #: Lanes advanced in lockstep by one thread (the unrolled ``_advance*`` below hold one state per lane).
@@ -604,26 +605,14 @@ def _span(rewards, values, steps, bounds, fill_masked, advantages, returns, span
 
 
 @njit(**_COMPILED)
-def general_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
-    for unit in range(rewards.shape[0] * (spans.shape[0] - 1)):
-        solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
-
-
-@njit(parallel=True, **_COMPILED)
-def general_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
-    for unit in prange(rewards.shape[0] * (spans.shape[0] - 1)):
+def general_units(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, first, stop):
+    for unit in range(first, stop):
         solve_span(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
 @njit(**_COMPILED)
-def constant_serial(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
-    for unit in range(rewards.shape[0] * (spans.shape[0] - 1)):
-        solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
-
-
-@njit(parallel=True, **_COMPILED)
-def constant_parallel(rewards, values, steps, bounds, fill_masked, advantages, returns, spans):
-    for unit in prange(rewards.shape[0] * (spans.shape[0] - 1)):
+def constant_units(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, first, stop):
+    for unit in range(first, stop):
         solve_span_constant(*_span(rewards, values, steps, bounds, fill_masked, advantages, returns, spans, unit))
 
 
@@ -636,24 +625,12 @@ def _summary_unit(rewards, values, steps, offsets, out, unit):
 
 
 @njit(**_COMPILED)
-def summarize_serial(rewards, values, steps, offsets, out):
-    for unit in range(rewards.shape[0] * (offsets.shape[0] - 1)):
-        _summary_unit(rewards, values, steps, offsets, out, unit)
-
-
-@njit(parallel=True, **_COMPILED)
-def summarize_parallel(rewards, values, steps, offsets, out):
-    for unit in prange(rewards.shape[0] * (offsets.shape[0] - 1)):
+def summarize_units(rewards, values, steps, offsets, out, first, stop):
+    for unit in range(first, stop):
         _summary_unit(rewards, values, steps, offsets, out, unit)
 
 
 @njit(**_COMPILED)
-def scan_serial(x, a, reverse, out):
-    for row in range(x.shape[0]):
-        scan_row(x[row], _row(a, row), reverse, out[row])
-
-
-@njit(parallel=True, **_COMPILED)
-def scan_parallel(x, a, reverse, out):
-    for row in prange(x.shape[0]):
+def scan_units(x, a, reverse, out, first, stop):
+    for row in range(first, stop):
         scan_row(x[row], _row(a, row), reverse, out[row])

@@ -27,18 +27,15 @@ history (through zero-copy NumPy views; the outputs are tensors again).
 There are no chunks here, so ``chunk_size`` has no effect. numba is imported
 on the first call of a kernel; the kernels are cached on disk.
 
-Threads: a call runs the parallel build (rows, or runs of packed sequences,
-spread over numba's threads) only when it has at least ``PARALLEL_FROM``
-elements, more than one row or sequence to share and more than one thread
-(``NUMBA_NUM_THREADS``, ``numba.set_num_threads``), and not inside
-``gae_xp.backends.single_threaded()`` (Dask's block tasks): starting the pool
-costs more than a small call's work. A process made by ``fork()`` after this
-process ran the parallel build on numba's ``omp`` layer with GNU OpenMP uses
-the serial build (GNU OpenMP kills a forked child that enters a parallel
-region); ``tbb``, ``workqueue`` and Intel OpenMP survive a fork. The kernels release the GIL, so calls from several
-threads run at once; numba's ``workqueue`` layer (the one left where neither
-TBB nor OpenMP is installed) aborts the process on concurrent use, so parallel
-launches are serialised there.
+Threads: a call shares its work units (rows, or runs of packed sequences)
+between the calling thread and helper threads (``gae_xp.backends._sharing``:
+a thread that a busy machine has not scheduled is never waited for) only
+when it has at least ``PARALLEL_FROM`` elements, more than one row or
+sequence to share and more than one thread (``NUMBA_NUM_THREADS``,
+``numba.set_num_threads``), and not inside ``gae_xp.backends.single_threaded()``
+(Dask's block tasks): a small call runs on the calling thread alone. The
+kernels release the GIL, so calls from several threads run at once; numba's
+own thread pool is never started, so a forked child runs every call.
 """
 
 from __future__ import annotations
@@ -47,9 +44,6 @@ import functools
 import importlib
 import importlib.util
 import math
-import os
-import sys
-import threading
 
 import numpy as np
 
@@ -57,9 +51,11 @@ from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
 from gae_xp._problem import PER_STEP
 from gae_xp.backends import is_single_threaded
 
+from ._sharing import share
+
 NAME = "numba"
-#: Below this many elements a call runs the single-threaded kernel.
-PARALLEL_FROM = 1 << 15
+#: Below this many elements a call runs on the calling thread alone.
+PARALLEL_FROM = 1 << 17
 #: The per-step fields the kernels take after rewards and values, in the order they unpack them.
 STEPS = tuple(name for name in PER_STEP if name not in ("rewards", "values"))
 
@@ -97,14 +93,15 @@ class NumbaCPUBackend:
         returns = np.empty(rows.shape, dtype=dtype)
         bounds = _bounds(p, shape)
         offsets = bounds[2]
-        parallel = _parallel(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
+        threads = _threads_for(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
         kernels = _kernels()
         if p.offsets is None and set(p.steps()) == {"rewards", "values"}:  # one segment, float coefficients
-            driver = kernels.constant_parallel if parallel else kernels.constant_serial
+            driver = kernels.constant_units
         else:
-            driver = kernels.general_parallel if parallel else kernels.general_serial
-        _launch(parallel, driver, rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked,
-                advantages, returns, _spans(rows.shape[0], offsets, parallel))
+            driver = kernels.general_units
+        spans = _spans(rows.shape[0], offsets, threads)
+        share(driver, (rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked, advantages,
+                       returns, spans), rows.shape[0] * (spans.shape[0] - 1), threads)
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
 
@@ -116,11 +113,10 @@ class NumbaCPUBackend:
         rows = _rows(rewards)
         offsets = _bounds(p, shape)[2]
         out = np.empty((rows.shape[0], offsets.shape[0] - 1, 5), dtype=np.float64)
-        parallel = _parallel(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
-        kernels = _kernels()
-        driver = kernels.summarize_parallel if parallel else kernels.summarize_serial
-        _launch(parallel, driver, rows, _rows(_host(p.values)), _steps(p.replace(critic_lam=None), rows.shape),
-                offsets, out)
+        units = rows.shape[0] * (offsets.shape[0] - 1)
+        share(_kernels().summarize_units, (rows, _rows(_host(p.values)), _steps(p.replace(critic_lam=None),
+                                                                                rows.shape), offsets, out),
+              units, _threads_for(rewards.size, units))
         summary = out.astype(rewards.dtype).reshape((*shape[:-1], offsets.shape[0] - 1, 5))
         return _like(summary, p.rewards)
 
@@ -129,17 +125,17 @@ class NumbaCPUBackend:
         rows = _rows(host)
         out = np.empty(rows.shape, dtype=host.dtype)
         coefficient = a if isinstance(a, float) else _rows(np.broadcast_to(_host(a), host.shape))
-        parallel = _parallel(host.size, rows.shape[0])
-        kernels = _kernels()
-        _launch(parallel, kernels.scan_parallel if parallel else kernels.scan_serial, rows, coefficient, reverse, out)
+        share(_kernels().scan_units, (rows, coefficient, reverse, out), rows.shape[0],
+              _threads_for(host.size, rows.shape[0]))
         return _like(out.reshape(host.shape), x)
 
 
-def _parallel(size: int, units: int) -> bool:
-    """Whether a call runs the parallel build: enough work, more than one row (or segment) to share, more than
-    one thread, no ``single_threaded()`` block around it, and not in a forked child that cannot use the pool."""
-    return (size >= PARALLEL_FROM and units > 1 and not is_single_threaded() and not _FORK.serial_only
-            and _threads() > 1)
+def _threads_for(size: int, units: int) -> int:
+    """The threads a call's units are shared between: numba's thread count when the call has enough work, more
+    than one unit and no ``single_threaded()`` block around it; otherwise 1 (the calling thread alone)."""
+    if size < PARALLEL_FROM or units < 2 or is_single_threaded():
+        return 1
+    return _threads()
 
 
 def _host(a):
@@ -196,14 +192,14 @@ def _read_only(offsets) -> np.ndarray:
     return view
 
 
-def _spans(n_rows: int, offsets: np.ndarray, parallel: bool) -> np.ndarray:
+def _spans(n_rows: int, offsets: np.ndarray, threads: int) -> np.ndarray:
     """Where each row is split into work units, as segment indices ``0 = s_0 < ... < s_k = n``: the whole row
-    (``[0, n]``), or, in the parallel build with fewer rows than threads' worth of work, runs of whole segments
+    (``[0, n]``), or, shared between threads with fewer rows than threads' worth of work, runs of whole segments
     of about equal length (nothing crosses a segment's end). The kernels run every (row, run) once."""
     count = offsets.shape[0] - 1
-    if not parallel or count == 1:
+    if threads < 2 or count == 1:
         return np.array([0, count], dtype=np.int64)
-    runs = min(count, -(-4 * _threads() // max(n_rows, 1)))
+    runs = min(count, -(-4 * threads // max(n_rows, 1)))
     targets = np.linspace(0, offsets[-1], runs + 1)[1:-1]
     return np.unique(np.concatenate([[0, count], np.searchsorted(offsets, targets)])).astype(np.int64)
 
@@ -220,63 +216,15 @@ def _kernels():
 
 
 def _threads() -> int:
-    """numba's threads for this thread's parallel calls (``numba.set_num_threads``; before the pool has started,
-    ``NUMBA_NUM_THREADS``, so that asking starts nothing)."""
-    import numba
-
-    return numba.config.NUMBA_NUM_THREADS if _threading_layer() is None else numba.get_num_threads()
-
-
-_LAUNCH_LOCK = threading.Lock()
-_concurrency_safe = False
-
-
-def _launch(parallel: bool, kernel, *args):
-    """Run a kernel; parallel ones are serialised until numba's threading layer is known to allow concurrent calls."""
-    global _concurrency_safe
-    if _concurrency_safe or not parallel:
-        kernel(*args)
-        return
-    with _LAUNCH_LOCK:
-        kernel(*args)
-        _concurrency_safe = _threading_layer() in ("tbb", "omp")
-
-
-def _threading_layer() -> str | None:
-    """The threading layer numba runs parallel kernels on, or None before it has started one."""
+    """numba's thread count for this thread (``numba.set_num_threads``; before numba's pool has started,
+    ``NUMBA_NUM_THREADS``, so that asking starts nothing). Calls share their work between that many threads."""
     import numba
 
     try:
-        return numba.threading_layer()
-    except ValueError:
-        return None
+        numba.threading_layer()
+    except ValueError:  # no pool started: numba.get_num_threads() would start one
+        return numba.config.NUMBA_NUM_THREADS
+    return numba.get_num_threads()
 
-
-class _ForkState:
-    """``serial_only``: this process is a child forked from one whose numba thread pool (ours or anyone's) does not
-    survive a fork, so it keeps to the serial build."""
-
-    serial_only = False
-
-    def after_in_child(self):
-        if "numba" in sys.modules and not _survives_fork(_threading_layer()):
-            self.serial_only = True
-
-
-def _survives_fork(layer: str | None) -> bool:
-    """Whether a forked child can use numba's pool on ``layer`` (None: no pool started): TBB and workqueue can,
-    OpenMP only when it is Intel's (numba's own advice on threading layers)."""
-    if layer in (None, "tbb", "workqueue"):
-        return True
-    if layer == "omp":
-        from numba.np.ufunc import omppool
-
-        return getattr(omppool, "openmp_vendor", None) == "Intel"
-    return False
-
-
-_FORK = _ForkState()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_FORK.after_in_child)
 
 BACKEND = NumbaCPUBackend()

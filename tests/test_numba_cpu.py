@@ -5,7 +5,7 @@ by a fix-up, so these tests aim at what that could break: lengths around a
 lane and a window, cuts and non-finite numbers on either side of a lane's
 edge, packed sequences (empty ones included) whose ends fall anywhere in a
 window, an incoming carry, per-step coefficients, ``critic_lam`` (the second
-chain of the same pass), ``fill_masked``, the parallel build's work units,
+chain of the same pass), ``fill_masked``, the work units shared between threads,
 and the on-disk cache. Forked children are in ``test_hardening.py`` (13).
 """
 
@@ -263,40 +263,40 @@ def test_critic_lam_runs_in_the_same_pass(numba_cpu, monkeypatch):
     xp_assert_close(returns, want_r, like=case["rewards"])
 
 
-# --- the parallel build ------------------------------------------------------------------------------------------
+# --- work shared between threads -----------------------------------------------------------------------------
 
 
-def test_small_calls_single_rows_and_one_thread_stay_serial(numba_cpu, monkeypatch):
+def test_small_calls_single_rows_and_one_thread_stay_on_the_calling_thread(numba_cpu, monkeypatch):
     from gae_xp.backends import single_threaded
 
     monkeypatch.setattr(numba_cpu, "_threads", lambda: 2)
-    assert numba_cpu._parallel(numba_cpu.PARALLEL_FROM, 8)
-    assert not numba_cpu._parallel(numba_cpu.PARALLEL_FROM - 1, 8)
-    assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 1)
+    assert numba_cpu._threads_for(numba_cpu.PARALLEL_FROM, 8) == 2
+    assert numba_cpu._threads_for(numba_cpu.PARALLEL_FROM - 1, 8) == 1
+    assert numba_cpu._threads_for(10 * numba_cpu.PARALLEL_FROM, 1) == 1
     with single_threaded():
-        assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 8)
+        assert numba_cpu._threads_for(10 * numba_cpu.PARALLEL_FROM, 8) == 1
     monkeypatch.setattr(numba_cpu, "_threads", lambda: 1)
-    assert not numba_cpu._parallel(10 * numba_cpu.PARALLEL_FROM, 8)
+    assert numba_cpu._threads_for(10 * numba_cpu.PARALLEL_FROM, 8) == 1
 
 
 @given(lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=60), n_rows=st.integers(1, 9),
-       parallel=st.booleans())
-def test_work_units_are_runs_of_whole_sequences(numba_cpu, lengths, n_rows, parallel):
+       threads=st.integers(1, 5))
+def test_work_units_are_runs_of_whole_sequences(numba_cpu, lengths, n_rows, threads):
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    spans = numba_cpu._spans(n_rows, offsets, parallel)
+    spans = numba_cpu._spans(n_rows, offsets, threads)
     assert spans[0] == 0 and spans[-1] == len(lengths) and (np.diff(spans) > 0).all()
-    if not parallel:
+    if threads == 1:
         assert spans.shape[0] == 2
 
 
-@pytest.fixture
-def parallel(numba_cpu, monkeypatch):
-    """Every call takes the parallel build (on however many threads numba has here)."""
-    monkeypatch.setattr(numba_cpu, "_parallel", lambda size, units: True)
+@pytest.fixture(params=[2, 3])
+def parallel(numba_cpu, monkeypatch, request):
+    """Every call shares its units between 2 or 3 threads (whatever the size of the call)."""
+    monkeypatch.setattr(numba_cpu, "_threads_for", lambda size, units: request.param)
 
 
 @pytest.mark.parametrize("kind", ["constant", "dones+mask"])
-def test_the_parallel_build_equals_the_loop(parallel, kind):
+def test_calls_shared_between_threads_equal_the_loop(parallel, kind):
     case = make_case(np.random.default_rng(1), (4, 3 * WINDOW + 77), **KINDS[kind])
     for critic in ({}, {"critic_lam": 0.5}):
         advantages, returns = gae_xp.gae(**case, **critic, backend="numba")
@@ -310,7 +310,7 @@ def test_one_packed_row_is_shared_between_threads(numba_cpu, parallel):
     lengths = rng.integers(0, 900, 80)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     case = make_case(rng, (1, int(offsets[-1])), dones=0.01, holes=0.1)
-    assert numba_cpu._spans(1, offsets, True).shape[0] > 2
+    assert numba_cpu._spans(1, offsets, 2).shape[0] > 2
     bootstrap = rng.standard_normal((1, len(lengths)))
     advantages, returns = gae_xp.gae(**case, cu_seqlens=offsets, bootstrap_value=bootstrap, backend="numba")
     want_a, want_r = _segment_reference(case, offsets, bootstrap, None, False)
@@ -329,7 +329,7 @@ def test_a_fresh_process_loads_the_kernels_from_the_disk_cache(kernels):
         mask = r > -2
         gae_xp.gae(r, r, backend="numba")
         gae_xp.gae(r, r, mask=mask, backend="numba")
-        print(sum(k.constant_serial.stats.cache_hits.values()), sum(k.general_serial.stats.cache_hits.values()))
+        print(sum(k.constant_units.stats.cache_hits.values()), sum(k.general_units.stats.cache_hits.values()))
     """)
     for _ in range(2):  # the first run may compile and write the cache; the second must read it
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)

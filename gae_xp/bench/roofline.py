@@ -12,8 +12,9 @@ of the steps masked: ``gae_xp.testing.make_case(rng, shape, dones=0.01,
 holes=0.2)``) and the constant case with ``critic_lam=1.0`` (decoupled
 lambda, one pass), at B=8, T=131072 and B=1, T=2^20 (float32 by default);
 then a small call (B=8, T=128, ``backend="auto"``) in microseconds. Threads
-are set with ``numba.set_num_threads`` (at most ``NUMBA_NUM_THREADS``); with
-one, the serial build runs.
+are set with ``numba.set_num_threads`` (at most ``NUMBA_NUM_THREADS``): a
+call shares its rows between that many threads, the calling one included
+(``gae_xp.backends._sharing``); with one, it runs on the calling thread.
 """
 
 from __future__ import annotations
