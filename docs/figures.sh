@@ -10,10 +10,14 @@
 #   asv_bench/recorded/results/   the recorded asv history (one folder per machine; other machines' stay)
 #   docs/asv/                     that history published by asv
 #   docs/asv.png                  a screenshot of it (needs chromium and the npm packages named below)
+#   docs/architecture.png         the package's modules and imports (farm-studio look, the project's drawing tool)
+#   docs/scale.png                the layouts of docs/scale.md (matplotlib)
+#   README.md, docs/gpu.md        the generated traffic tables between their markers
 set -uo pipefail
 out=${1:-bench-out}
 mkdir -p "$out"
-echo "overwrites docs/bench.png, gae_xp/bench/recorded.json, asv_bench/recorded/results/, docs/asv/, docs/asv.png"
+echo "overwrites docs/bench.png, gae_xp/bench/recorded.json, asv_bench/recorded/results/, docs/asv/, docs/asv.png,"
+echo "  docs/architecture.png, docs/scale.png and the traffic tables in README.md and docs/gpu.md"
 run() { name=$1; shift; echo "== $name: $*"; /usr/bin/time -f "%e s wall" "$@" > "$out/$name.txt" 2> "$out/$name.err"; tail -1 "$out/$name.err"; }
 # the bench (README "Measured"): constant discount, dones + mask, gamma = lam = 1, small shapes, adapters
 run constant     python -m gae_xp bench --library numpy,torch,jax --B 8 --T 131072 --repeat 9 --serial-budget 60 --json "$out/constant.json"
@@ -28,8 +32,8 @@ run load         python -m gae_xp bench --library numpy,torch --B 8 --T 131072 -
 run profile      python -m gae_xp bench --library numpy,torch --B 8 --T 128 --cases constant,dones+mask --profile
 # float32 accuracy per chunk size and path, next to the float32 serial loop
 run accuracy     python tests/conformance/float32_accuracy.py
-# the GPU traffic model (predicted, no GPU needed) and the kernels' registers (compiled on the CPU)
-run traffic      python -m gae_xp.bench.traffic
+# the GPU traffic model (predicted, no GPU needed), written between its markers, and the kernels' registers
+run traffic      python -m gae_xp.bench.traffic --write
 run registers    python tests/test_cuda_compile.py
 # beyond one device: packed sequences, context parallelism (4 gloo processes), Dask out of core and in memory
 run packed       env NUMBA_NUM_THREADS=1 python -m gae_xp.bench.scale packed
@@ -38,6 +42,9 @@ run cp-packed    python -m gae_xp.bench.scale cp-packed
 run dask-graph   python -m gae_xp.bench.scale dask-graph
 run dask-ooc     python -m gae_xp.bench.scale dask-ooc --gib 4 --block-mib 64
 run dask-fits    python -m gae_xp.bench.scale dask-throughput
+# the pictures: the package's imports (farm-studio prints the path of its drawing first), the scale layouts
+run architecture bash -c 'cp "$(farm-studio look | head -1 | python -c "import json, sys; print(json.load(sys.stdin)[\"picture\"])")" docs/architecture.png'
+run scale-figure python docs/scale_figure.py
 # the default sweep and its plot (tracked), and the figures the bench quotes when numba is not installed (tracked)
 run default      python -m gae_xp bench --plot docs/bench.png --json "$out/default.json"
 run recorded     python -m gae_xp bench --library numpy,torch --B 8 --T 131072 --cases constant,dones+mask --paths 'gae_xp[xp],gae_xp[numba]' --chunk-size auto --repeat 9 --no-first-call --json gae_xp/bench/recorded.json

@@ -44,10 +44,10 @@ def main(path):
     cuts = [0, 7, 9, 20, 26, 32]
     for i, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
         box(ax, a, y, b - a, 0.9, SEQUENCES[i], f"seq {i}")
-        ax.text(a, y - 0.35, str(a * 1000), ha="center", fontsize=7)
+        ax.text(a, y - 0.35, str(a * 100), ha="center", fontsize=7)  # docs/scale.md's cu_seqlens
         if i < len(cuts) - 2:
             ax.plot([b, b], [y - 0.1, y + 1.0], color="black", linewidth=2.5)
-    ax.text(32, y - 0.35, "32000", ha="center", fontsize=7)
+    ax.text(32, y - 0.35, "3200", ha="center", fontsize=7)
     ax.text(16, y + 1.25, "one scan over the row: each sequence end cuts both chains and takes its bootstrap value",
             ha="center", fontsize=8)
 
@@ -64,22 +64,22 @@ def main(path):
 
     # 3. context parallelism, zigzag: the sequence and each rank's local shard
     y = 13.4
-    label(ax, y + 0.6, "CP zigzag", "2W chunks; rank k: chunks k, 2W-1-k")
+    label(ax, y + 0.6, "CP zigzag", "2W pieces; rank k: pieces k, 2W-1-k")
     order = list(range(W)) + list(reversed(range(W)))
-    chunk = length / (2 * W)
+    piece = length / (2 * W)
     for j, k in enumerate(order):
-        box(ax, j * chunk, y + 1.1, chunk, 0.8, RANKS[k], f"c{j}\nr{k}", size=7)
+        box(ax, j * piece, y + 1.1, piece, 0.8, RANKS[k], f"p{j}\nr{k}", size=7)
     for k in range(W):
         x0 = k * 8.2
-        box(ax, x0, y - 0.6, chunk, 0.8, RANKS[k], f"c{k}", size=7)
-        box(ax, x0 + chunk, y - 0.6, chunk, 0.8, RANKS[k], f"c{2 * W - 1 - k}", size=7, alpha=0.7)
-        ax.text(x0 + chunk, y - 1.0, f"rank {k}'s shard", ha="center", fontsize=7)
-    ax.text(16, y + 2.2, "each rank summarises its 2 chunks; the chain runs over all 2W chunks in time order",
+        box(ax, x0, y - 0.6, piece, 0.8, RANKS[k], f"p{k}", size=7)
+        box(ax, x0 + piece, y - 0.6, piece, 0.8, RANKS[k], f"p{2 * W - 1 - k}", size=7, alpha=0.7)
+        ax.text(x0 + piece, y - 1.0, f"rank {k}'s shard", ha="center", fontsize=7)
+    ax.text(16, y + 2.2, "each rank summarises its 2 pieces; the chain runs over all 2W pieces in time order",
             ha="center", fontsize=8)
 
     # 4. packed + zigzag (Megatron THD with CP)
     y = 9.2
-    label(ax, y, "packed + CP zigzag", "every sequence in 2W chunks")
+    label(ax, y, "packed + CP zigzag", "every sequence in 2W pieces")
     seq_cuts = [0, 8, 24, 32]
     for i, (a, b) in enumerate(zip(seq_cuts[:-1], seq_cuts[1:])):
         c = (b - a) / (2 * W)
@@ -87,7 +87,7 @@ def main(path):
             box(ax, a + j * c, y, c, 0.9, RANKS[k], f"{k}" if c >= 1 else "", size=7, edge=SEQUENCES[i])
         ax.plot([b, b], [y - 0.15, y + 1.05], color="black", linewidth=2.5)
         ax.text((a + b) / 2, y - 0.4, f"sequence {i}", ha="center", fontsize=7)
-    ax.text(16, y + 1.25, "rank k holds chunks k and 2W-1-k of every sequence; the chains run per sequence, batched",
+    ax.text(16, y + 1.25, "rank k holds pieces k and 2W-1-k of every sequence; the chains run per sequence, batched",
             ha="center", fontsize=8)
 
     # 5. Dask blocks and the graph
