@@ -10,7 +10,7 @@
 the page); ``registers`` takes the compile test's time; ``host`` is a timing.
 
 ``arguments`` and ``host`` run the backend with its launches recorded instead
-of made (``Recorder``): every array view, plan and kernel choice happens as on
+of made (``gae_xp.bench.traffic.LaunchRecorder``): every array view, plan and kernel choice happens as on
 a GPU; numba's own marshalling of the arguments and the driver call do not.
 """
 
@@ -26,6 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+
+from gae_xp.bench.traffic import LaunchRecorder as Recorder
 
 SHAPE = (256, 131072)
 BANDWIDTH = 4.8e12  # an H200's HBM3e, bytes per second
@@ -74,27 +76,6 @@ def traffic_table() -> str:
         lines.append(f"| {case} | {shape} | {len(launches)} | {per_element:.2f} | {per_element / base:.2f} | "
                      f"{per_element * elements / BANDWIDTH * 1e3:.3f} |")
     return "\n".join(lines)
-
-
-class Recorder:
-    """Stands in for ``numba_cuda._Launch``: arrays pass through, launches are recorded (kernel, grid, block, args)."""
-
-    launches: list = []
-
-    def __init__(self, like):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def array(self, array, *, written=False):
-        return array
-
-    def __call__(self, kernel, grid, threads, *args):
-        Recorder.launches.append((kernel, grid, threads, args))
 
 
 @contextlib.contextmanager

@@ -199,6 +199,29 @@ class LaunchTraffic:
         return (sum(self.read.values()) + sum(self.written.values())) / self.elements
 
 
+class LaunchRecorder:
+    """Stands in for ``numba_cuda._Launch``: arrays pass through, and every launch is recorded in ``launches`` as
+    ``(kernel, blocks, threads, args)`` instead of run."""
+
+    stream = 0
+    launches: list = []
+
+    def __init__(self, like):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def array(self, array, *, written=False):
+        return array
+
+    def __call__(self, kernel, blocks, threads, *args):
+        LaunchRecorder.launches.append((kernel, blocks, threads, args))
+
+
 def recorded_launches(problem) -> list[tuple]:
     """``(kernel spec, blocks, threads, [(argument name, value), ...])`` for every launch that the fused
     backend makes for ``problem`` (NumPy arrays), recorded instead of launched: no GPU, nothing compiled."""
@@ -206,38 +229,19 @@ def recorded_launches(problem) -> list[tuple]:
 
     from gae_xp.backends import numba_cuda
 
-    launches = []
-
-    class Recorder:
-        stream = 0
-
-        def __init__(self, like):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def array(self, array, *, written=False):
-            return array
-
-        def __call__(self, kernel, blocks, threads, *args):
-            names = list(inspect.signature(kernel.function).parameters)
-            launches.append((kernel, blocks, threads, list(zip(names, args))))
-
+    LaunchRecorder.launches = []
     caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels]
     for cache in caches:
         cache.cache_clear()
     try:
-        with mock.patch.object(numba_cuda, "_Launch", Recorder), \
+        with mock.patch.object(numba_cuda, "_Launch", LaunchRecorder), \
                 mock.patch.object(numba_cuda, "_jit", lambda spec: spec):
             numba_cuda.BACKEND.gae(problem, chunk_size=None)
     finally:
         for cache in caches:
             cache.cache_clear()  # the next real call compiles its kernels, not these specs
-    return launches
+    return [(kernel, blocks, threads, list(zip(inspect.signature(kernel.function).parameters, args)))
+            for kernel, blocks, threads, args in LaunchRecorder.launches]
 
 
 def ptx_launches(case: str, *, length: int = SHAPE[1], dtype=np.float32, samples: str = "edges") -> list[LaunchTraffic]:
