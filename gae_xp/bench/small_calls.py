@@ -52,14 +52,14 @@ def stages(case: dict) -> list[tuple[str, object]]:
 
     import gae_xp
     from gae_xp import _prepare as prepare_
-    from gae_xp import backends, estimators
+    from gae_xp import backends
     from gae_xp._compat import array_namespace
 
     rewards, values = case["rewards"], case["values"]
     options = {k: v for k, v in case.items() if k not in ("rewards", "values")}
     call = prepare_.prepare(rewards, values, **options)
     problem, solver = call.problem, backends.solver(call)
-    advantages, returns = estimators.solve_gae(problem, solver, None)
+    advantages, returns = backends.solve_gae(problem, solver, None)
     xp = array_namespace(rewards)
     shape, dtype = rewards.shape, problem.rewards.dtype
     present = {"rewards": rewards, "values": values,
@@ -87,7 +87,7 @@ def stages(case: dict) -> list[tuple[str, object]]:
                                                                 lam=0.95, bootstrap=problem.bootstrap),
                                             prepare_.PreparedCall(problem, call.arrays, "auto", None, dtype, 1))),
         ("backend chosen (auto, remembered)", lambda: backends.solver(call)),
-        (f"backend {solver.name}: all of it", lambda: estimators.solve_gae(problem, solver, None)),
+        (f"backend {solver.name}: all of it", lambda: backends.solve_gae(problem, solver, None)),
     ]
     out += _kernel_stages(solver, problem)
     out.append(("restore x2", lambda: (call.restore(advantages), call.restore(returns))))
@@ -102,26 +102,25 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
 
     from gae_xp.backends import numba_cpu
 
+    shape = problem.rewards.shape
     rows = numba_cpu._rows(problem.rewards)
     values = numba_cpu._rows(problem.values)
-    segments = numba_cpu._segments(problem, problem.rewards.shape)
+    bounds = numba_cpu._bounds(problem, shape)
+    steps = numba_cpu._steps(problem, rows.shape)
+    spans = numba_cpu._spans(rows.shape[0], bounds[2], 1)
     outputs = (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype))
-    if problem.is_constant:
-        kernel = numba_cpu._kernels(False).gae_plain
+    constant = problem.offsets is None and set(problem.steps()) == {"rewards", "values"}
+    kernels = numba_cpu._kernels()
+    kernel = kernels.constant_units if constant else kernels.general_units
+    units = rows.shape[0] * (spans.shape[0] - 1)
 
-        def launch():
-            kernel(rows, values, *segments, problem.gamma, problem.lam, *outputs)
-    else:
-        kernel = numba_cpu._general_kernels(*numba_cpu._present(problem), False).gae
-        optional = numba_cpu._optional_arrays(problem, rows.dtype, rows.shape)
+    def launch():
+        kernel(rows, values, steps, bounds, problem.fill_masked, *outputs, spans, 0, units)
 
-        def launch():
-            kernel(rows, values, *segments, *optional, problem.fill_masked, *outputs)
-    stages = [("  per-segment values laid out", lambda: numba_cpu._segments(problem, problem.rewards.shape)),
+    stages = [("  per-segment values laid out", lambda: numba_cpu._bounds(problem, shape)),
               ("  two outputs allocated", lambda: (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype)))]
-    if not problem.is_constant:
-        stages.append(("  optional arrays laid out",
-                       lambda: numba_cpu._optional_arrays(problem, rows.dtype, rows.shape)))
+    if not constant:
+        stages.append(("  per-step arrays laid out", lambda: numba_cpu._steps(problem, rows.shape)))
     stages.append(("  the kernel (called directly)", launch))
     return stages
 

@@ -1,4 +1,5 @@
-"""The README's float32 accuracy table: max |error| of float32 advantages against the float64 loop, per path and chunk.
+"""The float32 accuracy table of docs/performance.md: max |error| of float32 advantages against the float64
+loop, per path and chunk.
 
     python tests/conformance/float32_accuracy.py [--B 8] [--T 131072] [--chunks 16,32,64,128,256]
 
