@@ -335,3 +335,24 @@ def test_a_fresh_process_loads_the_kernels_from_the_disk_cache(kernels):
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
     assert [int(h) >= 1 for h in done.stdout.split()] == [True, True], done.stdout
+
+
+# --- summaries of long segments --------------------------------------------------------------------------------
+
+
+def test_a_long_segments_summary_decays_to_zero_not_to_a_stuck_subnormal(numba_cpu):
+    """The product of 20,000 coefficients 0.99 * 0.95 is about e^-1227: 0 in float64. Multiplied step by step it
+    reaches the smallest subnormal and stays there (0.9405 times it rounds back to it), and every later step costs a
+    subnormal multiply: the summary flushes what falls below the smallest normal to 0."""
+    from gae_xp._pieces import FIELDS
+
+    rng = np.random.default_rng(5)
+    rewards, values = rng.standard_normal((2, 20_000)), rng.standard_normal((2, 20_000))
+    summary = numba_cpu.BACKEND.summarize(_prepare.prepare(rewards, values).problem)
+    fields = dict(zip(FIELDS, np.moveaxis(summary[:, 0, :], -1, 0)))
+    np.testing.assert_array_equal(fields["product"], 0.0)
+    np.testing.assert_array_equal(fields["on_bootstrap"], 0.0)
+    np.testing.assert_array_equal(fields["on_value"], 0.0)
+    np.testing.assert_array_equal(fields["value"], values[:, 0])
+    want = reference.gae_loop(rewards, values)[0][:, 0]  # nothing after the segment: the edge is A_0
+    np.testing.assert_allclose(fields["edge"], want, rtol=1e-12, atol=1e-12)
