@@ -159,11 +159,16 @@ def _rows(a):
 
 def _steps(p, shape) -> tuple:
     """The kernels' per-step arguments (``STEPS``): None, a float, or a (rows, T) array each."""
+    full = p.rewards.shape
+
     def laid_out(name):
         value = getattr(p, name)
         if value is None or isinstance(value, float):
             return value
-        return _rows(np.broadcast_to(_host(value), p.rewards.shape)).reshape(shape)
+        value = _host(value)
+        if value.shape != full:  # a per-row coefficient, (..., 1): broadcast (1-2 us) only then
+            value = np.broadcast_to(value, full)
+        return value if value.shape == shape else _rows(value).reshape(shape)
 
     return tuple(laid_out(name) for name in STEPS)
 
