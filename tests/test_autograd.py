@@ -454,8 +454,6 @@ def test_cuda_backward_matches_the_numba_backward(name):
     from gae_xp import _prepare
     from gae_xp.backends import _numba_backward, numba_cuda
 
-    if not hasattr(numba_cuda.BACKEND, "gae_backward"):
-        pytest.skip("the numba-CUDA backend has no gae_backward yet")
     options = {"plain": {}, "dones, holes, bootstrap": dict(dones=0.1, holes=0.2, bootstrap=True),
                "next values, fill_masked": dict(next_values=True, holes=0.3)}[name]
     rng = np.random.default_rng(16)
