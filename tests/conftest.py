@@ -37,6 +37,11 @@ settings.register_profile(
     "thorough", deadline=None, max_examples=400,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
+# numba's CUDA simulator runs Python per thread: its CI step draws fewer examples (the CPU targets draw the default).
+settings.register_profile(
+    "simulator", deadline=None, max_examples=10,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 settings.load_profile(os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default"))
 
 # The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it

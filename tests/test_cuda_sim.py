@@ -499,7 +499,7 @@ def test_gae_backward_equals_autograd_through_the_generic_path(name, length):
     """gae_backward against torch.autograd through backend="xp" (float64, torch CPU): every input's gradient."""
     torch = pytest.importorskip("torch")
     from gae_xp import _prepare, backends
-    from gae_xp.estimators import solve_gae
+    from gae_xp.backends import solve_gae
 
     cuts, options = BACKWARD_CASES[name]
     options = dict(options)

@@ -281,7 +281,7 @@ def test_gae_backward_on_the_kernels(gpu, length):
     require_kernels(gpu)
     torch = pytest.importorskip("torch")
     from gae_xp import _prepare, backends
-    from gae_xp.estimators import solve_gae
+    from gae_xp.backends import solve_gae
 
     rng = np.random.default_rng(11)
     case = make_case(rng, (2, length), holes=0.2, dones=0.001, bootstrap=True)
