@@ -61,7 +61,7 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
     rewards = numba_cpu._host(p.rewards)
     shape, dtype = rewards.shape, rewards.dtype
     rows = numba_cpu._rows(np.broadcast_to(numba_cpu._host(grad_advantages), shape))
-    offsets = _offsets(p, shape[-1])
+    offsets = numba_cpu._offsets(p, shape[-1])
     count = offsets.shape[0] - 1
     on_rewards = np.empty(rows.shape, dtype=dtype)
     on_values = np.empty(rows.shape, dtype=dtype)
@@ -101,13 +101,6 @@ def _optional_arrays(p, dtype, shape):
     arrays = tuple(np.empty((0, 0), dtype=np.bool_ if name in FLAGS else dtype) if getattr(p, name) is None
                    else np.reshape(numba_cpu._host(getattr(p, name)), shape) for name in OPTIONAL)
     return (*arrays, gamma_scalar, gamma_steps, lam_scalar, lam_steps)
-
-
-def _offsets(p, length: int) -> np.ndarray:
-    """The segments' offsets as int64 on the host: ``[0, T]`` without packed sequences."""
-    if p.offsets is None:
-        return np.array([0, length], dtype=np.int64)
-    return np.ascontiguousarray(p.host_offsets, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=64)

@@ -38,7 +38,8 @@ def share(kernel, args: tuple, units: int, threads: int) -> None:
         kernel(*args, 0, units)
         return
     work = _Work(kernel, args, [units * i // items for i in range(items + 1)])
-    helpers = [_POOL.executor(threads - 1).submit(work.run) for _ in range(min(threads, items) - 1)]
+    pool = _POOL.executor(threads - 1)
+    helpers = [pool.submit(work.run) for _ in range(min(threads, items) - 1)]
     work.run()
     work.wait()
     for helper in helpers:

@@ -94,13 +94,8 @@ class NumbaCPUBackend:
         bounds = _bounds(p, shape)
         offsets = bounds[2]
         threads = _threads_for(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
-        kernels = _kernels()
-        if p.offsets is None and set(p.steps()) == {"rewards", "values"}:  # one segment, float coefficients
-            driver = kernels.constant_units
-        else:
-            driver = kernels.general_units
         spans = _spans(rows.shape[0], offsets, threads)
-        share(driver, (rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked, advantages,
+        share(_driver(p), (rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked, advantages,
                        returns, spans), rows.shape[0] * (spans.shape[0] - 1), threads)
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
@@ -176,12 +171,26 @@ def _steps(p, shape) -> tuple:
 def _bounds(p, shape) -> tuple:
     """(bootstrap, carry, offsets): the per-segment boundary values as (rows, n) float64 (carry None when absent),
     the offsets as int64 (``[0, T]`` without them: the row is one segment)."""
-    offsets = _whole_row(shape[-1]) if p.offsets is None else _read_only(p.host_offsets)
+    offsets = _offsets(p, shape[-1])
 
     def per_segment(value):  # (..., n) in the compute dtype
         return np.ascontiguousarray(_rows(_host(value)), dtype=np.float64)
 
     return per_segment(p.bootstrap), None if p.carry is None else per_segment(p.carry), offsets
+
+
+def _driver(p):
+    """The kernel driver that solves ``p``'s work units: the leaner constant-discount one for a row that is one
+    segment with float coefficients and no per-step arrays, the general one otherwise."""
+    kernels = _kernels()
+    if p.offsets is None and set(p.steps()) == {"rewards", "values"}:
+        return kernels.constant_units
+    return kernels.general_units
+
+
+def _offsets(p, length: int) -> np.ndarray:
+    """The segments' offsets as a read-only int64 host array: ``[0, T]`` when the row is one segment."""
+    return _whole_row(length) if p.offsets is None else _read_only(p.host_offsets)
 
 
 @functools.lru_cache(maxsize=64)

@@ -109,9 +109,7 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
     steps = numba_cpu._steps(problem, rows.shape)
     spans = numba_cpu._spans(rows.shape[0], bounds[2], 1)
     outputs = (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype))
-    constant = problem.offsets is None and set(problem.steps()) == {"rewards", "values"}
-    kernels = numba_cpu._kernels()
-    kernel = kernels.constant_units if constant else kernels.general_units
+    kernel = numba_cpu._driver(problem)
     units = rows.shape[0] * (spans.shape[0] - 1)
 
     def launch():
@@ -119,7 +117,7 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
 
     stages = [("  per-segment values laid out", lambda: numba_cpu._bounds(problem, shape)),
               ("  two outputs allocated", lambda: (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype)))]
-    if not constant:
+    if kernel is not numba_cpu._kernels().constant_units:
         stages.append(("  per-step arrays laid out", lambda: numba_cpu._steps(problem, rows.shape)))
     stages.append(("  the kernel (called directly)", launch))
     return stages
