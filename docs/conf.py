@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import pathlib
 import sys
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the docs extra's Python 3.10
+    import tomli as tomllib
 
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
