@@ -5,7 +5,7 @@ on PyPI a relative link leads nowhere. Building the sdist or the wheel runs this
 README.md with every relative target rewritten against the project's homes in pyproject.toml's
 ``[project.urls]`` (recorded there once):
 
-* a docs page ``docs/NAME.md`` (a guide of the docs site) -> ``Documentation``/en/latest/NAME.html;
+* a docs page ``docs/NAME.md`` (a guide or an API page of the docs site) -> ``Documentation``/en/latest/NAME.html;
 * a picture ``![...](PATH)`` -> the raw file on the repository's ``main`` branch;
 * any other file -> its page on the repository (``Repository``/blob/main/PATH).
 
@@ -51,7 +51,7 @@ def absolute(target: str, picture: bool, urls: dict[str, str]) -> str:
     path = path.removeprefix("./")
     anchor = f"#{anchor}" if anchor else ""
     repository = urls["Repository"].rstrip("/")
-    page = re.fullmatch(r"docs/([^/]+)\.md", path)
+    page = re.fullmatch(r"docs/(?!asv/)(.+)\.md", path)
     if page and not picture:
         return f"{urls['Documentation'].rstrip('/')}/en/latest/{page.group(1)}.html{anchor}"
     if picture or path.lower().endswith(PICTURES):

@@ -93,6 +93,8 @@ def test_the_readmes_relative_links_point_at_files_that_exist():
 @pytest.mark.parametrize(("address", "picture", "expected"), [
     ("docs/gpu.md", False, "https://gae-xp.readthedocs.io/en/latest/gpu.html"),
     ("docs/gpu.md#traffic", False, "https://gae-xp.readthedocs.io/en/latest/gpu.html#traffic"),
+    ("docs/api/index.md", False, "https://gae-xp.readthedocs.io/en/latest/api/index.html"),
+    ("CHANGELOG.md", False, "https://github.com/gae-xp/gae-xp/blob/main/CHANGELOG.md"),
     ("docs/bench.png", True, "https://raw.githubusercontent.com/gae-xp/gae-xp/main/docs/bench.png"),
     ("examples/ppo_cartpole.py", False, "https://github.com/gae-xp/gae-xp/blob/main/examples/ppo_cartpole.py"),
     ("https://example.org/x.md", False, "https://example.org/x.md"),
