@@ -254,8 +254,9 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
     # the plain table, then its legend
     table = [re.split(r"\s{2,}", line.strip()) for line in lines if line.startswith("numpy ")]
     assert table and all(len(row) == len(report.COLUMNS) for row in table)
-    for name in ("gae_xp[xp]", "serial", "slime-chunked", "matrix", "copy"):
+    for name in ("gae_xp[xp]", "serial", "slime-chunked", "copy"):
         assert any(row[2] == name for row in table), name
+    assert not any(row[2] == "matrix" for row in table)  # opt-in: it costs more than it tells
     # one copy floor per shape and case, its own yardstick; every other row a multiple of it
     copies = [row for row in table if row[2] == "copy"]
     assert len(copies) == 4 and all(row[8] == "1x" and row[9] == "-" for row in copies)
