@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from gae_xp.__main__ import main
-from gae_xp.bench import cli, paths, report, runner
+from gae_xp.bench import cli, noise, paths, report, runner
 from gae_xp.testing import libraries
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -494,6 +494,83 @@ def test_every_shape_where_gae_xp_is_not_ahead_is_reported():
         report.verdicts(ahead, {"numpy": "gae_xp[xp]"}))
 
 
+QUIET = noise.Conditions(load_average=0.4, cores=2)
+BUSY = noise.Conditions(load_average=5.2, cores=2)
+
+
+def test_a_busy_machine_has_more_runnable_threads_than_cores():
+    assert BUSY.busy and not QUIET.busy and not noise.Conditions().busy
+    assert noise.Conditions(2.5, 2).busy and not noise.Conditions(2.0, 2).busy
+    assert BUSY.words() == "load average 5.2 on 2 usable cores"
+    assert noise.Conditions(4.1, 2, neighbours=2).words() == ("load average 4.1 on 2 usable cores, 2 of them started "
+                                                              "by --load")
+
+
+def test_a_wide_tie_is_too_noisy_to_tell_not_no_difference():
+    """Issue 31, 7: 54.3 ms ±69% against 12.2 ms ±52% (4.5x) read "no measurable difference"."""
+    results = [measurement("gae_xp[xp]", median=12.2e-3, spread=0.52 * 12.2e-3),
+               measurement("gae_xp[xp]", median=54.3e-3, spread=0.69 * 54.3e-3, dones=0.01, holes=0.2)]
+    for conditions in (None, QUIET, BUSY):
+        text = "\n".join(report.verdicts(results, {"numpy": "gae_xp[xp]"}, conditions=conditions))
+        assert "no measurable difference" not in text
+        line = next(line for line in text.splitlines() if "against the constant discount" in line)
+        assert ("gae_xp[xp] 54.3 ms ±69%, too noisy to tell (spreads ±69% and ±52%" in line
+                and "rerun with --repeat 15 or at a quieter moment) from its constant time (12.2 ms ±52%)" in line)
+        assert ("busy machine: load average 5.2 on 2 usable cores" in line) is (conditions is BUSY)
+
+
+@pytest.mark.parametrize("conditions, words", [
+    (QUIET, "no measurable difference from X"),
+    (None, "no measurable difference from X"),
+    (BUSY, "too noisy to tell (busy machine: load average 5.2 on 2 usable cores: rerun with --repeat 15 or at a "
+           "quieter moment) from X"),
+])
+def test_a_narrow_tie_is_no_difference_only_on_a_machine_that_was_not_busy(conditions, words):
+    ours, base = measurement(median=1e-3, spread=0.05e-3), measurement(median=1.05e-3, spread=0.05e-3)
+    assert report.relative(ours, base, "X", conditions) == words
+
+
+@pytest.mark.parametrize("spread, conditions, words", [
+    (0.05e-3, QUIET, "2x X"),
+    (0.05e-3, BUSY, "2x X (rough: busy machine: load average 5.2 on 2 usable cores)"),
+    (0.6e-3, QUIET, "2x X (rough: spreads ±30% and ±5%)"),
+])
+def test_a_difference_beyond_the_spread_is_given_and_marked_rough_on_noisy_samples(spread, conditions, words):
+    ours, base = measurement(median=2e-3, spread=spread), measurement(median=1e-3, spread=0.05e-3)
+    assert report.relative(ours, base, "X", conditions) == words
+
+
+def test_the_step_verdict_and_every_shape_say_too_noisy_to_tell():
+    ours = measurement("gae_xp[jax]", library="jax:cpu", effective=None, median=9.4e-3, spread=4e-3)
+    loop = measurement("lax.scan", library="jax:cpu", effective=None, median=12e-3, spread=3e-3)
+    lines = report.verdicts([ours, loop], {"jax:cpu": "gae_xp[jax]"}, conditions=QUIET)
+    assert lines[0].startswith("noisy measurements: 2 of 2 rows have a spread above ±20% (widest ±43%: jax:cpu "
+                               "gae_xp[jax] T=131072)")
+    assert lines[1].endswith("per call: too noisy to tell (spreads ±43% and ±25%: rerun with --repeat 15 or at a "
+                             "quieter moment) (the medians differ by less than the spread of both)")
+    assert "too noisy to tell (spreads ±43% and ±25%: rerun with --repeat 15 or at a quieter moment) at B=8, "\
+           "T=131072: gae_xp[jax]" in "\n".join(lines)
+    assert "no measurable difference" not in "\n".join(lines)
+
+
+def test_a_quiet_narrow_run_gets_no_noise_line_and_a_busy_one_does():
+    results = [measurement("gae_xp[numba]", effective=None, median=2e-3, spread=0.02e-3),
+               measurement("serial", effective=None, median=1.2, spread=0.01)]
+    assert not report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=QUIET)[0].startswith("noisy")
+    first = report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=BUSY)[0]
+    assert first.startswith("noisy measurements: the machine was busy (load average 5.2 on 2 usable cores, the "
+                            "highest 1-minute figure seen during the run)")
+    assert first.endswith("rerun with --repeat 15 or at a quieter moment")
+
+
+def test_a_chunk_size_within_a_wide_spread_is_too_noisy_to_tell():
+    auto = measurement(median=10e-3, spread=3e-3)
+    other = measurement(chunk=16, effective=16, median=9e-3, spread=2e-3)
+    line = report.chunk_verdict([auto, other], "gae_xp[xp]", QUIET)
+    assert line.endswith("is faster by less than the measured spread: too noisy to tell (spreads ±30% and ±22%: "
+                         "rerun with --repeat 15 or at a quieter moment)")
+
+
 def test_the_verdict_says_how_far_the_call_is_from_the_copy_floor():
     results = [measurement("gae_xp[numba]", effective=None, median=5.6e-3),
                measurement(runner.COPY, effective=None, median=0.91e-3),
@@ -559,6 +636,55 @@ def test_an_empty_table_prints_without_rich(plain, capsys):
     report.print_report([])
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == [word for column in report.COLUMNS for word in column.split()]
+
+
+def test_every_path_in_the_table_is_defined_in_the_legend(plain, capsys):
+    """Issue 31, 10: "matrix" and "slime-chunked" were never defined."""
+    names = [p.name for p in paths.all_paths()] + [runner.COPY]
+    report.print_report([measurement(name, effective=None) for name in names])
+    out = capsys.readouterr().out
+    legend = out[out.index("path       what each row runs:"):out.index("verdict")]
+    for name in names:
+        assert re.search(rf"^  {re.escape(name)} +\S", legend, re.MULTILINE), name
+    assert "slime's published chunk scan" in legend and "O(T^2)" in legend
+    assert all(p.description for p in paths.all_paths())
+
+
+@pytest.fixture
+def sweep_seen(monkeypatch):
+    """The sweep a command would time: recorded, nothing timed."""
+    seen = []
+
+    def record(sweep, **kwargs):
+        seen.append(sweep)
+        return []
+
+    monkeypatch.setattr(runner, "run", record)
+    return seen
+
+
+@pytest.mark.parametrize("extra, matrix", [([], False), (["--all-paths"], True), (["--paths", "matrix"], True)])
+def test_the_costly_matrix_baseline_is_opt_in(extra, matrix, sweep_seen, capsys):
+    """Issue 31, 10: the matrix baseline cost 776 ms and 272 MiB at T=4096 in a default run."""
+    assert main(["bench", "--library", "numpy", "--T", "64", "--no-first-call", *extra], prog="gae-xp") == 0
+    (sweep,) = sweep_seen
+    assert any(path.name == "matrix" for path in sweep.paths) is matrix
+    out = capsys.readouterr().out
+    if not extra:
+        assert "all that apply but matrix (O(T^2) time and memory" in out and "opt in with --all-paths" in out
+
+
+def test_the_first_calls_print_no_line_before_the_table(monkeypatch, capsys, sweep_seen):
+    """Issue 31, 10: a stray "first call: numpy constant" came before the table."""
+    pytest.importorskip("rich")
+    record = {"import_gae_xp_s": 0.1, "import_library_s": 0.1, "first_s": 0.5, "second_s": 0.01}
+    monkeypatch.setattr(runner, "first_call", lambda *args, **kwargs: dict(record))
+    assert main(["bench", "--library", "numpy", "--T", "64"], prog="gae-xp") == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    before_table = captured.out[:captured.out.index("┏")]
+    assert "first call" not in before_table
+    assert "numpy, B=8, T=64, constant, backend='auto': 500 ms" in captured.out
 
 
 def test_first_call_lines():
