@@ -205,6 +205,84 @@ def test_help_lists_the_commands(prog, capsys):
     assert re.search(r"^\s+adapters\s+each framework adapter", out, re.M)
 
 
+def test_every_framework_the_adapters_command_runs_is_named_in_its_help_and_docs(capsys):
+    """Issue 31, 8: the help texts and docs/bench.md named 4 frameworks; the command ran 8."""
+    from gae_xp.bench import adapters
+
+    frameworks = list(dict.fromkeys(row.framework for row in adapters.ROWS))
+    with pytest.raises(SystemExit):
+        main(["--help"], prog="gae-xp")
+    top = " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["adapters", "--help"], prog="gae-xp")
+    own = " ".join(capsys.readouterr().out.split())
+    docs = (ROOT / "docs" / "bench.md").read_text()
+    section = " ".join(docs[docs.index("### `gae-xp adapters`"):docs.index("## asv")].split())
+    for name in frameworks:
+        assert name in top and name in own and name in section, name
+
+
+def _fake_row(name, needs=None, linear=True, per_step_s=1e-6):
+    """A row whose framework call sleeps in proportion to T, and whose adapter returns at once."""
+    from gae_xp.bench import adapters
+
+    def build(library, B, T):
+        return (lambda: time.sleep(T * per_step_s)), (lambda: None)
+
+    return adapters.Row(name, name.split()[0], build, needs=needs, install=f"pip install {needs}" if needs else None,
+                        linear_in_T=linear)
+
+
+def test_a_slow_framework_loop_is_extrapolated_from_a_prefix():
+    """Issue 31, 8: a default run took 240 s, AReaL's packed loop alone 89.7 s."""
+    from gae_xp.bench import adapters
+
+    steps = {}
+
+    def timer(call, number):  # a loop of 1 ms per step, measured without waiting for it
+        return call() * 1e-3 * number
+
+    row = adapters.Row("X", "X", lambda library, B, T: (lambda: steps.setdefault(T, T), lambda: None))
+    seconds, prefix = adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1.0)
+    assert prefix == 1000 and seconds == pytest.approx(8 * runner.PROBE_STEPS * 1e-3)
+    assert sorted(steps) == [runner.PROBE_STEPS, 1000]  # the probe, then the prefix the budget allows
+    assert adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=10.0)[1] is None
+    flat = adapters.Row("Y", "Y", row.build, linear_in_T=False)
+    assert adapters.time_framework(flat, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
+
+
+def test_adapters_marks_extrapolated_rows_and_names_the_rows_left_out(monkeypatch, capsys, quick):
+    from gae_xp.bench import adapters
+
+    if libraries.unavailable("torch:cpu"):
+        pytest.skip(libraries.unavailable("torch:cpu"))
+    rows = (_fake_row("slow loop", per_step_s=2e-6), _fake_row("absent loop", needs="no_such_framework_gae_xp"))
+    monkeypatch.setattr(adapters, "ROWS", rows)
+    assert main(["adapters", "--B", "2", "--T", "4096", "--repeat", "1", "--serial-budget", "0.002"],
+                prog="gae-xp") == 0
+    out = capsys.readouterr().out
+    (slow,) = [line for line in out.splitlines() if line.startswith("slow loop")]
+    assert slow.split()[2].startswith("~") or "~" in slow.split("ms")[0]
+    assert adapters.LEGEND in out
+    assert "left out, 1 of 2 rows (their framework is not installed here):" in out
+    assert "absent loop: no_such_framework_gae_xp is not installed (pip install no_such_framework_gae_xp)" in out
+    assert not any(line.startswith("absent loop ") for line in out.splitlines())
+    assert re.search(r"^took [\d.]+ s; load average ", out, re.M)
+
+
+def test_adapter_cases_serve_asv_with_every_row_that_can_run():
+    from gae_xp.bench import adapters
+
+    if libraries.unavailable("torch:cpu"):
+        pytest.skip(libraries.unavailable("torch:cpu"))
+    cases = adapters.adapter_cases(libraries.load("torch:cpu"), 2, 64)
+    assert [label for label, _, _ in cases] == [row.label for row in adapters.ROWS if row.unavailable() is None]
+    for label, framework, ours in cases:
+        theirs, mine = framework(), ours()
+        first = lambda result: result[0] if isinstance(result, tuple) else result  # noqa: E731
+        assert np.allclose(np.asarray(first(theirs)), np.asarray(first(mine)), atol=1e-4), label
+
+
 @pytest.mark.parametrize("prog", ["gae-xp", "python -m gae_xp"])
 def test_bench_help_names_itself_and_documents_every_default(prog, capsys):
     with pytest.raises(SystemExit):

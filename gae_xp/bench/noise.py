@@ -32,6 +32,14 @@ def load_average() -> float | None:
         return None
 
 
+def usable_cores() -> int | None:
+    """The cores this process may run on (its affinity where the platform tells, else every core)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count()
+
+
 @dataclass(frozen=True)
 class Conditions:
     """The machine while the samples were taken (unknown by default: then only the spreads count)."""
