@@ -765,6 +765,41 @@ def test_the_first_calls_print_no_line_before_the_table(monkeypatch, capsys, swe
     assert "numpy, B=8, T=64, constant, backend='auto': 500 ms" in captured.out
 
 
+@pytest.mark.parametrize("libraries_", [["numpy"], ["numpy", "torch:cpu", "jax:cpu"]])
+@pytest.mark.parametrize("cases", [["constant"], ["constant", "dones+mask"]])
+def test_the_plot_keeps_its_title_inside_and_its_legend_off_the_data(libraries_, cases):
+    """Issue 31, 9: with one library the 450x360 PNG clipped its title and drew the legend over the data."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    results = []
+    for library in libraries_:
+        for case in cases:
+            holes = 0.2 if case != "constant" else 0.0
+            for T in (4096, 32768, 131072):
+                for name, median in (("gae_xp[xp]", 2e-4), ("serial", 1e-2), ("slime-chunked", 6e-4),
+                                     ("lfilter", 2e-4), ("numba-bare", 4e-4), (runner.COPY, 1e-5)):
+                    results.append(measurement(name, library=library, T=T, median=median * T / 4096, holes=holes,
+                                               extrapolated_from=512 if name == "serial" and T > 4096 else None))
+    figure = report.plot_figure(results)
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        page = figure.bbox
+        title = figure._suptitle.get_window_extent(renderer)
+        assert page.x0 <= title.x0 and title.x1 <= page.x1 and title.y1 <= page.y1, (title, page)
+        (legend,) = figure.legends
+        box = legend.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0
+        assert len(legend.get_texts()) == len({(m.path, m.case) for m in results})
+        for ax in figure.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+            assert not title.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+            assert ax.get_legend() is None
+    finally:
+        plt.close(figure)
+
+
 def test_first_call_lines():
     records = [{"library": "numpy", "B": 8, "T": 131072, "case": "constant", "import_gae_xp_s": 0.05,
                 "import_library_s": 0.1, "first_s": 0.85, "second_s": 2e-3},

@@ -631,43 +631,76 @@ def write_json(results: list[Measurement], path: str, argv: list[str], libraries
         handle.write("\n")
 
 
-def write_plot(results: list[Measurement], path: str) -> None:
-    """Time against T, log-log, one panel per library, one line per path and case (chunked paths at their best C)."""
-    try:
-        import matplotlib
+#: The plot's title, wrapped to the figure's width (it clipped at one library's 5 inches).
+PLOT_TITLE = ("GAE time against sequence length (dashed: extrapolated from a prefix; dotted: a copy of the same "
+              "bytes)")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'gae_xp[bench]'") from None
+
+def plot_figure(results: list[Measurement]):
+    """Time against T, log-log, one panel per library, one line per path and case (chunked paths at their best C).
+
+    Constrained layout; one legend for every panel, below them (a path keeps its
+    colour from panel to panel), so that no line is hidden behind it; the
+    title wrapped to the figure's width.
+    """
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     libraries = list(dict.fromkeys(m.library for m in results))
     several_cases = len({m.case for m in results}) > 1
-    figure, axes = plt.subplots(1, len(libraries), figsize=(5 * len(libraries), 4), squeeze=False)
+
+    def line_name(m):
+        return ("copy floor" if m.path == COPY else m.path) + (f" {m.case}" if several_cases else "")
+
+    names = list(dict.fromkeys(line_name(m) for m in results))
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {name: cycle[i % len(cycle)] for i, name in enumerate(n for n in names if not n.startswith("copy"))}
+    columns = max(1, min(len(names), 2 * max(1, len(libraries))))
+    legend_rows = -(-len(names) // columns)
+    width = 4.6 * max(1, len(libraries)) + 0.4
+    title = textwrap.fill(PLOT_TITLE, width=int(width * 72 / (12 * 0.55)))
+    figure, axes = plt.subplots(1, max(1, len(libraries)), figsize=(width, 3.6 + 0.22 * legend_rows
+                                                                    + 0.25 * title.count("\n")),
+                                squeeze=False, layout="constrained")
+    handles = {}
     for ax, library in zip(axes[0], libraries):
         best = {}
         for m in results:
-            if m.library != library:
-                continue
-            key = (m.path + (f" {m.case}" if several_cases else ""), m.T)
-            if key not in best or m.median_s < best[key].median_s:
-                best[key] = m
+            if m.library == library:
+                key = (line_name(m), m.T)
+                if key not in best or m.median_s < best[key].median_s:
+                    best[key] = m
         for name in dict.fromkeys(p for p, _ in best):
             points = sorted((t, m) for (p, t), m in best.items() if p == name)
-            ts = [t for t, _ in points]
             floor = points[0][1].path == COPY
-            ax.plot(ts, [m.median_s for _, m in points], marker="" if floor else "o",
-                    label=name.replace(COPY, "copy floor", 1) if floor else name, color="black" if floor else None,
-                    linestyle=":" if floor else "--" if any(m.extrapolated_from for _, m in points) else "-")
+            (handles[name],) = ax.plot(
+                [t for t, _ in points], [m.median_s for _, m in points], marker="" if floor else "o", label=name,
+                color="black" if floor else colors[name],
+                linestyle=":" if floor else "--" if any(m.extrapolated_from for _, m in points) else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("T (steps)")
         ax.set_ylabel("seconds per call (median)")
         ax.set_title(library)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-    figure.suptitle("GAE time against sequence length (dashed: extrapolated from a prefix; dotted: a copy of the "
-                    "same bytes)")
-    figure.tight_layout()
+    shown = [name for name in names if name in handles]
+    figure.legend([handles[name] for name in shown], shown, loc="outside lower center", ncols=columns,
+                  fontsize="small", frameon=False)
+    figure.suptitle(title)
+    return figure
+
+
+def write_plot(results: list[Measurement], path: str) -> None:
+    """:func:`plot_figure` as a PNG at ``path`` (needs matplotlib)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("--plot needs matplotlib: pip install 'gae_xp[bench]'")
+    import matplotlib.pyplot as plt
+
+    figure = plot_figure(results)
     figure.savefig(path, dpi=90)
     plt.close(figure)
 
