@@ -6,11 +6,14 @@ measurements made up for the purpose, the tiny sweep on its structure.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pathlib
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -592,16 +595,17 @@ def test_a_wide_tie_is_too_noisy_to_tell_not_no_difference():
         text = "\n".join(report.verdicts(results, {"numpy": "gae_xp[xp]"}, conditions=conditions))
         assert "no measurable difference" not in text
         line = next(line for line in text.splitlines() if "against the constant discount" in line)
-        assert ("gae_xp[xp] 54.3 ms ±69%, too noisy to tell (spreads ±69% and ±52%" in line
-                and "rerun with --repeat 15 or at a quieter moment) from its constant time (12.2 ms ±52%)" in line)
-        assert ("busy machine: load average 5.2 on 2 usable cores" in line) is (conditions is BUSY)
+        assert line.startswith("  dones+mask against the constant discount: gae_xp[xp] 54.3 ms ±69% against 12.2 ms "
+                               "±52%, too noisy to tell from its constant time: spreads ±69% and ±52%; ")
+        assert line.endswith("rerun with --repeat 15 or at a quieter moment")
+        assert ("busy machine, load average 5.2 on 2 usable cores" in line) is (conditions is BUSY)
 
 
 @pytest.mark.parametrize("conditions, words", [
     (QUIET, "no measurable difference from X"),
     (None, "no measurable difference from X"),
-    (BUSY, "too noisy to tell (busy machine: load average 5.2 on 2 usable cores: rerun with --repeat 15 or at a "
-           "quieter moment) from X"),
+    (BUSY, "too noisy to tell from X: busy machine, load average 5.2 on 2 usable cores; rerun with --repeat 15 or at "
+           "a quieter moment"),
 ])
 def test_a_narrow_tie_is_no_difference_only_on_a_machine_that_was_not_busy(conditions, words):
     ours, base = measurement(median=1e-3, spread=0.05e-3), measurement(median=1.05e-3, spread=0.05e-3)
@@ -610,7 +614,7 @@ def test_a_narrow_tie_is_no_difference_only_on_a_machine_that_was_not_busy(condi
 
 @pytest.mark.parametrize("spread, conditions, words", [
     (0.05e-3, QUIET, "2x X"),
-    (0.05e-3, BUSY, "2x X (rough: busy machine: load average 5.2 on 2 usable cores)"),
+    (0.05e-3, BUSY, "2x X"),  # the busy machine is said once, at the top of the verdict
     (0.6e-3, QUIET, "2x X (rough: spreads ±30% and ±5%)"),
 ])
 def test_a_difference_beyond_the_spread_is_given_and_marked_rough_on_noisy_samples(spread, conditions, words):
@@ -624,10 +628,10 @@ def test_the_step_verdict_and_every_shape_say_too_noisy_to_tell():
     lines = report.verdicts([ours, loop], {"jax:cpu": "gae_xp[jax]"}, conditions=QUIET)
     assert lines[0].startswith("noisy measurements: 2 of 2 rows have a spread above ±20% (widest ±43%: jax:cpu "
                                "gae_xp[jax] T=131072)")
-    assert lines[1].endswith("per call: too noisy to tell (spreads ±43% and ±25%: rerun with --repeat 15 or at a "
-                             "quieter moment) (the medians differ by less than the spread of both)")
-    assert "too noisy to tell (spreads ±43% and ±25%: rerun with --repeat 15 or at a quieter moment) at B=8, "\
-           "T=131072: gae_xp[jax]" in "\n".join(lines)
+    assert lines[1].endswith("per call: too noisy to tell (the medians differ by less than the spread of both; "
+                             "spreads ±43% and ±25%; rerun with --repeat 15 or at a quieter moment)")
+    assert ("  too noisy to tell at B=8, T=131072: gae_xp[jax] 9.4 ms ±43% against lax.scan's 12 ms ±25%, the fastest "
+            "baseline there; spreads ±43% and ±25%; rerun with --repeat 15 or at a quieter moment") in lines
     assert "no measurable difference" not in "\n".join(lines)
 
 
@@ -636,7 +640,7 @@ def test_a_quiet_narrow_run_gets_no_noise_line_and_a_busy_one_does():
                measurement("serial", effective=None, median=1.2, spread=0.01)]
     assert not report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=QUIET)[0].startswith("noisy")
     first = report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=BUSY)[0]
-    assert first.startswith("noisy measurements: the machine was busy (load average 5.2 on 2 usable cores, the "
+    assert first.startswith("noisy measurements: the machine was busy: load average 5.2 on 2 usable cores (the "
                             "highest 1-minute figure seen during the run)")
     assert first.endswith("rerun with --repeat 15 or at a quieter moment")
 
@@ -645,8 +649,8 @@ def test_a_chunk_size_within_a_wide_spread_is_too_noisy_to_tell():
     auto = measurement(median=10e-3, spread=3e-3)
     other = measurement(chunk=16, effective=16, median=9e-3, spread=2e-3)
     line = report.chunk_verdict([auto, other], "gae_xp[xp]", QUIET)
-    assert line.endswith("is faster by less than the measured spread: too noisy to tell (spreads ±30% and ±22%: "
-                         "rerun with --repeat 15 or at a quieter moment)")
+    assert line.endswith("is faster by less than the measured spread, too noisy to tell: spreads ±30% and ±22%; "
+                         "rerun with --repeat 15 or at a quieter moment")
 
 
 def test_the_verdict_says_how_far_the_call_is_from_the_copy_floor():
@@ -695,11 +699,68 @@ def test_an_extra_that_is_not_installed_is_named_with_what_it_gave_here():
                             measurement("gae_xp[numba]", effective=None, median=2e-3).as_dict()]}
     (line,) = report.extra_hints(["numba"], ["numpy", "jax:cpu"], recorded)
     assert line.startswith("numba is not installed: pip install 'gae_xp[numba]'")
-    assert "measured by this project on CPU X, 2 cores" in line and "(3x faster)" in line
+    assert "measured by this project with `gae-xp bench --paths gae_xp[xp],gae_xp[numba]` on CPU X, 2 cores: " in line
+    assert "2 ms ±0% against the generic path's 6 ms ±0% (3x faster)" in line
     assert report.extra_hints(["numba"], ["jax:cpu"], recorded) == []
     (gpu,) = report.extra_hints(["numba-cuda"], ["cupy"], {"results": []})
     assert "has not recorded" in gpu
     assert report.load_recorded() is None or "results" in report.load_recorded()
+
+
+def test_a_recorded_gain_within_the_spread_is_no_speed_up():
+    """Issue 31, 6-7: the hint said "1.1x faster" for 10.6 ms ±16% against 11.3 ms ±55% on a busy machine."""
+    recorded = {"command": "gae-xp bench", "machine": {"cpu": "CPU X", "cpus": 2, "usable_cpus": 2,
+                                                       "load_average_highest": 12.9},
+                "results": [measurement("gae_xp[xp]", median=11.3e-3, spread=0.55 * 11.3e-3).as_dict(),
+                            measurement("gae_xp[numba]", effective=None, median=10.6e-3, spread=1.7e-3).as_dict()]}
+    (line,) = report.extra_hints(["numba"], ["numpy"], recorded)
+    assert "on CPU X, 2 cores (load average 13 during the run: a busy machine's figures): " in line
+    assert line.endswith("10.6 ms ±16% against the generic path's 11.3 ms ±55% (too noisy to tell: spreads ±16% and "
+                         "±55%; busy machine, load average 13 on 2 usable cores)")
+    assert "faster" not in line
+
+
+def _bench_commands():
+    """Every ``gae-xp bench`` command the project quotes: README.md and docs/*.md in backticks, docs/figures.sh,
+    and the command that made recorded.json (which the bench's advice quotes)."""
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quoted = [m.group(1) for path in texts
+              for m in re.finditer(r"`((?:python -m gae_xp|gae-xp) bench[^`]*)`", path.read_text())]
+    script = [line.split(None, 2)[2] for line in (ROOT / "docs" / "figures.sh").read_text().splitlines()
+              if re.match(r"run \S+ +python -m gae_xp bench", line)]
+    return [command for command in (*quoted, *script, report.load_recorded()["command"]) if "--help" not in command]
+
+
+def test_every_quoted_bench_command_parses_without_a_deprecation():
+    """Issue 31, 6: the bench's advice quoted `--backend`, deprecated."""
+    from gae_xp.__main__ import build_parser
+
+    commands = _bench_commands()
+    assert len(commands) >= 8
+    for command in commands:
+        words = shlex.split(command)
+        words = words[3:] if words[0] == "python" else words[1:]
+        error = io.StringIO()
+        with contextlib.redirect_stderr(error):
+            options = build_parser("gae-xp").parse_args(words)
+        assert options.command == "bench", command
+        assert error.getvalue() == "", (command, error.getvalue())
+
+
+def test_the_readme_quotes_the_recorded_figures_the_bench_advises_with():
+    """Issue 31, 6: the advice quoted one machine's figures, the README another's: both now quote recorded.json."""
+    recorded = report.load_recorded()
+    machine = recorded["machine"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`{recorded['command']}`" in readme
+    assert f"{machine['cpu']} ({machine['cpus']} cores" in readme
+    assert f"load average {machine['load_average_highest']:.2g}" in readme
+    for r in recorded["results"]:
+        if r["path"] in ("gae_xp[numba]", "gae_xp[xp]"):
+            assert report.seconds(r["median_s"]) in readme, r
+    with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else contextlib.nullcontext(None) as handle:
+        names = {line.split(":", 1)[1].strip() for line in handle or () if line.startswith("model name")}
+    assert machine["cpu"] and (not names or machine["cpu"] in names or "recorded on another machine" in readme)
 
 
 def test_legend_and_table_without_rich(plain, capsys):

@@ -6,7 +6,7 @@ are narrow (at most ``NOISY_SPREAD`` of their medians) and the machine was not
 busy: otherwise the measurement was too noisy to tell, and the words say so,
 with the spreads, the load average and what to do (``--repeat``, a quieter
 moment). A difference beyond the spread is still reported, marked rough when
-a spread is wide.
+a spread is wide; a busy machine is said once, at the top of the verdict.
 
 The machine is *busy* when the 1-minute load average (``os.getloadavg``, the
 highest seen around the timed runs) exceeds the cores the bench may use: more
@@ -68,13 +68,18 @@ def share(m) -> float:
     return m.spread_s / m.median_s if m.median_s > 0 else 0.0
 
 
+def wide_spreads(a, b) -> str | None:
+    """``spreads ±69% and ±7%`` where either spread is past ``NOISY_SPREAD``, else None."""
+    if max(share(a), share(b)) <= NOISY_SPREAD:
+        return None
+    return f"spreads ±{100 * share(a):.0f}% and ±{100 * share(b):.0f}%"
+
+
 def noise(a, b, conditions: Conditions | None = None) -> str | None:
     """Why comparing ``a`` with ``b`` is unreliable, in words (wide spreads, a busy machine), or None."""
-    reasons = []
-    if max(share(a), share(b)) > NOISY_SPREAD:
-        reasons.append(f"spreads ±{100 * share(a):.0f}% and ±{100 * share(b):.0f}%")
+    reasons = [] if wide_spreads(a, b) is None else [wide_spreads(a, b)]
     if conditions is not None and conditions.busy:
-        reasons.append(f"busy machine: {conditions.words()}")
+        reasons.append(f"busy machine, {conditions.words()}")
     return "; ".join(reasons) or None
 
 
@@ -84,18 +89,26 @@ def rerun_advice(*measured) -> str:
     return f"rerun with --repeat {max(MIN_REPEAT_ADVICE, 3 * taken)} or at a quieter moment"
 
 
-def tie(a, b, conditions: Conditions | None = None) -> str:
-    """The words for two medians within the spread of both: no measurable difference, or too noisy to tell."""
+def tie(a, b, conditions: Conditions | None = None) -> tuple[str, str]:
+    """Two medians within the spread of both, in words: (the verdict, why and what to do, or "").
+
+    ``("no measurable difference", "")`` on narrow spreads and a machine that
+    was not busy, else ``("too noisy to tell", "spreads ±69% and ±52%; rerun
+    with --repeat 15 or at a quieter moment")``.
+    """
     why = noise(a, b, conditions)
     if why is None:
-        return "no measurable difference"
-    return f"too noisy to tell ({why}: {rerun_advice(a, b)})"
+        return "no measurable difference", ""
+    return "too noisy to tell", f"{why}; {rerun_advice(a, b)}"
 
 
-def rough(a, b, conditions: Conditions | None = None) -> str:
-    """`` (rough: spreads ±69% and ±7%)`` after a difference measured on noisy samples, else nothing."""
-    why = noise(a, b, conditions)
-    return f" (rough: {why})" if why else ""
+def rough(a, b) -> str:
+    """`` (rough: spreads ±69% and ±7%)`` after a difference beyond the spread of wide samples, else nothing.
+
+    A busy machine is said once, at the top of the verdict (:func:`summary`).
+    """
+    spreads = wide_spreads(a, b)
+    return f" (rough: {spreads})" if spreads else ""
 
 
 def summary(measured, conditions: Conditions | None = None) -> str | None:
@@ -107,7 +120,7 @@ def summary(measured, conditions: Conditions | None = None) -> str | None:
         return None
     parts = []
     if busy:
-        parts.append(f"the machine was busy ({conditions.words()}, the highest 1-minute figure seen during the run)")
+        parts.append(f"the machine was busy: {conditions.words()} (the highest 1-minute figure seen during the run)")
     if wide:
         worst = max(wide, key=share)
         parts.append(f"{len(wide)} of {len(measured)} rows have a spread above ±{100 * NOISY_SPREAD:.0f}% (widest "

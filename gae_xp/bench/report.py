@@ -9,11 +9,13 @@ with the spreads, the load average and a rerun to try (``gae_xp.bench.noise``).
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import json
 import os
 import platform
+import shlex
 import sys
 from collections import defaultdict
 from importlib import metadata, resources
@@ -107,8 +109,9 @@ def measurably_different(a: Measurement, b: Measurement) -> bool:
 def relative(m: Measurement, base: Measurement, base_time: str, conditions: Conditions | None = None) -> str:
     """``2.4x <base_time>`` (marked rough on noisy samples), or a tie (:func:`gae_xp.bench.noise.tie`) from it."""
     if not measurably_different(m, base):
-        return f"{noise.tie(m, base, conditions)} from {base_time}"
-    return f"{ratio(m.median_s / base.median_s)} {base_time}{noise.rough(m, base, conditions)}"
+        verdict, detail = noise.tie(m, base, conditions)
+        return f"{verdict} from {base_time}" + (f": {detail}" if detail else "")
+    return f"{ratio(m.median_s / base.median_s)} {base_time}{noise.rough(m, base)}"
 
 
 def ratio(value: float) -> str:
@@ -153,8 +156,8 @@ def chunk_verdict(measured: list[Measurement], path: str, conditions: Conditions
             why = f"faster on fewer than {MIN_SAMPLES_FOR_A_VERDICT} samples: not enough to tell"
         elif auto.median_s - fastest.median_s <= auto.spread_s + fastest.spread_s:
             why = "faster by less than the measured spread"
-            noisy = noise.noise(auto, fastest, conditions)
-            why += f": too noisy to tell ({noisy}: {noise.rerun_advice(auto, fastest)})" if noisy else ""
+            verdict, detail = noise.tie(auto, fastest, conditions)
+            why += f", {verdict}: {detail}" if detail else ""
         else:
             why = f"faster by less than {MIN_GAIN:.0%}"
         return (f"{path}: keep the default chunk_size=None (auto, C={auto.effective_chunk}: {_timed(auto)}); "
@@ -232,12 +235,13 @@ def _behind_lines(in_case, auto_path, conditions) -> list[str]:
         compared.append((B, T))
         name = best.path + (f" (C={best.effective_chunk})" if best.effective_chunk is not None else "")
         if not measurably_different(ours, best):
-            lines.append(f"{noise.tie(ours, best, conditions)} at B={B}, T={T}: {ours.path} {_timed(ours)} against "
-                         f"{name}'s {_timed(best)}, the fastest baseline there")
+            verdict, detail = noise.tie(ours, best, conditions)
+            lines.append(f"{verdict} at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s {_timed(best)}, "
+                         "the fastest baseline there" + (f"; {detail}" if detail else ""))
         elif best.median_s < ours.median_s:
             lines.append(f"behind at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s {_timed(best)}, "
                          f"the fastest baseline there ({ours.median_s / best.median_s:.3g}x its time)"
-                         f"{noise.rough(ours, best, conditions)}")
+                         f"{noise.rough(ours, best)}")
     if compared and not lines:
         batches = {B for B, _ in compared}
         where = (f"B={compared[0][0]}, T={', '.join(str(T) for _, T in compared)}" if len(batches) == 1
@@ -276,14 +280,15 @@ def _step_line(library, case, here, auto_path, conditions) -> str:
     approx = "~" if loop.extrapolated_from else ""
     line += f"; {loop_words}, what you have now: {_timed(loop)} per call"
     if not measurably_different(ours, loop):
-        line += f": {noise.tie(ours, loop, conditions)} (the medians differ by less than the spread of both)"
+        verdict, detail = noise.tie(ours, loop, conditions)
+        line += f": {verdict} (the medians differ by less than the spread of both{'; ' + detail if detail else ''})"
     elif saved > 0:
         line += (f" ({ratio(loop.median_s / ours.median_s)}): {approx}{seconds(saved)} saved per PPO step that "
                  "computes GAE once on this batch")
     else:
         line += (f" ({ratio(loop.median_s / ours.median_s)}): gae_xp is slower here by {approx}{seconds(-saved)} "
                  "per call")
-    return line + (noise.rough(ours, loop, conditions) if measurably_different(ours, loop) else "")
+    return line + (noise.rough(ours, loop) if measurably_different(ours, loop) else "")
 
 
 def _floor_words(ours: Measurement, here) -> str:
@@ -335,8 +340,8 @@ def _case_cost_lines(measured, here, conditions) -> list[str]:
             continue
         base = constant.get((m.path, m.B, m.T))
         if base is not None:
-            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)}, "
-                         f"{relative(m, base, 'its constant time', conditions)} ({_timed(base)})")
+            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)} against {_timed(base)}, "
+                         f"{relative(m, base, 'its constant time', conditions)}")
     return lines
 
 
@@ -385,7 +390,8 @@ def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None
         return []
     rows_ = recorded.get("results", [])
     machine = recorded.get("machine", {})
-    where = f"{machine.get('cpu', 'a CPU')}, {machine.get('cpus', '?')} cores"
+    where = f"{machine.get('cpu', 'a CPU')}, {machine.get('cpus', '?')} cores{recorded_load_words(machine)}"
+    conditions = Conditions(machine.get("load_average_highest"), machine.get("usable_cpus") or machine.get("cpus"))
     out = []
     for library in libraries:
         for r in rows_:
@@ -396,13 +402,34 @@ def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None
                             == (r["B"], r["T"], r["dones"], r["holes"])), None)
             if generic is None:
                 continue
-            case = "+".join(n for n, p in (("dones", r["dones"]), ("mask", r["holes"])) if p > 0) or "constant"
-            out.append(f"{library}, B={r['B']}, T={r['T']}, {r['dtype']}, {case}: {seconds(r['median_s'])} "
-                       f"against the generic path's {seconds(generic['median_s'])} "
-                       f"({generic['median_s'] / r['median_s']:.2g}x faster)")
+            ours, xp = _recorded_measurement(r), _recorded_measurement(generic)
+            why = noise.noise(ours, xp, conditions)
+            if measurably_different(ours, xp):
+                spreads = noise.wide_spreads(ours, xp)
+                against = f"{ratio(xp.median_s / ours.median_s)} faster" + (f"; rough: {spreads}" if spreads else "")
+            else:
+                against = f"too noisy to tell: {why}" if why else "no measurable difference"
+            out.append(f"{library}, B={ours.B}, T={ours.T}, {ours.dtype}, {ours.case}: {_timed(ours)} against the "
+                       f"generic path's {_timed(xp)} ({against})")
     if out:
-        out[0] = (f"measured by this project on {where} with `{recorded.get('command', '?')}`: " + out[0])
+        out[0] = f"measured by this project with `{recorded.get('command', '?')}` on {where}: " + out[0]
     return out
+
+
+def _recorded_measurement(record: dict) -> Measurement:
+    """A :class:`Measurement` back from its ``as_dict`` (``recorded.json``), fields it does not know left out."""
+    known = {f.name for f in dataclasses.fields(Measurement)}
+    return Measurement(**{k: v for k, v in record.items() if k in known})
+
+
+def recorded_load_words(machine_: dict) -> str:
+    """`` (load average 5.2 during the run: a busy machine's figures)``: how busy the recording machine was."""
+    load = machine_.get("load_average_highest", machine_.get("load_average"))
+    if load is None:
+        return ""
+    busy = Conditions(load, machine_.get("usable_cpus") or machine_.get("cpus")).busy
+    verdict = ": a busy machine's figures" if busy else ""
+    return f" (load average {load:.2g} during the run{verdict})"
 
 
 # ---------------------------------------------------------------------------------------------------- the header
@@ -616,7 +643,7 @@ def write_json(results: list[Measurement], path: str, argv: list[str], libraries
     import datetime
 
     document = {
-        "command": " ".join(argv),
+        "command": shlex.join(argv),
         "date": datetime.date.today().isoformat(),
         "machine": machine_ or machine(),
         "gpus": gpu_names(libraries),
