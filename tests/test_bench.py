@@ -615,7 +615,7 @@ def test_a_narrow_tie_is_no_difference_only_on_a_machine_that_was_not_busy(condi
 @pytest.mark.parametrize("spread, conditions, words", [
     (0.05e-3, QUIET, "2x X"),
     (0.05e-3, BUSY, "2x X"),  # the busy machine is said once, at the top of the verdict
-    (0.6e-3, QUIET, "2x X (rough: spreads ±30% and ±5%)"),
+    (0.6e-3, QUIET, "2x X, rough: spreads ±30% and ±5%"),
 ])
 def test_a_difference_beyond_the_spread_is_given_and_marked_rough_on_noisy_samples(spread, conditions, words):
     ours, base = measurement(median=2e-3, spread=spread), measurement(median=1e-3, spread=0.05e-3)

@@ -103,12 +103,12 @@ def tie(a, b, conditions: Conditions | None = None) -> tuple[str, str]:
 
 
 def rough(a, b) -> str:
-    """`` (rough: spreads ±69% and ±7%)`` after a difference beyond the spread of wide samples, else nothing.
+    """``, rough: spreads ±69% and ±7%`` after a difference beyond the spread of wide samples, else nothing.
 
     A busy machine is said once, at the top of the verdict (:func:`summary`).
     """
     spreads = wide_spreads(a, b)
-    return f" (rough: {spreads})" if spreads else ""
+    return f", rough: {spreads}" if spreads else ""
 
 
 def summary(measured, conditions: Conditions | None = None) -> str | None:

@@ -405,8 +405,7 @@ def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None
             ours, xp = _recorded_measurement(r), _recorded_measurement(generic)
             why = noise.noise(ours, xp, conditions)
             if measurably_different(ours, xp):
-                spreads = noise.wide_spreads(ours, xp)
-                against = f"{ratio(xp.median_s / ours.median_s)} faster" + (f"; rough: {spreads}" if spreads else "")
+                against = f"{ratio(xp.median_s / ours.median_s)} faster{noise.rough(ours, xp)}"
             else:
                 against = f"too noisy to tell: {why}" if why else "no measurable difference"
             out.append(f"{library}, B={ours.B}, T={ours.T}, {ours.dtype}, {ours.case}: {_timed(ours)} against the "
