@@ -27,12 +27,12 @@ PER_CORE = -1
 DESCRIPTION = ("Is GAE my bottleneck, and what should I set? Times gae_xp's paths against the serial GAE loop "
                "you have now (and slime's chunk scan, scipy's lfilter, a bare numba loop, JAX's lax.scan and "
                "lax.associative_scan; the O(T^2) matrix with --all-paths) on the installed array libraries, side "
-               "by side in one "
-               "process, next to a copy of the same bytes (the memory roofline); prints what is measured, a "
-               "table, and a verdict per library: the time per call against the loop and against the copy floor, "
-               "the seconds saved per PPO step, every shape where gae_xp is not ahead, whether a chunk size beats "
-               "the default on the path auto runs, the first call of a fresh process, and what an uninstalled "
-               "extra would give.")
+               "by side in one process, next to a copy of the same bytes (the memory roofline); prints what is "
+               "measured, a table, and a verdict per library: the time per call against the loop and against the "
+               "copy floor, the seconds saved per PPO step, every shape where gae_xp is not ahead, whether a chunk "
+               "size beats the default on the path auto runs, the first call of a fresh process, and what an "
+               "uninstalled extra would give; on a busy machine or wide spreads, which comparisons were too noisy "
+               "to tell.")
 
 
 class _DeprecatedAlias(argparse.Action):
