@@ -254,6 +254,21 @@ def test_a_slow_framework_loop_is_extrapolated_from_a_prefix():
     assert adapters.time_framework(flat, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
 
 
+def test_a_cold_first_call_is_not_extrapolated_to_the_whole_sequence():
+    """A probe's first call pays torch's set-up (54 ms against 0.3 ms here): scaled by T/512 it read 4 s for 0.2 s."""
+    from gae_xp.bench import adapters
+
+    calls = []
+
+    def timer(call, number):  # 1 us per step, and the process's first call 50 ms more
+        calls.append(call())
+        return (calls[-1] * 1e-6 + (0.05 if len(calls) == 1 else 0.0)) * number
+
+    row = adapters.Row("X", "X", lambda library, B, T: ((lambda: T), lambda: None))
+    seconds, prefix = adapters.time_framework(row, None, 2, 256 * runner.PROBE_STEPS, timer, budget_s=1.0)
+    assert prefix is None and seconds == pytest.approx(256 * runner.PROBE_STEPS * 1e-6)
+
+
 def test_adapters_marks_extrapolated_rows_and_names_the_rows_left_out(monkeypatch, capsys, quick):
     from gae_xp.bench import adapters
 

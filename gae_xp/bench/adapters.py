@@ -215,14 +215,16 @@ def left_out() -> list[str]:
 def time_framework(row: Row, library, B: int, T: int, timer, budget_s: float) -> tuple[float, int | None]:
     """(seconds per call of the framework's function at T, the prefix it ran on where extrapolated, else None).
 
-    A linear row longer than ``runner.PROBE_STEPS`` is probed on that prefix;
+    A linear row longer than ``runner.PROBE_STEPS`` is probed on that prefix,
+    twice (the faster run counts: the first of a process pays torch's lazy
+    set-up, which a linear extrapolation would multiply by T over the prefix);
     when the probe predicts more than ``budget_s`` at T, it runs once on the
     prefix the budget allows and its time is scaled by T over that prefix.
     """
     steps = T
     if row.linear_in_T and T > runner.PROBE_STEPS:
         probe_call, _ = row.build(library, B, runner.PROBE_STEPS)
-        probe = runner.time_call(probe_call, timer=timer, repeat=1, warmup=0, number=1).median
+        probe = runner.time_call(probe_call, timer=timer, repeat=2, warmup=0, number=1).minimum
         estimate = probe * T / runner.PROBE_STEPS
         if estimate > budget_s:
             steps = max(runner.PROBE_STEPS, int(T * budget_s / estimate))
