@@ -48,6 +48,7 @@ import os
 import numpy as np
 
 from gae_xp._compat import device_of, is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
+from gae_xp._pieces import identity_map
 
 from . import _cuda_plan
 
@@ -360,7 +361,7 @@ def _summarize(p) -> Pieces:
     count = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
     io = _dtype_name(r.dtype)
     compute = _compute(xp, io)
-    identity = xp.asarray([0.0, 1.0, 0.0, 0.0, 1.0], dtype=compute, device=device_of(r))
+    identity = identity_map(xp, compute, device_of(r))
     summary = xp.broadcast_to(identity, (rows, count, 5)) + xp.zeros((rows, count, 5), dtype=compute,
                                                                      device=device_of(r))
     if length == 0 or rows == 0:

@@ -96,6 +96,27 @@ def known_finite(xp, x) -> bool:
     return math.isfinite(float(xp.sum(x)))
 
 
+def to_device(xp, host: np.ndarray, like):
+    """``host`` (a NumPy array) on ``like``'s device, without blocking the host.
+
+    A torch CUDA tensor gets a copy from pinned memory with
+    ``non_blocking=True`` (from pageable memory the copy would synchronise):
+    the pinned buffer comes from torch's caching host allocator, which
+    records the copy's stream and reuses the buffer only once the copy is
+    done, so the buffer may be dropped here. Elsewhere ``xp.asarray``: no
+    copy on the host, an asynchronous one for CuPy's current stream.
+    """
+    if _torch_cuda(like):
+        torch = sys.modules["torch"]
+        return torch.from_numpy(host).pin_memory().to(like.device, non_blocking=True)
+    return xp.asarray(host, device=device_of(like))
+
+
+def _torch_cuda(x) -> bool:
+    """True for an eager torch tensor in CUDA memory (a traced one keeps ``xp.asarray``)."""
+    return is_torch_array(x) and x.device.type == "cuda" and not _torch_is_symbolic(x)
+
+
 def owned_copy(xp, x):
     """A new array with x's values that this package may overwrite (x itself is never written)."""
     return xp.astype(x, x.dtype, copy=True)

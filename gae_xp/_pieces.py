@@ -64,6 +64,15 @@ from ._scan import cut_product, fold_boundary, neighbour, scan
 
 #: A piece's summary, in this order along the last axis.
 FIELDS = ("value", "on_value", "edge", "on_bootstrap", "product")
+
+
+def identity_map(xp, dtype, device):
+    """The map of no steps in ``FIELDS`` order, ``[0, 1, 0, 0, 1]`` (``Y -> Y``, ``X -> X``), made on ``device``:
+    no host-to-device copy (from a list it would block a torch CUDA caller)."""
+    slot = xp.arange(len(FIELDS), device=device)
+    return xp.astype((slot == FIELDS.index("on_value")) | (slot == FIELDS.index("product")), dtype)
+
+
 #: With a decoupled ``critic_lam`` the returns come from a second advantage chain over the same deltas and cuts
 #: (``gamma * critic_lam``): its (edge, on_bootstrap, product) follow ``FIELDS``, so such a summary has 8 numbers.
 CRITIC_FIELDS = ("critic_edge", "critic_on_bootstrap", "critic_product")
@@ -107,7 +116,7 @@ def _summarize_on_scan(p: GaeProblem, solve, chunk_size):
 
     stacked = p.replace(extra={}).map_steps(variant).replace(
         bootstrap=xp.stack([zero, one, zero]), carry=xp.stack([zero, zero, one]), fill_masked=True)
-    identity = xp.asarray([0.0, 1.0, 0.0, 0.0, 1.0], dtype=p.rewards.dtype, device=device_of(p.rewards))
+    identity = identity_map(xp, p.rewards.dtype, device_of(p.rewards))
     count = 1 if p.offsets is None else p.offsets.shape[0] - 1
     if p.length == 0:
         return xp.broadcast_to(identity, (*p.rewards.shape[:-1], count, 5))

@@ -38,6 +38,7 @@ from ._compat import (
     is_cupy_array,
     is_torch_array,
     owned_copy,
+    to_device,
     values_are_readable,
 )
 from ._problem import GaeProblem, PreparedCall, PreparedScan
@@ -405,7 +406,7 @@ def check_offsets(xp, value, length: int, like):
     ``value`` is a 1-D integer array of the inputs' library and device, or
     host offsets (a list, a tuple, or a NumPy array beside arrays of another
     library). ``offsets`` is an array of the inputs' namespace on their
-    device (host offsets are copied there: no synchronisation); ``host_offsets``
+    device (host offsets are copied there without blocking: ``_compat.to_device``); ``host_offsets``
     a NumPy copy, or None when the values cannot be read now (traced, lazy).
     Device offsets are read to the host once, for these checks (one small
     device-to-host copy, which synchronises the device's stream); host
@@ -445,7 +446,7 @@ def check_offsets(xp, value, length: int, like):
             raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
                              "sequence)")
     if host:
-        offsets = xp.asarray(host_offsets, device=device_of(like))
+        offsets = to_device(xp, host_offsets, like)
     else:
         offsets = xp.astype(value, xp.int64, copy=False)
     return offsets, host_offsets

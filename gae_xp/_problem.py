@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ._compat import device_of
+from ._compat import device_of, to_device
 
 Array = Any
 
@@ -110,7 +110,7 @@ class GaeProblem:
         import numpy as np
 
         host_offsets = np.asarray(host_offsets, dtype=np.int64)
-        offsets = self.xp.asarray(host_offsets, device=device_of(self.rewards))
+        offsets = to_device(self.xp, host_offsets, self.rewards)
         return dataclasses.replace(self, offsets=offsets, host_offsets=host_offsets, bootstrap=bootstrap, carry=carry)
 
     def replace(self, **changes) -> GaeProblem:

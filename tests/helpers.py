@@ -35,3 +35,18 @@ def like(library):
 def expected(case: dict, axis: int = -1):
     """(advantages, returns) of the float64 per-step loop."""
     return reference.gae_loop(**case, axis=axis)
+
+
+class ListRefusing:
+    """An array namespace that fails a test on ``asarray`` of a Python list or tuple (a host-to-device copy,
+    blocking for torch CUDA) and forwards everything else to ``xp``."""
+
+    def __init__(self, xp):
+        self._xp = xp
+
+    def __getattr__(self, name):
+        return getattr(self._xp, name)
+
+    def asarray(self, obj, *args, **kwargs):
+        assert not isinstance(obj, (list, tuple)), f"asarray of a host list {obj!r}: a blocking host-to-device copy"
+        return self._xp.asarray(obj, *args, **kwargs)

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import make_case, xp_assert_close
+from helpers import ListRefusing, make_case, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
@@ -456,6 +456,21 @@ def test_piece_summaries_and_fix_up(option, cuts, length):
     for got in (kernels.gae(p.replace(bootstrap=b, carry=c)), kernels.pieces(p).finish(b, c)):
         for out, exact in zip(got, want):
             xp_assert_close(out, exact, like=HOST)
+
+
+@pytest.mark.parametrize("length", [0, 37])
+def test_summaries_and_pieces_copy_no_list_to_the_device(length):
+    """The summary starts from the identity map made on the device: asarray of a list would block torch CUDA."""
+    from gae_xp import backends
+
+    case = make_case(np.random.default_rng(length), (2, length), **OPTIONS["holes, padding, dones"])
+    case.pop("bootstrap_value", None)
+    p = prepared(case, [0, length // 3, length])
+    kernels, refusing = backends.load(BACKEND), p.replace(xp=ListRefusing(p.xp))
+    xp_assert_close(kernels.summarize(refusing), kernels.summarize(p), like=HOST)
+    b, c = np.ones((2, 2)), np.zeros((2, 2))
+    for got, want in zip(kernels.pieces(refusing).finish(b, c), kernels.pieces(p).finish(b, c)):
+        xp_assert_close(got, want, like=HOST)
 
 
 def piecewise_loop(case, offsets, bootstrap, carry):
