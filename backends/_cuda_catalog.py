@@ -37,8 +37,13 @@ def structures(io: str):
         _gae("gae", "final", full, offsets=True, carry=True, entering=True, fill=True),  # a carry has no critic_lam
         _gae("gae", "tiles", [*full, "critic_lam"], offsets=True, critic=True),
         _gae("gae", "tiles", full, offsets=True, summaries=True),
-        _gae("vtrace", "final", [*full, "log_rhos"], entering=True),
+        # a float critic_lam (critic without its array) with every option: 128 registers, where the array needs more
+        _gae("gae", "final", full, offsets=True, entering=True, fill=True, critic=True),
+        _gae("gae", "tiles", full, offsets=True, critic=True),
+        _gae("vtrace", "final", [*full, "log_rhos"], offsets=True, entering=True),
+        _gae("vtrace", "tiles", [*full, "log_rhos"], offsets=True),
         _gae("lambda", "final", ["next_values", "gamma", "lam", *_FLAGS], offsets=True, entering=True),
+        _gae("lambda", "tiles", ["next_values", "gamma", "lam", *_FLAGS], offsets=True),
         _gae("returns", "final", ["gamma", *_FLAGS], offsets=True, carry=True, entering=True),
         _backward("adjoint", "final", ["grad_advantages", "grad_returns", "gamma", "lam", *_FLAGS], offsets=True,
                   entering=True, fill=True, carry=True),
@@ -49,7 +54,6 @@ def structures(io: str):
             _gae("gae", "tiles", ["values"]),
             _gae("gae", "final", ["values", "next_values", *_FLAGS], entering=True),
             _gae("gae", "final", ["values", "next_values"], entering=True, critic=True),
-            _gae("vtrace", "tiles", [*full, "log_rhos"]),
             _gae("vtrace", "final", ["values", "next_values", "log_rhos"]),
             _gae("lambda", "tiles", ["next_values", *_FLAGS], offsets=True),
             _gae("lambda", "final", ["next_values"]),

@@ -391,4 +391,4 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
             y = bootstrap[row, segment]
         return constant(x, zero, y)
 
-    return KernelSpec(s.name, kernel, signature(io, s), tile_bounds(io, "critic_lam" in s.inputs))
+    return KernelSpec(s.name, kernel, signature(io, s), tile_bounds(io, s.critic))

@@ -49,8 +49,10 @@ entering it from its neighbours (the first tile's is the identity).
 
 Global loads and stores of the streamed arrays carry cache hints
 (``ld.global.cg`` where launch 3 reads the data again, ``ld.global.cs`` and
-``st.global.cs`` where it is read or written once), which also makes them
-the ``.global`` instructions of the PTX; the simulator indexes plainly.
+``st.global.cs`` where it is read or written once; a broadcast array, read
+again by other steps or rows, keeps ``ld.global.cg`` in launch 3 too), which
+also makes them the ``.global`` instructions of the PTX; the simulator
+indexes plainly.
 Kernels are built by factories in the family modules, returned as
 ``KernelSpec`` (function, explicit signature, a stable name); the backend
 compiles them with ``cuda.jit(signature)``, the compile test with
@@ -91,8 +93,9 @@ class KernelSpec(NamedTuple):
 
 def tile_bounds(io: str, heavy: bool = False) -> tuple[int, int]:
     """A tile kernel's launch bounds: blocks of up to THREADS threads, two per SM (at most 128 registers a
-    thread), or one for float64 and for ``heavy`` structures (a per-step critic_lam), whose eight steps per
-    thread of every input do not fit 128 registers without spilling."""
+    thread), or one for float64 and for ``heavy`` structures (a second chain for critic_lam, a float or per
+    step), whose eight steps per thread of every input do not fit 128 registers without spilling (a float
+    critic_lam with every option spilled on sm_80 in bfloat16)."""
     return (THREADS, 1 if io == "float64" or heavy else 2)
 
 
@@ -205,7 +208,11 @@ else:
 
     @cuda.jit(device=True)
     def load_once(a, row, t):
-        """A last read: streaming, evict first (ld.global.cs)."""
+        """A last read: streaming, evict first (ld.global.cs), unless ``a`` is broadcast (a stride 0: other steps
+        or rows read the same element), which is cached in L2 (ld.global.cg) for them to find. The test is the
+        same for every thread of the block: no divergence."""
+        if a.strides[0] == 0 or a.strides[1] == 0:
+            return cuda.ldcg(a, (np.int64(row), np.int64(t)))
         return cuda.ldcs(a, (np.int64(row), np.int64(t)))
 
     @cuda.jit(device=True)

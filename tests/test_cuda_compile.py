@@ -154,16 +154,17 @@ def test_tile_kernels_load_and_store_coalesced(io, spec):
     """The streamed arrays move only through striped global loads and stores with cache hints (ITEMS of them per
     array and thread, unrolled: a warp's instruction reads 32 consecutive elements) and a shared-memory exchange:
     launch 1 (``tiles``) loads with ``ld.global.cg`` (launch 3 reads the data again), launch 3 (``final``) with
-    ``ld.global.cs`` and stores its outputs with ``st.global.cs``. The few numbers per tile or segment (maps,
-    boundary values, offsets) are plain loads and stores (read-only ones may become ``ld.global.nc``)."""
+    ``ld.global.cs``, or ``ld.global.cg`` for a broadcast array (stride 0: other steps or rows read it again, from
+    L2), and stores its outputs with ``st.global.cs``. The few numbers per tile or segment (maps, boundary values,
+    offsets) are plain loads and stores (read-only ones may become ``ld.global.nc``)."""
     from gae_xp.backends._cuda_plan import ITEMS
 
     result = compile_kernel(io, spec, "sm_90")
     final = "_final[" in spec.name
     options = set(spec.name[spec.name.index("[") + 1:-1].split(","))
     arrays = len(options & STREAMED) + (0 if spec.name.startswith("adjoint") else 1)  # the rewards (the scan's x)
-    assert (result["loads_once"] if final else result["loads_again"]) >= ITEMS * arrays, result
-    assert (result["loads_again"] if final else result["loads_once"]) == 0, result
+    assert result["loads_again"] >= ITEMS * arrays, result  # launch 1's loads, or launch 3's of broadcast arrays
+    assert (result["loads_once"] >= ITEMS * arrays) if final else (result["loads_once"] == 0), result
     assert result["shared_stores"] >= ITEMS and result["shared_loads"] >= ITEMS, result
     if final:
         outputs = 3 if "next_values" in options and spec.name.startswith("adjoint") else 2 if spec.name.startswith(
