@@ -180,6 +180,7 @@ def test_spin_and_samples(bench):
 def test_shapes_are_the_issues(bench):
     assert bench.GRID == [(8192, 1024), (8192, 2048), (8192, 4096), (2048, 4096), (16, 524288)]
     assert bench.SLIME == [(256, 131072)]
+    assert bench.TRAINER == [(38400, 128)] and bench.SHAPES[0] == (38400, 128)  # issue 29's whole-call shape
     assert sorted(bench.SHORT) == sorted((b, t) for b in (4096, 32768) for t in (8, 32, 128))
     assert set(bench.COMPILE_SHAPES) <= set(bench.SHAPES)
 

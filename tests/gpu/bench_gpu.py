@@ -52,7 +52,9 @@ GAMMA, LAM = 0.99, 0.95
 GRID = [(8192, 1024), (8192, 2048), (8192, 4096), (2048, 4096), (16, 524288)]
 SLIME = [(256, 131072)]
 SHORT = [(4096, 8), (4096, 32), (4096, 128), (32768, 8), (32768, 32), (32768, 128)]
-SHAPES = GRID + SLIME + SHORT
+#: rl-triton's whole-call figure (68 us on an H200, issue 29): a trainer's batch of short rows.
+TRAINER = [(38400, 128)]
+SHAPES = TRAINER + GRID + SLIME + SHORT
 #: torch.compile compiles every shape anew (tens of seconds each): this shape only, to fit the time budget.
 COMPILE_SHAPES = [(256, 131072)]
 CASES = ("constant", "terminated", "dones+mask")
@@ -203,6 +205,29 @@ def fused(library: str):
     return build
 
 
+def graph_replay(build):
+    """A path's call captured once in a CUDA graph (after a warm-up on a side stream, as torch asks): the timed
+    call is the replay, which returns the outputs captured (so the check reads the replay's results)."""
+    def graphed(inputs, case, shape):
+        import torch
+
+        call = build(inputs, case, shape)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()  # compiles
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = call()
+
+        def replay():
+            graph.replay()
+            return outputs
+        return replay
+    return graphed
+
+
 def compiled_generic(inputs, case, shape):
     import torch
 
@@ -266,6 +291,7 @@ def cccl(part: str):
 #: (path, builder, cases, gives advantages to check)
 PATHS = [
     ("gae_xp fused (torch)", fused("torch"), CASES, True),
+    ("gae_xp fused (torch), CUDA-graph replay", graph_replay(fused("torch")), CASES, True),
     ("gae_xp fused (CuPy)", fused("cupy"), ("constant",), True),
     ("gae_xp generic, torch.compile", compiled_generic, ("constant", "dones+mask"), True),
     ("slime chunk scan, best C", slime_best, ("constant",), True),
