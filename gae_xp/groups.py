@@ -112,8 +112,15 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
     xp = call.xp
     if scores.shape[0] == 0:
         return xp.zeros(0, dtype=call.out_dtype, device=device_of(scores))
-    count, mean, m2 = call.moments()
-    x = xp.astype(scores, call.dtype)
+    return advantages_of(call, call.moments(), baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
+
+
+def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbiased: bool, batch=None) -> Array:
+    """The advantages of ``call``'s scores from every group's (count, mean, M2) (G,) and, for ``scale="batch"``,
+    the batch's (n, M2) (default: merged from the groups'). ``gae_xp.distributed`` passes the ranks' merged ones."""
+    xp = call.xp
+    count, mean, m2 = moments
+    x = xp.astype(call.scores, call.dtype)
     valid = ~xp.isnan(x)
     zero = xp.zeros_like(x)
     n = call.per_sample(count)
@@ -125,18 +132,15 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
             factor = xp.where(n > 1, n / xp.where(n > 1, n - 1, xp.ones_like(n)), zero)
             centred = centred * factor
     if scale == "group":
-        m2_each = call.per_sample(m2)
-        std = _std(xp, m2_each, n, unbiased)
-        spread = m2_each > 0
-        out = xp.where(spread, centred / xp.where(spread, std + eps, xp.ones_like(std)), zero)
+        spread = call.per_sample(m2)
+        std = _std(xp, spread, n, unbiased)
     elif scale == "batch":
-        total, _, total_m2 = _merge(xp, count, mean, m2)
-        spread = total_m2 > 0
-        std = _std(xp, total_m2, total, unbiased)
-        out = xp.where(spread, centred / xp.where(spread, std + eps, xp.ones_like(std)), zero)
+        total, spread = batch if batch is not None else _merge(xp, count, mean, m2)[::2]
+        std = _std(xp, spread, total, unbiased)
     else:
-        out = centred
-    out = xp.where(valid, out, zero)
+        return xp.astype(xp.where(valid, centred, zero), call.out_dtype, copy=False)
+    some = spread > 0
+    out = xp.where(some & valid, centred / xp.where(some, std + eps, xp.ones_like(std)), zero)
     return xp.astype(out, call.out_dtype, copy=False)
 
 
@@ -280,8 +284,9 @@ def _packed(advantages, cu_seqlens, like):
 class _Call:
     """Checked scores and groups: the namespace, dtypes, and how to reach each sample's group."""
 
-    def __init__(self, xp, scores, k, index, n_groups, out_dtype, dtype):
-        self.xp, self.scores, self.k, self.index, self.n_groups = xp, scores, k, index, n_groups
+    def __init__(self, xp, scores, k, group_ids, index, n_groups, out_dtype, dtype):
+        self.xp, self.scores, self.k, self.group_ids, self.index, self.n_groups = xp, scores, k, group_ids, index, \
+            n_groups
         self.out_dtype, self.dtype = out_dtype, dtype
 
     @classmethod
@@ -303,7 +308,7 @@ class _Call:
                                 f"dtype {group_ids.dtype}")
             if tuple(group_ids.shape) != (n,):
                 raise ValueError(f"group_ids must have the shape of scores, ({n},), got {tuple(group_ids.shape)}")
-            return cls(xp, scores, None, _segments.dense_index(xp, group_ids), n, out_dtype, dtype)
+            return cls(xp, scores, None, group_ids, _segments.dense_index(xp, group_ids), n, out_dtype, dtype)
         if isinstance(group_ids, bool) or not isinstance(group_ids, numbers.Integral):
             raise TypeError(f"group_ids must be an integer array (equal ids form a group) or an int k, got "
                             f"{type(group_ids).__name__}")
@@ -312,7 +317,7 @@ class _Call:
             raise ValueError(f"group_ids as an int is the group size k and must be at least 1, got {k}")
         if n is not None and n % k != 0:
             raise ValueError(f"group_ids = {k} (consecutive groups of k) must divide the number of scores, {n}")
-        return cls(xp, scores, k, None, None, out_dtype, dtype)
+        return cls(xp, scores, k, None, None, None, out_dtype, dtype)
 
     def moments(self):
         if self.k is not None:
