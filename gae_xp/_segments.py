@@ -4,7 +4,8 @@ Used by ``gae_xp.groups`` (group-relative advantages). Two layouts:
 
 * consecutive groups of k (``group_ids`` a Python int): a reshape to (G, k)
   and reductions along the last axis, on every library;
-* arbitrary integer ids: a dense index in [0, N) from a stable sort
+* arbitrary integer ids (NumPy with numba installed: one numba kernel of two
+  passes, ``backends/_numba_groups.py``): a dense index in [0, N) from a stable sort
   (``dense_index``: equal ids get one index, in the ids' sorted order; the
   index is at most N - 1 by construction, whatever the ids hold, so no value
   check is needed before a segmented sum reads it, traced or not), then one
@@ -33,6 +34,7 @@ A group without a member that is not NaN has n = 0, and mean = M2 = 0.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from ._compat import device_of, is_cupy_array, is_dask_array, is_jax_array, is_numpy_array, is_torch_array
@@ -129,6 +131,21 @@ def group_moments(scores: Array, index: Array, n_groups: int, dtype=None) -> tup
 
     xp = array_namespace(scores, index)
     dtype = accumulator_dtype(xp, scores) if dtype is None else dtype
+    if is_numpy_array(scores) and scores.dtype in (xp.float32, xp.float64) and dtype == xp.float64 \
+            and numba_installed():
+        from .backends._numba_groups import group_moments as kernel
+
+        return kernel(scores, index, n_groups)
+    return generic_group_moments(xp, scores, index, n_groups, dtype)
+
+
+def numba_installed() -> bool:
+    """True when numba can be imported (then NumPy scores take its kernel, ``backends/_numba_groups.py``)."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def generic_group_moments(xp, scores, index, n_groups: int, dtype):
+    """group_moments by the library's segmented sums (every library; NumPy's without numba)."""
     x = xp.astype(scores, dtype)
     valid = ~xp.isnan(x)
     zero = xp.zeros_like(x)
