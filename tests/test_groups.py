@@ -405,3 +405,18 @@ def test_torch_compile_fullgraph():
     assert singles.abs().max() == 0
     np.testing.assert_array_equal(zero.numpy(), gae_xp.zero_variance_groups(scores, ids))
     assert torch.isfinite(tokens).all()  # unchecked offsets: clamped, never read outside the advantages
+
+
+def test_the_docs_example_prints_what_it_says():
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "groups.md").read_text()
+    block = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(block, {})  # noqa: S102 (the page's own example)
+    promised = "\n".join(line[2:] for line in block.splitlines() if line.startswith("# "))
+    assert printed.getvalue().strip() == promised.strip()
