@@ -139,6 +139,21 @@ def test_equal_scores_give_exactly_zero(library):
             assert bool(xp.all(gae_xp.zero_variance_groups(*arguments)))
 
 
+def test_float32_accumulators_keep_equal_groups_exact():
+    """Where a device has no float64 (JAX without x64, MPS) the moments run in float32: still exactly 0."""
+    import array_api_compat.numpy as xp
+
+    from gae_xp import _segments
+
+    values = np.repeat(np.array([0.1, 7.77, 1e6 + 0.5, 1 / 3], dtype=np.float32), 7)
+    index = np.repeat(np.arange(4), 7)
+    for count, mean, m2 in (_segments.consecutive_moments(values, 7, np.float32),
+                            _segments.generic_group_moments(xp, values, index, 4, np.float32)):
+        assert mean.dtype == np.float32
+        np.testing.assert_array_equal(mean, values[::7])
+        np.testing.assert_array_equal(m2, np.zeros(4))
+
+
 def test_float32_near_constant_scores_keep_the_float64_digits(library):
     xp = library.xp
     rng = np.random.default_rng(3)
