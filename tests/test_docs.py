@@ -20,7 +20,8 @@ PUBLIC_MODULES = ["gae_xp.estimators", "gae_xp.turns", "gae_xp.lambdas", "gae_xp
                   "gae_xp.testing.cases", "gae_xp.reference",
                   *(f"gae_xp.adapters.{name}" for name in ("verl", "slime", "openrlhf", "torchrl", "rlax", "areal",
                                                             "cleanrl", "trl")),
-                  "gae_xp.distributed._gae", "gae_xp.distributed._whiten", "gae_xp.distributed._exchange"]
+                  "gae_xp.distributed._gae", "gae_xp.distributed._whiten", "gae_xp.distributed._exchange",
+                  "gae_xp.distributed._groups"]
 #: numpydoc sections every public function's docstring has.
 SECTIONS = ("Parameters", "Returns", "Examples")
 
