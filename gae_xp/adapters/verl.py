@@ -61,6 +61,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 import gae_xp
 from gae_xp._compat import array_namespace, device_of, values_are_readable
 from gae_xp.adapters._groups import Groups, rows_times_mask
@@ -169,7 +171,8 @@ def compute_grpo_outcome_advantage(token_level_rewards: Array, response_mask: Ar
 
         s_i = sum_t token_level_rewards[i, t]
         a_i = (s_i - mean_g) / (std_g + epsilon)     (std unbiased; s_i - mean_g when not norm_adv_by_std_in_grpo)
-        a_i = s_i / (1 + epsilon)  or  s_i           for a uid of one row (verl's mean 0, std 1)
+        a_i = s_i / (1 + epsilon)  or  s_i           for a uid of one row (verl's mean 0, std 1; 1 + epsilon
+                                                     rounded to float32, as verl's torch.tensor(1.0) is)
         advantages = returns = a[:, None] * response_mask
 
     Parameters
@@ -217,7 +220,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: Array, response_mask: Ar
                                           eps=epsilon, unbiased=True)
         alone = groups.alone_like(xp, scores)
         if alone is not None:
-            scalars = xp.where(alone, scores / (1 + epsilon) if norm_adv_by_std_in_grpo else scores, scalars)
+            # verl's std of a lone row is torch.tensor(1.0), a float32: 1 + epsilon is rounded to float32 there.
+            lone_std = float(np.float32(1.0) + np.float32(epsilon))
+            scalars = xp.where(alone, scores / lone_std if norm_adv_by_std_in_grpo else scores, scalars)
         advantages = rows_times_mask(xp, scalars, response_mask)
         return advantages, advantages
 
@@ -276,8 +281,9 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: 
         x   = b[:, None] * response_mask
         advantages = returns = masked_whiten(x, response_mask) * response_mask
 
-    ``masked_whiten`` is verl's: mean and Bessel-corrected variance weighted by the mask, ``(x - mean) *
-    rsqrt(var + 1e-8)`` (``gae_xp.whiten``); a mask summing to 0 or 1 raises verl's ValueError.
+    ``masked_whiten`` is current verl's: mean and Bessel-corrected variance weighted by the mask (its
+    ``masked_mean`` divides by ``sum(m) + 1e-8``), ``(x - mean) * rsqrt(var + 1e-8)``; a mask summing to 0 or 1
+    raises verl's ValueError.
 
     Parameters
     ----------
@@ -309,8 +315,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(token_level_rewards: 
             centred = xp.where(alone, scores, centred)
         tokens = rows_times_mask(xp, centred, response_mask)
         m = xp.astype(response_mask, tokens.dtype)
-        _check_mask_sum(xp, m)
-        advantages = gae_xp.whiten(tokens, m, unbiased=True, eps=1e-8, masked_fill=None) * m
+        advantages = _masked_whiten(xp, tokens, m) * m
         return advantages, advantages
 
 
@@ -333,7 +338,7 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: Array, re
     agree when the mask only pads the right end and the padding's rewards are 0.
 
     A bool mask runs ``gae_xp.discounted_returns(mask=...)``; a numeric one verl's blend as one scan. The
-    whitening is verl's ``masked_whiten`` (``gae_xp.whiten``, the mask as weights).
+    whitening is current verl's ``masked_whiten``, as in REINFORCE++-baseline.
 
     Parameters
     ----------
@@ -376,8 +381,21 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: Array, re
         else:
             returns = _blended_returns(xp, r, xp.astype(response_mask, dtype), gamma)
         m = xp.astype(response_mask, dtype)
-        _check_mask_sum(xp, m)
-        return gae_xp.whiten(returns, m, unbiased=True, eps=1e-8, masked_fill=None) * m, returns
+        return _masked_whiten(xp, returns, m) * m, returns
+
+
+def _masked_whiten(xp: Any, x: Array, m: Array) -> Array:
+    """Current verl's ``masked_whiten(x, m)``: ``masked_mean`` divides by ``sum(m) + 1e-8``, the variance is the
+    masked mean of squared deviations times ``sum(m) / (sum(m) - 1)``, then ``(x - mean) * rsqrt(var + 1e-8)`` at
+    every position. Slots of weight 0 are left out with ``where``; a mask summing to 0 or 1 raises verl's error."""
+    _check_mask_sum(xp, m)
+    real = m != 0
+    zero = xp.zeros((), dtype=x.dtype, device=device_of(x))
+    total = xp.sum(m)
+    mean = xp.sum(xp.where(real, x * m, zero)) / (total + 1e-8)
+    centred = x - mean
+    variance = xp.sum(xp.where(real, centred * centred * m, zero)) / (total + 1e-8) * (total / (total - 1))
+    return centred / xp.sqrt(variance + 1e-8)
 
 
 def _gamma(config: Any, gamma: float | None) -> float:
