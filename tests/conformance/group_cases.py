@@ -15,9 +15,13 @@ dyadic = st.integers(-40, 40).map(lambda k: k / 8)
 
 
 @st.composite
-def labelled_scores(draw, max_groups=6, max_size=5):
-    """(scores (N,) float64, uid strings (N,) object array): groups of 1..max_size rows, rows shuffled."""
-    sizes = draw(st.lists(st.integers(1, max_size), min_size=1, max_size=max_groups))
+def labelled_scores(draw, rows=12, max_size=5):
+    """(scores (rows,) float64, uid strings (rows,) object array): groups of 1..max_size rows, rows shuffled.
+
+    The number of rows is fixed so that JAX compiles each operation once, not once per drawn shape."""
+    sizes = []
+    while sum(sizes) < rows:
+        sizes.append(min(draw(st.integers(1, max_size)), rows - sum(sizes)))
     uids = [f"uid-{draw(st.uuids())}" for _ in sizes]
     labels = [uid for uid, size in zip(uids, sizes) for _ in range(size)]
     order = draw(st.permutations(range(len(labels))))
@@ -26,10 +30,10 @@ def labelled_scores(draw, max_groups=6, max_size=5):
 
 
 @st.composite
-def consecutive_scores(draw, min_size=1, max_size=5, nan=False):
-    """(rewards (N,) float64, k): consecutive groups of k, some rewards NaN when ``nan``."""
-    k = draw(st.integers(min_size, max_size))
-    n = k * draw(st.integers(1, 6))
+def consecutive_scores(draw, sizes=(1, 2, 3, 4, 6, 12), rows=12, nan=False):
+    """(rewards (rows,) float64, k): consecutive groups of k (a divisor of rows), some rewards NaN when ``nan``."""
+    k = draw(st.sampled_from(sizes))
+    n = rows
     values = dyadic | st.just(math.nan) if nan else dyadic
     return np.array(draw(st.lists(values, min_size=n, max_size=n))), k
 
