@@ -229,8 +229,8 @@ def grpo_advantages(rewards: Array, num_generations: int, scale_rewards: str | b
     Deliberate differences from TRL: a group whose rewards are all equal gets exactly 0 (TRL's float32 mean of
     equal rewards such as 1e6 + 0.5 is not exact, and the advantages then reach +-0.96); the statistics are
     float64 two-pass sums (TRL's ``nanstd`` takes Bessel's ``count / (count - 1)`` in torch's default float32,
-    so its float64 advantages differ from these in the 8th digit); an infinite reward gives NaN advantages to its group (TRL's ``nan_to_num`` turns them
-    into 0 and the infinity itself into the largest float).
+    so its float64 advantages differ from these in the 8th digit); an infinite reward gives NaN advantages to
+    its group (TRL's ``nan_to_num`` turns them into 0 and the infinity itself into the largest float).
 
     Parameters
     ----------

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from helpers import like, xp_assert_close
 from hypothesis import given
-from hypothesis import strategies as st
 
 from conformance import frameworks
 from conformance.group_cases import consecutive_scores, exact_group_advantages
