@@ -34,8 +34,15 @@ class Groups:
                           count=size)
         return cls(ids, np.bincount(ids, minlength=len(table)))
 
-    def ids_like(self, xp: Any, like: Array) -> Array:
-        """The dense ids as an int64 array of ``like``'s library, on its device."""
+    def ids_like(self, xp: Any, like: Array) -> Array | int:
+        """``group_ids`` for ``gae_xp.group_advantages``: the int k when the rows come in consecutive groups of k
+        (verl's rollout repeats each prompt's uid n times in a row: a reshape, no sort), else the dense ids as an
+        int64 array of ``like``'s library, on its device."""
+        size = self.ids.shape[0]
+        groups = self.counts.shape[0]
+        if size and size % groups == 0 and (self.counts == size // groups).all() and bool(
+                (self.ids == np.arange(size) // (size // groups)).all()):
+            return size // groups
         return xp.asarray(self.ids, device=device_of(like))
 
     def alone_like(self, xp: Any, like: Array) -> Array | None:

@@ -252,3 +252,19 @@ def test_verl_errors_name_the_argument():
                                                            .reshape(4, 3).float(), gamma=1.0)
     with pytest.raises(ValueError, match="eps"):
         verl.compute_grpo_outcome_advantage(rewards, mask, np.array(["a"] * 4, dtype=object), epsilon=-1.0)
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("name", ESTIMATORS)
+def test_consecutive_uids_as_verl_repeats_them(name, k):
+    """verl's rollout repeats each uid k times in a row: the adapter passes k to the core (a reshape, no sort);
+    the same rows shuffled take the ids' route; both equal verl's code."""
+    rng = np.random.default_rng(k)
+    uids = np.repeat(np.array([f"uid-{i}" for i in range(6)], dtype=object), k)
+    rewards, mask = token_rewards(rng.integers(-8, 9, uids.shape[0]) / 4, 5, rng)
+    ours, theirs, options = ESTIMATORS[name]
+    order = rng.permutation(uids.shape[0])
+    for rows in (np.arange(uids.shape[0]), order):
+        want, _ = theirs(torch.asarray(rewards[rows]), torch.asarray(mask[rows]), uids[rows], **options)
+        got, _ = ours(torch.asarray(rewards[rows]), torch.asarray(mask[rows]), uids[rows], **options)
+        xp_assert_close(got, want.numpy(), like=torch.zeros((), dtype=torch.float64))
