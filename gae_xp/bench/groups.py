@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from gae_xp.bench import runner
+from gae_xp.bench.cli import positive_int
 
 DESCRIPTION = __doc__.splitlines()[0].split(": ", 1)[1] + " " + __doc__.splitlines()[1]
 DEFAULT_SHAPES = ((1024, 16, 512), (4096, 8, 2048))
@@ -174,13 +175,15 @@ def batch(prompts: int, samples: int, length: int, *, shuffle: bool = False, see
     uids = np.repeat(np.array([str(uuid.UUID(int=int(u))) for u in rng.integers(0, 2**62, prompts)],
                               dtype=object), samples)
     order = rng.permutation(rows) if shuffle else np.arange(rows)
+    group_ids = torch.from_numpy(order // samples) if shuffle else samples
     return {"rewards": rewards[order].contiguous(), "mask": mask[order].to(torch.int64).contiguous(),
             "bool_mask": mask[order].contiguous(), "uids": uids[order], "samples": samples,
-            "scores": rewards[order].sum(-1)}
+            "group_ids": group_ids, "scores": rewards[order].sum(-1)}
 
 
 def rows(data: dict) -> list[tuple[str, Callable, Callable]]:
-    """(name, the framework's call, gae_xp's call) for one batch; the framework's call is None for the floor."""
+    """(name, the framework's call, gae_xp's call) for one batch. The core's rows take the group size k for the
+    consecutive layout, the prompt of each row as ids for shuffled rows."""
     import torch
 
     import gae_xp
@@ -189,14 +192,15 @@ def rows(data: dict) -> list[tuple[str, Callable, Callable]]:
     r, m, uids, k, scores = data["rewards"], data["mask"], data["uids"], data["samples"], data["scores"]
     bool_mask = data["bool_mask"]
     ones = torch.ones(scores.shape[0], 1, dtype=torch.int64)
-    advantages = gae_xp.group_advantages(scores, k)
+    ids = data["group_ids"]
+    advantages = gae_xp.group_advantages(scores, ids)
     return [
         ("verl GRPO: reference loop vs adapter", lambda: verl_grpo_loop(r, m, uids),
          lambda: verl.compute_grpo_outcome_advantage(r, m, uids)),
         ("verl GRPO: vectorised vs adapter", lambda: verl_grpo_vectorized(r, m, uids),
          lambda: verl.compute_grpo_outcome_advantage(r, m, uids)),
-        ("verl GRPO: vectorised vs core (k, to_tokens)", lambda: verl_grpo_vectorized(r, m, uids),
-         lambda: gae_xp.to_tokens(gae_xp.group_advantages(r.sum(-1), k), response_mask=bool_mask)),
+        ("verl GRPO: vectorised vs core + to_tokens", lambda: verl_grpo_vectorized(r, m, uids),
+         lambda: gae_xp.to_tokens(gae_xp.group_advantages(r.sum(-1), ids), response_mask=bool_mask)),
         ("verl RLOO: reference loop vs adapter", lambda: verl_rloo_loop(r, m, uids),
          lambda: verl.compute_rloo_outcome_advantage(r, m, uids)),
         ("verl REINFORCE++: loop vs adapter", lambda: verl_reinforce_plus_plus_loop(r, m, 1.0),
@@ -205,8 +209,8 @@ def rows(data: dict) -> list[tuple[str, Callable, Callable]]:
          lambda: verl.compute_grpo_outcome_advantage(scores[:, None], ones, uids)),
         ("scores (N,): verl vectorised vs adapter", lambda: verl_grpo_vectorized(scores[:, None], ones, uids),
          lambda: verl.compute_grpo_outcome_advantage(scores[:, None], ones, uids)),
-        ("scores (N,): verl vectorised vs core (k)", lambda: verl_grpo_vectorized(scores[:, None], ones, uids),
-         lambda: gae_xp.group_advantages(scores, k)),
+        ("scores (N,): verl vectorised vs core", lambda: verl_grpo_vectorized(scores[:, None], ones, uids)[0][:, 0],
+         lambda: gae_xp.group_advantages(scores, ids)),
         ("TRL GRPO block vs grpo_advantages (N,)", lambda: trl_grpo_block(scores, k),
          lambda: trl.grpo_advantages(scores, k)),
         ("copy of the tokens vs to_tokens (bool)", lambda: r.clone(),
@@ -222,9 +226,9 @@ LOOPS = ("reference loop", "REINFORCE++: loop", "verl's loop")
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES, metavar="LIST",
                         help="comma-separated PROMPTSxSAMPLESxTOKENS (default: 1024x16x512,4096x8x2048)")
-    parser.add_argument("--repeat", type=_positive, default=5, help="timed samples of each vectorised call "
+    parser.add_argument("--repeat", type=positive_int, default=5, help="timed samples of each vectorised call "
                                                                     "(default: 5)")
-    parser.add_argument("--threads", type=_positive, default=1, help="torch.set_num_threads (default: 1)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch.set_num_threads (default: 1)")
     parser.add_argument("--shuffle", action="store_true", help="rows in random order, not verl's consecutive "
                                                                "layout (default: consecutive)")
     return parser
@@ -257,13 +261,6 @@ def execute(options: argparse.Namespace, stream=None) -> int:
                   f"{other.median / mine.median:7.1f}x", file=stream, flush=True)
         del data
     return 0
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _shapes(text: str) -> tuple[tuple[int, int, int], ...]:
