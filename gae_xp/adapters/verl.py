@@ -337,7 +337,8 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: Array, re
     a reward after an observation span never reached the earlier turns, and masked tokens kept a return. The two
     agree when the mask only pads the right end and the padding's rewards are 0.
 
-    A bool mask runs ``gae_xp.discounted_returns(mask=...)``; a numeric one verl's blend as one scan. The
+    A bool or integer mask (verl's int64 attention-mask slice; an integer is read as 0 or not 0) runs
+    ``gae_xp.discounted_returns(mask=...)``; a floating one verl's blend as one scan. The
     whitening is current verl's ``masked_whiten``, as in REINFORCE++-baseline.
 
     Parameters
@@ -378,6 +379,8 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: Array, re
         r = xp.astype(token_level_rewards, dtype, copy=False)
         if xp.isdtype(response_mask.dtype, "bool"):
             returns = gae_xp.discounted_returns(r, gamma=gamma, mask=response_mask)
+        elif xp.isdtype(response_mask.dtype, "integral"):  # verl's attention-mask slice: 0/1 int64
+            returns = gae_xp.discounted_returns(r, gamma=gamma, mask=response_mask != 0)
         else:
             returns = _blended_returns(xp, r, xp.astype(response_mask, dtype), gamma)
         m = xp.astype(response_mask, dtype)

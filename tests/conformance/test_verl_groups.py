@@ -137,7 +137,7 @@ def test_against_verl_on_uid_strings_and_singletons(library, name, case, seed):
 
 
 @given(case=labelled_scores(rows=6), seed=st.integers(0, 2**16), gamma=st.sampled_from([1.0, 0.99, 0.5, 0.0]),
-       kind=st.sampled_from(["float", "bool", "fractional"]))
+       kind=st.sampled_from(["float", "bool", "int", "fractional"]))
 def test_reinforce_plus_plus_against_verl(library, case, seed, gamma, kind):
     rng = np.random.default_rng(seed)
     batch, length = case[0].shape[0], 7
@@ -147,7 +147,7 @@ def test_reinforce_plus_plus_against_verl(library, case, seed, gamma, kind):
     if kind == "fractional":
         mask = mask * rng.choice([0.5, 1.0], size=mask.shape)
     want_adv, want_ret = frameworks.verl_reinforce_plus_plus(torch.asarray(rewards), torch.asarray(mask), gamma)
-    given_mask = library.asarray(mask != 0 if kind == "bool" else mask)
+    given_mask = library.asarray({"bool": mask != 0, "int": mask.astype(np.int64)}.get(kind, mask))
     got_adv, got_ret = verl.compute_reinforce_plus_plus_outcome_advantage(
         library.asarray(rewards), given_mask, config=SimpleNamespace(gamma=gamma), index=case[1])
     xp_assert_close(got_adv, want_adv.numpy(), like=like(library))
