@@ -5,7 +5,7 @@ Used by ``gae_xp.groups`` (group-relative advantages). Two layouts:
 * consecutive groups of k (``group_ids`` a Python int): a reshape to (G, k)
   and reductions along the last axis, on every library;
 * arbitrary integer ids (NumPy with numba installed: one numba kernel of two
-  passes, ``backends/_numba_groups.py``): a dense index in [0, N) from a stable sort
+  passes, ``backends/_numba_groups.py``): a dense index in [0, N) from a sort
   (``dense_index``: equal ids get one index, in the ids' sorted order; the
   index is at most N - 1 by construction, whatever the ids hold, so no value
   check is needed before a segmented sum reads it, traced or not), then one
@@ -58,8 +58,9 @@ def accumulator_dtype(xp, like):
 def dense_index(xp, ids: Array) -> Array:
     """For integer ids (N,): each id's rank among the distinct ids (int64, in [0, N)); equal ids, equal index.
 
-    A stable sort, a comparison of neighbours, a cumulative sum, and the
-    sorted positions scattered back (Dask: its ``unique``'s inverse).
+    A sort, a comparison of neighbours, a cumulative sum, and the sorted
+    positions scattered back (Dask: its ``unique``'s inverse). The ranks
+    depend on the ids' values only, so the sort need not be stable.
     """
     if is_dask_array(ids):
         import dask.array as da
@@ -67,7 +68,7 @@ def dense_index(xp, ids: Array) -> Array:
         return da.unique(ids, return_inverse=True)[1].astype("int64")
     if ids.shape[0] == 0:
         return xp.zeros(0, dtype=xp.int64, device=device_of(ids))
-    order = xp.argsort(ids, stable=True)
+    order = xp.argsort(ids, stable=False)  # equal ids get one rank whatever their order: stability is not needed
     ordered = xp.take(ids, order)
     starts = xp.concat([xp.ones(1, dtype=xp.bool, device=device_of(ids)), ordered[1:] != ordered[:-1]])
     ranks = xp.cumulative_sum(xp.astype(starts, xp.int64)) - 1

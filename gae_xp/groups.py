@@ -239,11 +239,11 @@ def to_tokens(advantages: Array, *, response_mask: Array | None = None, cu_seqle
         name = "response_mask" if response_mask is not None else "like"
         raise ValueError(f"{name} must have shape (B, T) with B = len(advantages) = {advantages.shape[0]}, got "
                          f"{shape}")
-    rows = xp.broadcast_to(advantages[:, None], shape)
     if response_mask is None:
-        return xp.asarray(rows, copy=True)
+        return xp.asarray(xp.broadcast_to(advantages[:, None], shape), copy=True)
     real = response_mask if response_mask.dtype == xp.bool else response_mask != 0
-    return xp.where(real, rows, xp.zeros_like(rows))
+    zero = xp.zeros((), dtype=advantages.dtype, device=device_of(advantages))  # broadcast, never materialised
+    return xp.where(real, advantages[:, None], zero)
 
 
 def _packed(advantages, cu_seqlens, like):
@@ -285,9 +285,9 @@ class _Call:
     """Checked scores and groups: the namespace, dtypes, and how to reach each sample's group."""
 
     def __init__(self, xp, scores, k, group_ids, index, n_groups, out_dtype, dtype):
-        self.xp, self.scores, self.k, self.group_ids, self.index, self.n_groups = xp, scores, k, group_ids, index, \
-            n_groups
-        self.out_dtype, self.dtype = out_dtype, dtype
+        self.xp, self.scores, self.out_dtype, self.dtype = xp, scores, out_dtype, dtype
+        #: consecutive groups of k; or the ids, their dense index (N,) and its number of slots (N)
+        self.k, self.group_ids, self.index, self.n_groups = k, group_ids, index, n_groups
 
     @classmethod
     def prepare(cls, scores, group_ids) -> "_Call":

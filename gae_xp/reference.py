@@ -365,8 +365,21 @@ def group_advantages_loop(scores, group_ids, *, baseline: str | None = "mean", s
     scores left out of every statistic and given 0; a group whose other
     scores are all equal has mean exactly that score and M2 = 0; under
     ``scale="group"`` such a group gets 0, and under ``scale="batch"`` every
-    score gets 0 when the batch's M2 is 0. ``group_ids`` is an int k
-    (consecutive groups of k) or a sequence of ids.
+    score gets 0 when the batch's M2 is 0.
+
+    Parameters
+    ----------
+    scores : array (N,)
+        Read as float64 (NumPy, or anything ``np.asarray`` takes).
+    group_ids : int or integer array (N,)
+        An int k (consecutive groups of k) or one id per score.
+    baseline, scale, eps, unbiased
+        As in ``gae_xp.group_advantages``.
+
+    Returns
+    -------
+    numpy.ndarray (N,)
+        float64.
 
     Examples
     --------
@@ -428,6 +441,26 @@ def reinforce_plus_plus_loop(token_rewards, response_mask, *, gamma: float = 1.0
     skipped, its return 0); then the returns of all response tokens are
     whitened together, ``(G - mean) / sqrt(var + eps)`` with the unbiased
     variance, and masked tokens get 0.
+
+    Parameters
+    ----------
+    token_rewards, response_mask : array (B, T)
+        Read as float64 and as ``!= 0``.
+    gamma, eps : float
+        As in ``gae_xp.reinforce_plus_plus``.
+
+    Returns
+    -------
+    numpy.ndarray (B, T)
+        float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import reinforce_plus_plus_loop
+    >>> reinforce_plus_plus_loop(np.array([[0.0, 1.0], [0.0, 0.0]]), np.ones((2, 2)), eps=0.0).round(4)
+    array([[ 0.866,  0.866],
+           [-0.866, -0.866]])
     """
     rewards = np.asarray(token_rewards, dtype=np.float64)
     real = np.asarray(response_mask) != 0
