@@ -5,7 +5,8 @@ Used by ``gae_xp.groups`` (group-relative advantages). Two layouts:
 * consecutive groups of k (``group_ids`` a Python int): a reshape to (G, k)
   and reductions along the last axis, on every library;
 * arbitrary integer ids (NumPy with numba installed: one numba kernel of two
-  passes, ``backends/_numba_groups.py``): a dense index in [0, N) from a sort
+  passes, ``backends/_numba_groups.py``; CuPy and torch CUDA with numba-cuda:
+  two launches, ``backends/_cuda_groups.py``): a dense index in [0, N) from a sort
   (``dense_index``: equal ids get one index, in the ids' sorted order; the
   index is at most N - 1 by construction, whatever the ids hold, so no value
   check is needed before a segmented sum reads it, traced or not), then one
@@ -37,7 +38,15 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from ._compat import device_of, is_cupy_array, is_dask_array, is_jax_array, is_numpy_array, is_torch_array
+from ._compat import (
+    device_of,
+    is_cupy_array,
+    is_dask_array,
+    is_jax_array,
+    is_numpy_array,
+    is_torch_array,
+    values_are_readable,
+)
 
 Array = Any
 
@@ -132,12 +141,35 @@ def group_moments(scores: Array, index: Array, n_groups: int, dtype=None) -> tup
 
     xp = array_namespace(scores, index)
     dtype = accumulator_dtype(xp, scores) if dtype is None else dtype
-    if is_numpy_array(scores) and scores.dtype in (xp.float32, xp.float64) and dtype == xp.float64 \
-            and numba_installed():
-        from .backends._numba_groups import group_moments as kernel
+    if scores.dtype in (xp.float32, xp.float64) and dtype == xp.float64:
+        if is_numpy_array(scores) and numba_installed():
+            from .backends._numba_groups import group_moments as kernel
 
-        return kernel(scores, index, n_groups)
+            return kernel(scores, index, n_groups)
+        if _cuda_kernels_serve(xp, scores, index):
+            return cuda_group_moments(xp, scores, index, n_groups)
     return generic_group_moments(xp, scores, index, n_groups, dtype)
+
+
+def _cuda_kernels_serve(xp, scores, index) -> bool:
+    """True for CuPy arrays and torch CUDA tensors that do not require grad, outside tracing, with numba-cuda and a
+    GPU (``backends.numba_cuda``'s own test of the arrays)."""
+    if not (is_cupy_array(scores) or is_torch_array(scores) and scores.device.type == "cuda"):
+        return False
+    if not values_are_readable(scores):  # torch.compile, torch.func: the segmented sums trace, a kernel does not
+        return False
+    from . import backends
+
+    return backends.load("numba-cuda").unavailable_reason(xp, [scores, index], forced=True) is None
+
+
+def cuda_group_moments(xp, scores, index, n_groups: int):
+    """group_moments by the two numba-CUDA launches of ``backends/_cuda_groups.py`` (float64), finished here."""
+    from .backends import _cuda_groups
+
+    count, total, d_sum, d_squares = _cuda_groups.sums(xp, scores, index, n_groups, device_of(scores))
+    divisor = xp.where(count > 0, count, xp.ones_like(count))
+    return _finish(xp, count, divisor, total / divisor, d_sum, d_squares)
 
 
 def numba_installed() -> bool:
