@@ -16,7 +16,10 @@ per-step or per-row gamma or lam is read in place, broadcast views included).
   give no output. Device offsets are read by the kernels themselves (a
   binary search per thread); the only host read of them is ``prepare``'s
   validation (one small device-to-host copy, none when the caller gives
-  host offsets as a list or NumPy array).
+  host offsets as a list or NumPy array). Offsets that nobody read
+  (``host_offsets`` None: traced, or given to the operator directly) are
+  checked on the device first (``_guarded``): where they break the contract
+  the kernels get ``[0, T, ..., T]`` and every output is NaN.
 * Pieces (CP shards, Dask blocks of CuPy arrays): ``summarize`` is launch 1
   (and 2 for long rows) writing every segment's summary; ``pieces`` also
   keeps the tiles' maps so that the fix-up is launch 3 alone.

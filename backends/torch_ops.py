@@ -28,6 +28,12 @@ the returns use ``lam``. No gradient flows to per-step ``gamma``, ``lam`` or
 ``critic_lam`` through the operators: ``BACKEND.gae`` sends calls whose
 coefficients require grad to the generic path, whose autograd has them.
 
+Offsets: the CPU implementations check the offsets they are given (a
+ValueError naming cu_seqlens: callers may pass traced or hand-made ones);
+``gae_xp::checked_offsets`` checks traced CPU offsets for the generic path
+and the estimators when the graph runs; the numba-CUDA backend guards
+device offsets that nobody read on the device (NaN outputs).
+
 Served here (``BACKEND.unavailable_reason``): torch tensors on the CPU with
 numba installed, meta tensors, and CUDA tensors once the numba-CUDA backend
 has ``gae_backward``; not ``torch.func`` transforms (vmap, grad, jvp), which
