@@ -108,7 +108,7 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
-    if carries_tangents(xp, arrays):  # forward-mode AD: the array-API path's torch operations carry the tangents
+    if carries_tangents(arrays):  # forward-mode AD: the array-API path's torch operations carry the tangents
         return _generic.BACKEND
     if not all(values_are_readable(a) for a in arrays) or any(getattr(a, "requires_grad", False) for a in arrays):
         return _traceable(xp, arrays)

@@ -108,11 +108,14 @@ def _torch_is_symbolic(x) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
-def carries_tangents(xp, arrays) -> bool:
+def carries_tangents(arrays) -> bool:
     """True when a torch tensor among ``arrays`` is a forward-mode dual tensor (``torch.autograd.forward_ad``):
-    its tangent lives beside its values, so a kernel that reads the values alone would drop it. One attribute read
-    outside a ``dual_level()`` block."""
-    return is_torch_namespace(xp) and any(is_torch_array(a) and has_tangent(a) for a in arrays)
+    its tangent lives beside its values, so a kernel that reads the values alone would drop it. Two attribute reads
+    outside a ``dual_level()`` block (none when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or torch.autograd.forward_ad._current_level < 0:
+        return False
+    return any(is_torch_array(a) and has_tangent(a) for a in arrays)
 
 
 def has_tangent(tensor) -> bool:
