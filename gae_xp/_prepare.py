@@ -49,7 +49,7 @@ Array = Any
 def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
             terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
             extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, critic_lam=None,
-            sequences: int | None = None) -> PreparedCall:
+            sequences: int | None = None, truncated_bootstrap="next_values") -> PreparedCall:
     """Check the arguments shared by gae() and the estimators, and lay them out as a GaeProblem.
 
     ``needs_values=False`` is for estimators without a value function
@@ -60,7 +60,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     ``sequences`` says the bootstrap holds one value per sequence of that
     many although these steps carry no offsets (a rank's shard of packed
     sequences: its offsets are the CP context's). The backend is not chosen
-    here: ``gae_xp.backends.solver(call)`` does that.
+    here: ``gae_xp.backends.solver(call)`` does that. ``truncated_bootstrap``
+    is checked for estimators with a value function (``check_truncation``).
     """
     extra = extra or {}
     require_array("rewards", rewards)
@@ -86,6 +87,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
                 require_array(name, value)
             same_shape(name, value, shape)
     one_boundary(bootstrap_value, next_values)
+    if needs_values:
+        check_truncation(truncated, next_values, truncated_bootstrap)
     out_dtype, dtype = compute_dtypes(xp, {"rewards": rewards, **per_step, "bootstrap_value": bootstrap_value},
                                       rewards)
     # float16/bfloat16 per-step arrays stay as they are for a backend that widens them in registers (no copy)
@@ -209,6 +212,32 @@ def one_boundary(bootstrap_value, next_values) -> None:
     """V after the last step comes from bootstrap_value or from next_values, never both."""
     if next_values is not None and bootstrap_value is not None:
         raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
+
+
+#: What ``truncated_bootstrap`` may say: where V(s_{t+1}) of a truncated step comes from.
+TRUNCATED_BOOTSTRAPS = ("next_values", "next_step")
+
+
+def check_truncation(truncated, next_values, truncated_bootstrap) -> None:
+    """``truncated`` needs V(s_{t+1}) of each truncated episode's final observation, which only ``next_values``
+    holds; the next step's value belongs to the next episode. ValueError naming ``next_values`` unless the caller
+    says ``truncated_bootstrap="next_step"`` (the next real step's value, or ``bootstrap_value`` after the last
+    one, is the one meant: e.g. truncations only at the end of each row or sequence)."""
+    if truncated_bootstrap not in TRUNCATED_BOOTSTRAPS:
+        raise ValueError(f"truncated_bootstrap must be one of {TRUNCATED_BOOTSTRAPS}, got {truncated_bootstrap!r}")
+    if truncated_bootstrap == "next_step":
+        if next_values is not None:
+            raise ValueError('truncated_bootstrap="next_step" bootstraps from the next step\'s value, but '
+                             "next_values is given and replaces it: drop one of them")
+        return
+    if truncated is not None and next_values is None:
+        raise ValueError(
+            "truncated is given without next_values: a truncated step would be bootstrapped from the value at the "
+            "next step, which is the next episode's first value. Pass next_values= (an array shaped like rewards "
+            "holding V(s_{t+1}): at each truncated step, the value of the truncated episode's final observation; "
+            "e.g. next_values = concat(values[..., 1:], bootstrap) with V(final_obs) written where truncated), or "
+            'truncated_bootstrap="next_step" if the next step\'s value (bootstrap_value after the last step) is '
+            "the one you mean, as when truncations fall only at the end of each row or sequence")
 
 
 def namespace_of(arrays: dict[str, Any]):

@@ -75,6 +75,8 @@ def make_case(seed, world, name, *, batch=3, per_chunk=37, dtype=np.float64):
         case["lam"] = rng.uniform(0.0, 1.0, (batch, 1))
     if options.get("next_values"):
         case["next_values"] = rng.standard_normal(shape)
+    elif "truncated" in case:  # random truncations, no final observations
+        case["truncated_bootstrap"] = "next_step"
     if options.get("bootstrap"):
         case["bootstrap_value"] = rng.standard_normal(batch)
     if options.get("fill_masked"):
@@ -280,6 +282,8 @@ def scenario_hostile(check, rank, world):
                  call(gamma=1.5 if rank == last else 0.99))
     check.raises("a NumPy array on rank 0", TypeError, "torch tensors" if rank == 0 else "rank 0 of",
                  call(rewards=mine["rewards"].numpy() if rank == 0 else mine["rewards"]))
+    check.raises("truncated without next_values", ValueError, "truncated is given without next_values",
+                 call(truncated_bootstrap="next_values"))
     check.raises("an unknown option on rank 0", TypeError, "unexpected keyword" if rank == 0 else "rank 0 of",
                  lambda: cp.gae(**mine, context=context, **({"gama": 0.9} if rank == 0 else {})))
     # ranks that disagree: batch size, dtype, critic_lam, Context

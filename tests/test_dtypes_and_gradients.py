@@ -67,7 +67,8 @@ def test_torch_gradcheck(options):
     values = torch.from_numpy(case["values"]).requires_grad_()
 
     def advantages_and_returns(r, v):
-        return gae_xp.gae(r, v, gamma=gamma, lam=case["lam"], chunk_size=8, **flags)
+        return gae_xp.gae(r, v, gamma=gamma, lam=case["lam"], chunk_size=8, **flags,
+                          truncated_bootstrap=case.get("truncated_bootstrap", "next_values"))
 
     assert torch.autograd.gradcheck(advantages_and_returns, (rewards, values))
     advantages, _ = advantages_and_returns(rewards, values)
