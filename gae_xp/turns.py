@@ -13,6 +13,7 @@ numba kernel on NumPy and torch CPU arrays.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,7 +161,8 @@ def turn_counts(turn_ids: Array, *, mask: Array | None = None, cu_seqlens: Array
     array
         Integer counts: the shape of ``turn_ids`` with ``axis`` of size 1, or,
         with ``cu_seqlens``, the batch shape plus a trailing axis of one per
-        sequence.
+        sequence. An empty time axis gives 0 turns in that shape (every row,
+        and every sequence of ``cu_seqlens=[0, 0, ...]``, has none).
 
     Raises
     ------
@@ -242,7 +244,7 @@ class _Tokens:
         real = ids >= 0 if mask is None else _flat(xp, prepare_.flag(xp, "mask", mask, shape, axis), -1)
         positions = xp.nonzero(real)[0]
         real_ids = xp.take(ids, positions)
-        rows = ids.shape[0] // length if length else 0
+        rows = math.prod(shape[:axis] + shape[axis + 1:])  # from the shape: an empty time axis still has rows
         if cu_seqlens is None:
             inner = xp.zeros(1, dtype=positions.dtype, device=device)
         else:  # every row's sequences start at the same offsets
