@@ -8,10 +8,10 @@ write gets its own copy (see ``gae_xp._scan.scan``).
 Conventions settled here, for every namespace:
 
 * time goes last (``axis`` is moved to -1) and comes back in ``restore``;
-* the compute dtype is float32 for float16/bfloat16/float32 data, float64
-  for float64 and wider floats (NumPy's longdouble is computed in float64
-  and returned as longdouble); integer or bool data gives the namespace's
-  default float;
+* the compute dtype is float32 for float16/bfloat16/float32 data (NumPy's
+  bfloat16 and float8 from ml_dtypes too), float64 for float64 and wider
+  floats (NumPy's longdouble is computed in float64 and returned as
+  longdouble); integer or bool data gives the namespace's default float;
 * Python numbers, NumPy scalars and 0-d arrays given as a boundary value
   (``bootstrap_value``, ``initial``) are weakly typed: they never change
   the output dtype;
@@ -36,7 +36,9 @@ from ._compat import (
     device_of,
     is_array,
     is_cupy_array,
+    is_extension_float,
     is_torch_array,
+    isdtype,
     owned_copy,
     values_are_readable,
 )
@@ -120,8 +122,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
 def _reads_narrow(out_dtype, backend, xp, arrays, segments: bool) -> bool:
     """True when the output dtype is float16/bfloat16 and the backend that will serve these arrays reads such
     arrays itself (``narrow_floats``): the problem then keeps them (its bootstrap stays in the compute dtype)."""
-    if str(out_dtype).rsplit(".", 1)[-1] not in ("float16", "bfloat16"):
-        return False
+    if str(out_dtype).rsplit(".", 1)[-1] not in ("float16", "bfloat16") or is_extension_float(out_dtype):
+        return False  # ml_dtypes' NumPy bfloat16 is widened here, for every backend
     from . import backends
 
     try:
@@ -191,7 +193,7 @@ def prepare_whiten(x, mask, *, unbiased, eps, shift_mean, masked_fill) -> Prepar
         masked_fill = check_number("masked_fill", masked_fill, low=-math.inf, strict=False)
     if mask is not None:
         same_shape("mask", mask, x.shape, anchor="x")
-        if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
+        if not isdtype(xp, mask.dtype, ("bool", "real floating", "integral")):
             raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
     return PreparedWhiten(xp, xp.astype(x, dtype, copy=False), mask, out_dtype, eps, bool(unbiased),
                           bool(shift_mean), masked_fill)
@@ -337,21 +339,33 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
             if not (name in ("bootstrap_value", "initial") and value.ndim == 0):
                 floats.append(value.dtype)
             continue
-        if xp.isdtype(value.dtype, "complex floating"):
+        if isdtype(xp, value.dtype, "complex floating"):
             raise TypeError(f"{name} must be real, got dtype {value.dtype}")
-        if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
+        if not isdtype(xp, value.dtype, ("real floating", "integral", "bool")):
             raise TypeError(f"{name} must have a real or bool dtype, got {value.dtype}")
         weak = name in ("bootstrap_value", "initial") and value.ndim == 0
-        if xp.isdtype(value.dtype, "real floating") and not weak:
+        if isdtype(xp, value.dtype, "real floating") and not weak:
             floats.append(value.dtype)
     if floats:
-        out = floats[0] if all(f == floats[0] for f in floats) else xp.result_type(*floats)
+        out = floats[0] if all(f == floats[0] for f in floats) else _result_type(xp, arrays, floats)
     else:
         out = xp.__array_namespace_info__().default_dtypes(device=device_of(anchor))["real floating"]
     if out in (xp.float32, xp.float64):
         return out, out
     wider = np.dtype(out).itemsize > 8 if isinstance(out, np.dtype) else False
     return out, xp.float64 if wider else xp.float32
+
+
+def _result_type(xp, arrays, floats):
+    """The floats' promoted dtype; NumPy extension floats (ml_dtypes) promote by NumPy's own rules, which
+    ml_dtypes registers (bfloat16 with float32 gives float32)."""
+    if not any(is_extension_float(f) for f in floats):
+        return xp.result_type(*floats)
+    try:
+        return np.result_type(*floats)
+    except TypeError:
+        named = ", ".join(f"{name} {value.dtype}" for name, value in arrays.items() if is_array(value))
+        raise TypeError(f"the floating dtypes do not combine ({named}): pass one floating dtype") from None
 
 
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
@@ -374,7 +388,7 @@ def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[
         return value
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
-    if not xp.isdtype(value.dtype, ("real floating", "integral")):
+    if not isdtype(xp, value.dtype, ("real floating", "integral")):
         raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
     try:
         value = xp.broadcast_to(xp.astype(value, dtype, copy=False), tuple(shape))
@@ -399,7 +413,7 @@ def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | 
         return xp.full((*batch_shape, segments or 1), float(value), dtype=dtype, device=device_of(like))
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
-    if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
+    if not isdtype(xp, value.dtype, ("real floating", "integral", "bool")):
         raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
     if segments is not None:
         target = (*batch_shape, segments)
@@ -452,7 +466,7 @@ def check_offsets(xp, value, length: int, like):
         require_array("cu_seqlens", value)
     if host and value.size == 0:
         value = value.astype(np.int64)
-    integral = np.issubdtype(value.dtype, np.integer) if host else xp.isdtype(value.dtype, "integral")
+    integral = np.issubdtype(value.dtype, np.integer) if host else isdtype(xp, value.dtype, "integral")
     if not integral:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
     if value.ndim != 1 or value.shape[0] < 2:
@@ -504,7 +518,7 @@ def flag(xp, name: str, value, shape, axis: int):
     """
     require_array(name, value)
     same_shape(name, value, shape)
-    if value.dtype != xp.bool and not xp.isdtype(value.dtype, "bool"):  # the first test spares isdtype's lookups
+    if value.dtype != xp.bool and not isdtype(xp, value.dtype, "bool"):  # the first test spares isdtype's lookups
         raise TypeError(f"{name} must have dtype bool ({_FLAG_MEANINGS[name]}), got {value.dtype}: convert it "
                         f"with {name} != 0 if that is what it means")
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)

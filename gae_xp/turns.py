@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _prepare as prepare_
-from ._compat import device_of, is_array, is_numpy_array, is_torch_array, known_finite, values_are_readable
+from ._compat import device_of, is_array, is_numpy_array, is_torch_array, isdtype, known_finite, values_are_readable
 from ._problem import restore
 from .estimators import gae
 
@@ -236,7 +236,7 @@ class _Tokens:
     def lay_out(cls, xp, turn_ids, mask, cu_seqlens, shape, axis: int) -> "_Tokens":
         prepare_.require_array("turn_ids", turn_ids)
         prepare_.same_shape("turn_ids", turn_ids, shape)
-        if not xp.isdtype(turn_ids.dtype, "integral"):
+        if not isdtype(xp, turn_ids.dtype, "integral"):
             raise TypeError(f"turn_ids must have an integer dtype (one id per turn), got {turn_ids.dtype}")
         length = shape[axis]
         device = device_of(turn_ids)
