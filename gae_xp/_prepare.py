@@ -87,10 +87,12 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         if value is not None:
             if name not in present:
                 require_array(name, value)
+            if name == "values":
+                values_one_step_longer(value, shape, axis)
             same_shape(name, value, shape)
     one_boundary(bootstrap_value, next_values)
-    if needs_values:
-        check_truncation(truncated, next_values, truncated_bootstrap)
+    if is_array(bootstrap_value) and cu_seqlens is None and sequences is None:
+        time_first_hint(bootstrap_value, shape, axis)
     out_dtype, dtype = compute_dtypes(xp, {"rewards": rewards, **per_step, "bootstrap_value": bootstrap_value},
                                       rewards)
     # float16/bfloat16 per-step arrays stay as they are for a backend that widens them in registers (no copy)
@@ -116,6 +118,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         offsets=offsets,
         host_offsets=host_offsets,
     )
+    if needs_values:  # after the flags' own checks (a flag of the wrong dtype is named as that first)
+        check_truncation(truncated, next_values, truncated_bootstrap)
     return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis)
 
 
@@ -368,6 +372,39 @@ def _result_type(xp, arrays, floats):
         raise TypeError(f"the floating dtypes do not combine ({named}): pass one floating dtype") from None
 
 
+def values_one_step_longer(values, shape, axis: int) -> None:
+    """ValueError with the fix when ``values`` has one step more than rewards along the time axis: the layout of
+    trainers that store V(s_T), the value after the last step, as values' last entry."""
+    got = tuple(values.shape)
+    if len(got) != len(shape) or got[:axis] + got[axis + 1:] != shape[:axis] + shape[axis + 1:]:
+        return
+    if got[axis] != shape[axis] + 1:
+        return
+    where = "..., " if axis == len(shape) - 1 else ":, " * axis
+    raise ValueError(
+        f"values has {got[axis]} steps along the time axis (axis={axis}), one more than rewards' {shape[axis]}: if "
+        f"its last entry is the value after the last step, pass values=values[{where}:-1] and "
+        f"bootstrap_value=values[{where}-1]")
+
+
+def time_first_hint(bootstrap_value, shape, axis: int) -> None:
+    """ValueError with the fix when ``bootstrap_value`` (one value per row) does not fit the batch shape for this
+    ``axis`` but does fit it for another axis: time-first data (``[T, B]``) passed without ``axis=0``."""
+    got = tuple(bootstrap_value.shape)
+    batch = shape[:axis] + shape[axis + 1:]
+    try:
+        np.broadcast_shapes(got, batch)
+        return
+    except ValueError:
+        pass
+    for other in range(len(shape)):
+        if other != axis and got == shape[:other] + shape[other + 1:]:
+            raise ValueError(
+                f"bootstrap_value of shape {got} does not broadcast to the batch shape {batch} (rewards' shape {shape} "
+                f"without the time axis {axis}), but it is that shape without axis {other}: if time is axis {other} "
+                f"(time-first data, [T, B]), pass axis={other}")
+
+
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
     """ValueError naming ``name`` unless it has ``anchor``'s shape."""
     if tuple(value.shape) != tuple(shape):
@@ -480,6 +517,11 @@ def check_offsets(xp, value, length: int, like):
         host_offsets = None
     if host_offsets is not None:
         first, last = int(host_offsets[0]), int(host_offsets[-1])
+        if (first != 0 or last != length) and np.all(host_offsets >= 0) and int(host_offsets.sum()) == length:
+            raise ValueError(
+                f"cu_seqlens {_shown(host_offsets)} looks like sequence lengths (they sum to the time axis' "
+                f"{length}), not offsets: pass the cumulative sum with a leading 0, e.g. "
+                f"np.concatenate([[0], np.cumsum(lengths)]) or torch.nn.functional.pad(lengths.cumsum(0), (1, 0))")
         if first != 0:
             raise ValueError(f"cu_seqlens must start at 0, got {first}")
         if last != length:
@@ -492,6 +534,14 @@ def check_offsets(xp, value, length: int, like):
     else:
         offsets = xp.astype(value, xp.int64, copy=False)
     return offsets, host_offsets
+
+
+def _shown(values: np.ndarray) -> str:
+    """A short form of an offsets array for a message: its entries, or the first and last few."""
+    items = values.tolist()
+    if len(items) <= 8:
+        return str(items)
+    return f"[{', '.join(map(str, items[:4]))}, ..., {', '.join(map(str, items[-2:]))}]"
 
 
 def host_copy(x) -> np.ndarray:
