@@ -357,6 +357,18 @@ def scenario_whiten(check, rank, world):
                  lambda: cp.whiten(x, torch.ones(x.shape[0] + (rank == 0), x.shape[1], dtype=torch.bool)))
     check.close("whiten after the errors", cp.whiten(x, torch.from_numpy(masks[rank])),
                 mine(gae_xp.whiten(everyone, np.concatenate(masks, axis=-1))), 1e-12)
+    # x that requires grad: the same numbers, and a gradient through x with the statistics held constant
+    clean = [np.where(np.isnan(part), 0.0, part) for part in xs]
+    together, real = np.concatenate(clean, axis=-1), np.concatenate(masks, axis=-1)
+    scale = np.sqrt(np.var(together[real], ddof=1) + 1e-8)
+    for fill in (0.0, None):
+        leaf = torch.from_numpy(clean[rank]).requires_grad_()
+        out = cp.whiten(leaf, torch.from_numpy(masks[rank]), masked_fill=fill)
+        check.close(f"whiten requiring grad, masked_fill={fill}", out.detach(),
+                    mine(gae_xp.whiten(together, real, masked_fill=fill)), 1e-12)
+        out.sum().backward()
+        due = (masks[rank] if fill is not None else np.ones(shape)) / scale
+        check.close(f"whiten's gradient, masked_fill={fill}", leaf.grad, due, 1e-12)
 
 
 # --- the harness ------------------------------------------------------------------------------------------------------
