@@ -598,7 +598,9 @@ class _Launch(contextlib.AbstractContextManager):
 
         Under the simulator: the NumPy array itself if the kernels write it, else marked as input only (the
         simulator copies every other argument back, which a read-only broadcast view refuses). The simulator
-        copies arguments in one piece, so a strided view is made contiguous there first (a broadcast stays).
+        copies arguments in one piece, so a strided view is made contiguous there first; a broadcast stays a
+        broadcast, of a contiguous copy of its core when the core (the array without its zero-stride axes) is not
+        contiguous itself.
         """
         if array is None:
             return None
@@ -608,14 +610,26 @@ class _Launch(contextlib.AbstractContextManager):
             return _device_array(array)
         if written:
             return array
-        one_piece = 0 in array.strides or array.flags.c_contiguous or array.flags.f_contiguous
-        return cuda.In(array if one_piece else array.copy())
+        return cuda.In(_one_piece(array))
 
     def __call__(self, kernel, grid, threads: int, *args):
         if self._sim:
             kernel[grid, threads](*args)
         else:
             kernel[grid, threads, self.stream](*args)
+
+
+def _one_piece(array):
+    """``array`` over one contiguous buffer: itself if it is; a broadcast (zero strides) of a contiguous copy of
+    its core; else a contiguous copy."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return array
+    if 0 not in array.strides:
+        return array.copy()
+    core = array[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in array.strides)]
+    if core.flags.c_contiguous or core.flags.f_contiguous:
+        return array
+    return np.broadcast_to(np.ascontiguousarray(core), array.shape)
 
 
 #: ``__cuda_array_interface__`` type strings of the dtypes the kernels read (bfloat16: its bits, as unsigned).

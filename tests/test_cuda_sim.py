@@ -184,6 +184,25 @@ def test_strided_inputs_and_broadcast_coefficients(view):
         xp_assert_close(np.moveaxis(out, axis, -1), want, like=HOST)
 
 
+@pytest.mark.parametrize("gamma_view", ["strided per-step gamma", "strided per-row lam, time-major"])
+def test_broadcast_views_of_strided_coefficients(gamma_view):
+    """A coefficient broadcast over rows (a zero stride) whose other stride is not contiguous: the simulator
+    copies it in one piece, so it is made contiguous first, the broadcast kept."""
+    rng = np.random.default_rng(12)
+    case = make_case(rng, (3, 20), dones=0.1)
+    if gamma_view == "strided per-step gamma":
+        case["gamma"] = rng.uniform(0.5, 1.0, (1, 40))[:, ::2]  # (1, 20), stride 16: broadcast to (3, 20) inside
+        axis = -1
+    else:
+        case = {k: v.T if isinstance(v, np.ndarray) else v for k, v in case.items()}  # (20, 3), time first
+        case["lam"] = rng.uniform(0.0, 1.0, (1, 6))[:, ::2]  # (1, 3) per row, stride 16
+        axis = 0
+    got = gae_xp.gae(**case, axis=axis, backend=BACKEND)
+    moved = {k: np.moveaxis(v, axis, -1) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    for out, want in zip(got, float64_loop(**moved)):
+        xp_assert_close(np.moveaxis(out, axis, -1), want, like=HOST)
+
+
 def test_batch_of_several_axes():
     case = make_case(np.random.default_rng(12), (2, 3, 25), axis=1, holes=0.2, dones=0.1, bootstrap=True)
     got = gae_xp.gae(**case, axis=1, backend=BACKEND)
