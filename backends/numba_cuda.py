@@ -69,6 +69,32 @@ def simulated() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 
 
+def _device_context(array):
+    """The array's own library's device context: CuPy and torch allocate on their *current* device (array-api-compat's
+    ``empty(..., device=)`` checks the device, then allocates on the current one), so every allocation of a call is
+    made inside this context, as its launches are (``_Launch``)."""
+    if is_cupy_array(array):
+        return array.device  # a cupy.cuda.Device: entering it makes it current
+    if is_torch_array(array) and array.device.type == "cuda":
+        import torch
+
+        return torch.cuda.device(array.device)
+    return contextlib.nullcontext()
+
+
+def _on_the_arrays_device(locate):
+    """Run the decorated function inside ``_device_context`` of the array ``locate(*args, **kwargs)`` names."""
+    def decorate(function):
+        @functools.wraps(function)
+        def on_device(*args, **kwargs):
+            with _device_context(locate(*args, **kwargs)):
+                return function(*args, **kwargs)
+
+        return on_device
+
+    return decorate
+
+
 class NumbaCUDABackend:
     name = NAME
     segments = True
@@ -150,6 +176,7 @@ class NumbaCUDABackend:
 
     # --- the scan primitive --------------------------------------------------------------------------------
 
+    @_on_the_arrays_device(lambda self, xp, x, *args, **kwargs: x)  # the coefficient's cast allocates
     def scan(self, xp, x, a, *, reverse, chunk_size=None):
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
         from gae_xp._problem import GaeProblem
@@ -163,6 +190,7 @@ class NumbaCUDABackend:
 
     # --- gradients -----------------------------------------------------------------------------------------
 
+    @_on_the_arrays_device(lambda self, problem, *args: problem.rewards)  # critic_lam's sum allocates
     def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
         """The gradients of ``gae(problem)``'s (advantages, returns) to its inputs, given theirs (either may be
         None: no gradient from that output).
@@ -288,6 +316,7 @@ def _stored_bytes(array) -> int:
 _ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask")
 
 
+@_on_the_arrays_device(lambda family, p, *args, **kwargs: p.rewards)
 def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
              entering=None, value_chain=None):
     """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
@@ -348,6 +377,7 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
 _USES = {"bootstrap": ("gae", "vtrace"), "carry": ("gae", "returns")}
 
 
+@_on_the_arrays_device(lambda p: p.rewards)
 def _summarize(p) -> Pieces:
     """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up."""
     from . import _cuda_gae
@@ -394,6 +424,7 @@ def _summarize(p) -> Pieces:
     return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering)
 
 
+@_on_the_arrays_device(lambda family, xp, like, *args, **kwargs: like)
 def _forward_in_time(family, xp, like, inputs, *, problem=None, scalars):
     """Run a forward-in-time family (``_cuda_backward``): {"rewards": y} for the scan, the gradients for the
     adjoint."""

@@ -593,3 +593,73 @@ def test_gradcheck_on_the_simulator(name):
 
     inputs = tuple(torch.tensor(case[k], requires_grad=True) for k in differentiable)
     assert torch.autograd.gradcheck(Gae.apply, inputs, fast_mode=True)
+
+
+# --- the arrays' own device: every allocation and launch of a call inside its context ---------------------------
+
+
+def test_every_allocation_is_made_on_the_arrays_device(monkeypatch):
+    """CuPy (and torch) allocate on their *current* device, whatever ``device=`` says once array-api-compat has
+    checked it: a CuPy array on device 1 with device 0 current must get its outputs and scratch on device 1. A
+    stand-in CuPy array (a NumPy subclass whose ``.device`` is a stand-in ``cupy.cuda.Device``) and a stand-in
+    namespace record the current device at every allocation of every entry point."""
+    import array_api_compat.numpy as base
+
+    from gae_xp import _prepare
+    from gae_xp.backends import numba_cuda
+
+    current = ["device 0"]
+
+    class Device:  # a stand-in cupy.cuda.Device: a context manager that makes it current
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            self.saved, current[0] = current[0], self.name
+            return self
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    class OnDevice1(np.ndarray):  # a stand-in CuPy array on device 1
+        @property
+        def device(self):
+            return Device("device 1")
+
+    allocations = []
+    MAKERS = {"empty", "zeros", "ones", "full", "asarray", "empty_like", "zeros_like", "ones_like", "full_like",
+              "astype", "concat", "stack", "where", "reshape"}
+
+    class Recording:  # the namespace, recording the current device at every call that makes an array
+        def __getattr__(self, name):
+            function = getattr(base, name)
+            if name not in MAKERS:
+                return function
+
+            def recorded(*args, **kwargs):
+                allocations.append((name, current[0]))
+                return function(*args, **kwargs)
+
+            return recorded
+
+    monkeypatch.setattr(numba_cuda, "is_cupy_array", lambda a: isinstance(a, OnDevice1))
+    rng = np.random.default_rng(5)
+    case = make_case(rng, (2, 37), holes=0.2, dones=0.1, bootstrap=True)
+    p = _prepare.prepare(**case, critic_lam=0.5, backend=BACKEND).problem
+    p = p.replace(xp=Recording(), rewards=p.rewards.view(OnDevice1), critic_lam=None)
+    kernels = numba_cuda.BACKEND
+    grads = rng.standard_normal((2, 2, 37))
+    calls = {
+        "gae": lambda: kernels.gae(p),
+        "pieces": lambda: kernels.pieces(p).finish(rng.standard_normal((2, 1)), rng.standard_normal((2, 1))),
+        "vtrace": lambda: kernels.solve_vtrace(p.replace(extra={"log_rhos": np.zeros((2, 37))}), clip_rho_threshold=1.0,
+                                               clip_c_threshold=1.0, clip_pg_rho_threshold=1.0),
+        "gae_backward with critic_lam": lambda: kernels.gae_backward(p.replace(critic_lam=0.5), *grads),
+        "forward scan": lambda: kernels.scan(Recording(), p.rewards, rng.uniform(0, 1, (2, 37)), reverse=False),
+    }
+    for name, call in calls.items():
+        allocations.clear()
+        call()
+        assert allocations, name
+        assert all(where == "device 1" for _, where in allocations), (name, allocations)
+        assert current[0] == "device 0", name  # the caller's current device is given back
