@@ -229,19 +229,45 @@ class Pieces:
     launch 3 alone, reading the tiles' maps that the summary pass left (so a
     shard's summary and fix-up read its inputs twice in all: 3 launches plus
     the all-gather between them).
+
+    ``finish`` may run on another stream than the summary pass: launch 3
+    waits for the event recorded after launch 2 on the summary's stream
+    (``ready``), and the maps it reads are handed to the allocator as in use
+    on the finishing stream (``_release_after_reading``), so that dropping
+    this object cannot free them under a launch still reading them.
     """
 
-    def __init__(self, problem, summary, plan, entering):
+    def __init__(self, problem, summary, plan, entering, *, owner=None, ready=None, stream=None):
         self.problem, self.summary, self._plan, self._entering = problem, summary, plan, entering
+        #: the array holding the maps ``entering`` reads, the event after the launch that wrote them, its stream
+        self._owner, self._ready, self._stream = owner, ready, stream
 
+    @_on_the_arrays_device(lambda self, *args: self.problem.rewards)
     def finish(self, bootstrap, carry):
         p = self.problem.replace(bootstrap=bootstrap, carry=carry)
         if self._entering is None:
             return BACKEND.gae(p)
         inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "terminated",
                                                      "truncated", "mask")}
-        return _forward("gae", p, inputs, bootstrap=bootstrap, carry=carry, fill=bool(p.fill_masked),
-                        entering=self._entering, value_chain=True)
+        outputs = _forward("gae", p, inputs, bootstrap=bootstrap, carry=carry, fill=bool(p.fill_masked),
+                           entering=self._entering, value_chain=True, after=self._ready)
+        _release_after_reading(self._owner, self._stream)
+        return outputs
+
+
+def _release_after_reading(owner, written_on) -> None:
+    """``owner`` (memory written on stream ``written_on``, from that stream's pool) is now read by launches on the
+    current stream: torch's caching allocator is told so (``record_stream``); for CuPy, ``written_on`` waits for an
+    event recorded on the reading stream, so that its pool hands the memory out again only after the reads."""
+    if owner is None or written_on is None:
+        return
+    with _Launch(owner) as launch:
+        if is_torch_array(owner):
+            import torch
+
+            owner.record_stream(torch.cuda.current_stream(owner.device))
+        else:
+            launch.record().wait(written_on)
 
 
 # --- traffic ------------------------------------------------------------------------------------------------
@@ -318,8 +344,9 @@ _ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "te
 
 @_on_the_arrays_device(lambda family, p, *args, **kwargs: p.rewards)
 def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
-             entering=None, value_chain=None):
-    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
+             entering=None, value_chain=None, after=None):
+    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards; the
+    launches wait for the event ``after`` first (work on another stream that wrote ``entering``)."""
     xp, r = p.xp, p.rewards
     shape = tuple(r.shape)
     length, rows = shape[-1], math.prod(shape[:-1])
@@ -337,6 +364,7 @@ def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, criti
     compute = _compute(xp, io)
     scalars = _scalars(io, (inputs.get("gamma", 1.0), inputs.get("lam", 1.0), inputs.get("critic_lam", 0.0), *clips))
     with _Launch(r) as launch:
+        launch.wait(after)
         arrays = [launch.array(_steps(xp, r, r.dtype, rows, length))]
         arrays += [launch.array(_steps(xp, inputs[name], r.dtype, rows, length)) if name in present else None
                    for name in _ORDER]
@@ -402,7 +430,7 @@ def _summarize(p) -> Pieces:
     structure = _cuda_gae.Structure("gae", "tiles", frozenset(present), offsets=p.offsets is not None,
                                     summaries=True, value_chain=True)
     fields_count = _LIVE[True, False] + 1
-    entering = None
+    entering = owner = None
     with _Launch(r) as launch:
         steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
         arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
@@ -417,11 +445,13 @@ def _summarize(p) -> Pieces:
         launch(_compiled("gae", io, structure), plan.grid, plan.threads, *arrays, None, None, offsets, scalars,
                geometry, maps, None, opened, out, None)
         if plan.long_rows:
-            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
-                                    written=True)
+            owner = xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r))
+            entering = launch.array(owner, written=True)
             launch(_carry(io, True, False, True, True), plan.carry_grid, plan.carry_threads, maps, geometry,
                    entering, opened, out)
-    return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering)
+        ready = launch.record() if entering is not None else None
+    return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering, owner=owner, ready=ready,
+                  stream=None if ready is None else launch.stream)
 
 
 @_on_the_arrays_device(lambda family, xp, like, *args, **kwargs: like)
@@ -642,6 +672,22 @@ class _Launch(contextlib.AbstractContextManager):
         if written:
             return array
         return cuda.In(_one_piece(array))
+
+    def record(self):
+        """An event recorded on this launch's stream after the launches so far (None under the simulator, which
+        has one stream)."""
+        if self._sim:
+            return None
+        from ._cuda_import import cuda
+
+        event = cuda.event(timing=False)
+        event.record(self.stream)
+        return event
+
+    def wait(self, event) -> None:
+        """The next launches on this stream start after ``event`` (None: no wait)."""
+        if event is not None:
+            event.wait(self.stream)
 
     def __call__(self, kernel, grid, threads: int, *args):
         if self._sim:

@@ -663,3 +663,31 @@ def test_every_allocation_is_made_on_the_arrays_device(monkeypatch):
         assert allocations, name
         assert all(where == "device 1" for _, where in allocations), (name, allocations)
         assert current[0] == "device 0", name  # the caller's current device is given back
+
+
+def test_pieces_finish_waits_for_the_summary_and_keeps_its_maps(monkeypatch):
+    """Pieces.finish may run on another stream than summarize: summarize records an event after its last launch,
+    finish's launches wait on it first, and the maps they read are handed over as in use on the reading stream. The
+    simulator has one stream, so stand-ins record the calls and their order."""
+    from gae_xp import _prepare
+    from gae_xp.backends import numba_cuda
+
+    calls = []
+    launch_kernel = numba_cuda._Launch.__call__
+    monkeypatch.setattr(numba_cuda._Launch, "record", lambda self: calls.append("record") or "summary event")
+    monkeypatch.setattr(numba_cuda._Launch, "wait", lambda self, event: calls.append(("wait", event)))
+    monkeypatch.setattr(numba_cuda._Launch, "__call__",
+                        lambda self, *args: calls.append("launch") or launch_kernel(self, *args))
+    monkeypatch.setattr(numba_cuda, "_release_after_reading",
+                        lambda owner, stream: calls.append(("release", owner is pieces._owner, stream)))
+    case = make_case(np.random.default_rng(6), (2, 37), holes=0.2, dones=0.1)
+    case.pop("truncated_bootstrap"), case.pop("truncated")
+    p = _prepare.prepare(**case, backend=BACKEND).problem
+    pieces = numba_cuda.BACKEND.pieces(p)
+    assert calls == ["launch", "launch", "record"]  # tiles, carries, then the event
+    calls.clear()
+    b, c = np.zeros((2, 1)), np.zeros((2, 1))
+    got = pieces.finish(b, c)
+    assert calls == [("wait", "summary event"), "launch", ("release", True, 0)]
+    for out, want in zip(got, numba_cuda.BACKEND.gae(p.replace(bootstrap=b, carry=c))):
+        xp_assert_close(out, want, like=HOST)
