@@ -198,7 +198,7 @@ def loop_baseline(library_name: str) -> str:
 
 def _serial_run(arrays, workload, chunk, library):
     if workload.time_varying:
-        return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)
+        return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam, truncated_bootstrap="next_step")
     return baselines.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)
 
 
