@@ -340,13 +340,14 @@ def test_torch_func_transforms_take_the_generic_path(monkeypatch):
         return routes[-1]
 
     monkeypatch.setattr(torch_ops.TorchOpBackend, "unavailable_reason", recorded)
-    per_row = torch.func.vmap(lambda r, v, *f: gae_xp.gae(r, v, **dict(zip(flags, f)))[0])(
+    per_row = torch.func.vmap(lambda r, v, *f: gae_xp.gae(r, v, **dict(zip(flags, f)),
+                                                          truncated_bootstrap="next_step")[0])(
         plain["rewards"], plain["values"], *flags.values())
     want = reference.gae_loop(**plain)
     torch.testing.assert_close(per_row, want[0], rtol=1e-12, atol=1e-12)
 
     def loss(r, v):
-        return (gae_xp.gae(r, v, **flags)[0] ** 2).sum()
+        return (gae_xp.gae(r, v, **flags, truncated_bootstrap="next_step")[0] ** 2).sum()
 
     grads = torch.func.grad(loss, argnums=(0, 1))(plain["rewards"], plain["values"])
     leaves = tensors(case)
