@@ -89,7 +89,7 @@ def test_1_traced_jax_offsets_give_nan(offsets):
 ROUTES = {
     "plain": lambda r, v, case: gae_xp.gae(r, v),
     "dones and mask": lambda r, v, case: gae_xp.gae(r, v, terminated=case["terminated"], truncated=case["truncated"],
-                                                    mask=case["mask"]),
+                                                    mask=case["mask"], truncated_bootstrap="next_step"),
     "packed cu_seqlens": lambda r, v, case: gae_xp.gae(r, v, cu_seqlens=case["cu_seqlens"]),
     "critic_lam": lambda r, v, case: gae_xp.gae(r, v, critic_lam=0.5),
     "vtrace": lambda r, v, case: gae_xp.vtrace(case["log_rhos"], r, v),
