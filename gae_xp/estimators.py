@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
+from . import _plans, backends
 from . import _prepare as prepare_
-from . import backends
 from ._compat import device_of
 from ._recurrences import (
     Picker,
@@ -178,11 +178,22 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     >>> advantages, returns
     (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
+    key = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis,
+                         chunk_size, backend, fill_masked, cu_seqlens, critic_lam)
+    if key is not None:
+        plan = _plans.PLANS.get(key)
+        if plan is not None:  # a call of this layout passed every check before: only the data's checks run
+            return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                        critic_lam)
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
                             cu_seqlens=cu_seqlens, critic_lam=critic_lam)
-    advantages, returns = backends.solve_gae(call.problem, backends.solver(call), call.chunk_size)
+    solver = backends.solver(call)
+    advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
+    if key is not None:
+        _plans.PLANS.put(key, _plans.make_plan(call, solver, {"rewards": rewards, "values": values,
+                                                              "next_values": next_values}))
     return call.restore(advantages), call.restore(returns)
 
 
