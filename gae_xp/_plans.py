@@ -96,7 +96,7 @@ def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminate
     if kind is np.ndarray:
         layout = _numpy_layout
     elif kind is _torch_tensor():
-        if _torch_module().compiler.is_compiling():
+        if _TORCH.is_compiling():
             return None
         layout = _torch_layout
     else:
@@ -135,20 +135,31 @@ def _numpy_layout(a):
 def _torch_layout(t):
     """dtype, shape, strides, device and whether it requires grad, of an exact ``torch.Tensor`` that no
     ``torch.func`` transform wraps."""
-    torch = _torch_module()
-    if type(t) is not torch.Tensor or torch._C._functorch.is_functorch_wrapped_tensor(t):
+    if type(t) is not _TORCH.tensor or _TORCH.wrapped(t):
         raise _NoKey
     return t.dtype, t.shape, t.stride(), t.device, t.requires_grad
 
 
-def _torch_module():
-    return sys.modules["torch"]
+class _Torch:
+    """torch's names that a key reads, looked up once torch is imported (``gae_key`` never imports it)."""
+
+    tensor = None
+
+    def load(self) -> None:
+        torch = sys.modules["torch"]
+        self.wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+        self.is_compiling = torch.compiler.is_compiling
+        self.tensor = torch.Tensor
+
+
+_TORCH = _Torch()
 
 
 def _torch_tensor():
     """``torch.Tensor`` once torch is imported (an array of a library not imported cannot be a tensor), else None."""
-    torch = sys.modules.get("torch")
-    return None if torch is None else torch.Tensor
+    if _TORCH.tensor is None and "torch" in sys.modules:
+        _TORCH.load()
+    return _TORCH.tensor
 
 
 def make_plan(call, solver, arguments: dict):
