@@ -85,7 +85,6 @@ def make_call(layout, rng):
     """(gae()'s keyword arguments, the same as float64 NumPy arrays for the reference) for a layout, new data."""
     shape, axis = layout["shape"], layout["axis"]
     dtype = np.dtype(layout["dtype"])
-    time = shape[axis]
     coefficient_shape = tuple(1 if i == axis % len(shape) else n for i, n in enumerate(shape))
 
     def floats(base_shape=shape):
@@ -243,7 +242,8 @@ def test_calls_without_a_key_take_the_full_path():
     """Another library or kind of argument, packed sequences, traced or wrapped tensors: no key."""
     rewards = np.zeros((2, 8), np.float32)
     args = dict(gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
-                mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None, critic_lam=None)
+                mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None,
+                critic_lam=None)
     assert _plans.gae_key(rewards, rewards, **args) is not None
     for change in ({"cu_seqlens": [0, 8]}, {"gamma": np.float32(0.9)}, {"bootstrap_value": np.float64(1.0)},
                    {"axis": np.int64(-1)}, {"mask": rewards.tolist()}, {"fill_masked": np.bool_(False)}):
