@@ -16,8 +16,7 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "backends")):
     __path__.append(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 
 from ._version import __version__
-from ._warm import warm_up
-from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten
+from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, warm_up, whiten
 from .lambdas import length_adaptive_lambda, relative_position_lambda
 from .turns import turn_counts, turn_gae
 
