@@ -573,3 +573,27 @@ def test_gradcheck_on_the_simulator(name):
 
     inputs = tuple(torch.tensor(case[k], requires_grad=True) for k in differentiable)
     assert torch.autograd.gradcheck(Gae.apply, inputs, fast_mode=True)
+
+
+def test_group_moments_kernels_equal_the_segmented_sums():
+    """backends/_cuda_groups.py's two launches (group_advantages' moments on CUDA arrays) against the library's
+    segmented sums: shuffled hostile ids, NaN scores, equal groups exactly (v, 0), an index outside skipped."""
+    import array_api_compat.numpy as xp
+
+    from gae_xp import _segments
+
+    rng = np.random.default_rng(61)
+    for dtype in (np.float64, np.float32):
+        scores = rng.normal(0, 1, 300).astype(dtype)
+        scores[rng.random(300) < 0.1] = np.nan
+        scores[:40] = dtype(0.1)  # one group of equal scores
+        ids = np.concatenate([np.full(40, 2**62), rng.choice(np.array([-(2**40), -1, 0, 7, 2**31]), 260)])
+        index = _segments.dense_index(xp, ids)
+        got = _segments.cuda_group_moments(xp, scores, index, 300)
+        want = _segments.generic_group_moments(xp, scores, index, 300, xp.float64)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        equal = index[0]
+        assert got[1][equal] == np.float64(dtype(0.1)) and got[2][equal] == 0.0
+    count, _, _ = _segments.cuda_group_moments(xp, np.ones(4), np.array([0, -1, 5, 1]), 2)
+    assert count.tolist() == [1.0, 1.0]

@@ -14,6 +14,7 @@ set before jax is imported).
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import subprocess
@@ -364,8 +365,10 @@ def _worker(rank, world, store, scenarios, results):
                                 timeout=timedelta(seconds=GROUP_TIMEOUT))
         check = Checks(rank)
         try:
-            for name in scenarios:
-                globals()[name](check, rank, world)
+            for name in scenarios:  # a scenario of this module, or "module:function" of another test module
+                module, _, function = name.rpartition(":")
+                (getattr(importlib.import_module(module), function) if module else globals()[name])(check, rank,
+                                                                                                   world)
         finally:
             dist.destroy_process_group()
         results.put((rank, check.failures))
