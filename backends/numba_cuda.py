@@ -16,7 +16,10 @@ per-step or per-row gamma or lam is read in place, broadcast views included).
   give no output. Device offsets are read by the kernels themselves (a
   binary search per thread); the only host read of them is ``prepare``'s
   validation (one small device-to-host copy, none when the caller gives
-  host offsets as a list or NumPy array).
+  host offsets as a list or NumPy array). Offsets that nobody read
+  (``host_offsets`` None: traced, or given to the operator directly) are
+  checked on the device first (``_guarded``): where they break the contract
+  the kernels get ``[0, T, ..., T]`` and every output is NaN.
 * Pieces (CP shards, Dask blocks of CuPy arrays): ``summarize`` is launch 1
   (and 2 for long rows) writing every segment's summary; ``pieces`` also
   keeps the tiles' maps so that the fix-up is launch 3 alone.
@@ -48,6 +51,7 @@ import os
 import numpy as np
 
 from gae_xp._compat import device_of, is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
+from gae_xp._prepare import fill_invalid, guarded_offsets
 
 from . import _cuda_plan
 
@@ -288,9 +292,16 @@ def _stored_bytes(array) -> int:
 _ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask")
 
 
-def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
-             entering=None, value_chain=None):
-    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
+def _forward(family, p, inputs, **options):
+    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards (NaN
+    where unread device offsets break the contract: ``_guarded``)."""
+    p, valid = _guarded(p)
+    results = _launch_forward(family, p, inputs, **options)
+    return results if valid is None else tuple(fill_invalid(p.xp, out, valid) for out in results)
+
+
+def _launch_forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False,
+                    clips=(1.0, 1.0, 1.0), entering=None, value_chain=None):
     xp, r = p.xp, p.rewards
     shape = tuple(r.shape)
     length, rows = shape[-1], math.prod(shape[:-1])
@@ -349,11 +360,20 @@ _USES = {"bootstrap": ("gae", "vtrace"), "carry": ("gae", "returns")}
 
 
 def _summarize(p) -> Pieces:
-    """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up."""
-    from . import _cuda_gae
-
+    """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up
+    (NaN summaries where unread device offsets break the contract: ``_guarded``)."""
     if p.critic_lam is not None:
         raise ValueError("pieces solve one advantage chain: summarize critic_lam's returns as a problem of their own")
+    p, valid = _guarded(p)
+    pieces = _launch_summaries(p)
+    if valid is not None:
+        pieces.summary = fill_invalid(p.xp, pieces.summary, valid)
+    return pieces
+
+
+def _launch_summaries(p) -> Pieces:
+    from . import _cuda_gae
+
     xp, r = p.xp, p.rewards
     shape, length = tuple(r.shape), r.shape[-1]
     rows = math.prod(shape[:-1])
@@ -396,7 +416,15 @@ def _summarize(p) -> Pieces:
 
 def _forward_in_time(family, xp, like, inputs, *, problem=None, scalars):
     """Run a forward-in-time family (``_cuda_backward``): {"rewards": y} for the scan, the gradients for the
-    adjoint."""
+    adjoint (NaN where unread device offsets break the contract: ``_guarded``)."""
+    valid = None
+    if problem is not None:
+        problem, valid = _guarded(problem)
+    results = _launch_forward_in_time(family, xp, like, inputs, problem=problem, scalars=scalars)
+    return results if valid is None else {name: fill_invalid(xp, value, valid) for name, value in results.items()}
+
+
+def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
     from . import _cuda_backward
 
     shape, length = tuple(like.shape), like.shape[-1]
@@ -529,6 +557,17 @@ def _per_segment(xp, value, rows: int, compute):
 
 def _offsets(xp, offsets):
     return _cast(xp, offsets, xp.int64)
+
+
+def _guarded(p):
+    """(p, None) when p's offsets were checked on the host (``host_offsets``) or it has none; else (p with offsets
+    the kernels can index by, valid): device offsets that nobody read (traced, or given to the operator directly)
+    are checked on the device (``guarded_offsets``, no synchronisation), and the caller fills its outputs with
+    NaN where they break the contract."""
+    if p.offsets is None or p.host_offsets is not None:
+        return p, None
+    offsets, valid = guarded_offsets(p.xp, _offsets(p.xp, p.offsets), p.rewards.shape[-1])
+    return p.replace(offsets=offsets), valid
 
 
 class _NoneArgument:

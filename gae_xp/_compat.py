@@ -108,6 +108,23 @@ def _torch_is_symbolic(x) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
+def carries_tangents(arrays) -> bool:
+    """True when a torch tensor among ``arrays`` is a forward-mode dual tensor (``torch.autograd.forward_ad``):
+    its tangent lives beside its values, so a kernel that reads the values alone would drop it. Two attribute reads
+    outside a ``dual_level()`` block (none when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or torch.autograd.forward_ad._current_level < 0:
+        return False
+    return any(is_torch_array(a) and has_tangent(a) for a in arrays)
+
+
+def has_tangent(tensor) -> bool:
+    """True for a torch tensor that is a forward-mode dual tensor (one attribute read outside ``dual_level()``)."""
+    from torch.autograd import forward_ad
+
+    return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
+
+
 def writes_through_views(x) -> bool:
     """Whether an in-place operation on a slice of x (an array of this package's own) writes into x.
 

@@ -78,6 +78,7 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     axis = check_axis(axis, len(shape))
     offsets, host_offsets = (None, None) if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis],
                                                                                    rewards)
+    offsets, offsets_valid = traced_offsets(xp, offsets, shape[axis]) if host_offsets is None else (offsets, None)
     chunk_size = check_chunk_size(chunk_size)
     check_bool("fill_masked", fill_masked)
     for name, value in per_step.items():
@@ -111,7 +112,26 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         offsets=offsets,
         host_offsets=host_offsets,
     )
-    return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis)
+    return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis, offsets_valid)
+
+
+def traced_offsets(xp, offsets, length: int):
+    """(offsets, valid) for offsets whose values cannot be read now (``torch.compile``, ``jax.jit``, meta tensors):
+    checked where the kernels run, so that none of them reads or writes outside its arrays.
+
+    torch CPU tensors go through the operator ``gae_xp::checked_offsets``,
+    which raises the ValueError of eager offsets when the graph runs (valid
+    None); offsets elsewhere (CUDA, JAX) are guarded on their device
+    (``guarded_offsets``: no synchronisation) and the outputs are NaN where they
+    break the contract (``PreparedCall.restore``).
+    """
+    if offsets is None:
+        return None, None
+    if is_torch_array(offsets) and offsets.device.type == "cpu":
+        from .backends import torch_ops
+
+        return torch_ops.checked_offsets(offsets, length), None
+    return guarded_offsets(xp, offsets, length)
 
 
 def _reads_narrow(out_dtype, backend, xp, arrays, segments: bool) -> bool:
@@ -414,6 +434,8 @@ def check_offsets(xp, value, length: int, like):
     bootstrap value is not read.
     """
     host = is_host_offsets(value, like)
+    if host and is_torch_array(like) and _torch_is_compiling():
+        return _traced_host_offsets(value, length, like)
     if host:
         try:
             value = np.asarray(value)
@@ -432,23 +454,84 @@ def check_offsets(xp, value, length: int, like):
     if host:
         host_offsets = value.astype(np.int64)
     elif values_are_readable(value):
-        host_offsets = host_copy(xp.astype(value, xp.int64, copy=False))
+        # a tensor's list: inside torch.func.jvp even detach() returns a wrapped tensor, which has no numpy()
+        host_offsets = (np.asarray(value.tolist(), dtype=np.int64) if is_torch_array(value)
+                        else host_copy(xp.astype(value, xp.int64, copy=False)))
     else:
         host_offsets = None
     if host_offsets is not None:
-        first, last = int(host_offsets[0]), int(host_offsets[-1])
-        if first != 0:
-            raise ValueError(f"cu_seqlens must start at 0, got {first}")
-        if last != length:
-            raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
-        if np.any(host_offsets[1:] < host_offsets[:-1]):
-            raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
-                             "sequence)")
+        check_offset_values(host_offsets, length)
     if host:
         offsets = xp.asarray(host_offsets, device=device_of(like))
     else:
         offsets = xp.astype(value, xp.int64, copy=False)
     return offsets, host_offsets
+
+
+def check_offset_values(host_offsets, length: int) -> None:
+    """ValueError naming cu_seqlens unless the host offsets (a NumPy array, or a list of ints) are
+    ``0 = o_0 <= o_1 <= ... <= o_n = T``."""
+    first, last = int(host_offsets[0]), int(host_offsets[-1])
+    if first != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {first}")
+    if last != length:
+        raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
+    if isinstance(host_offsets, list):
+        decreasing = any(b < a for a, b in zip(host_offsets, host_offsets[1:]))
+    else:
+        decreasing = np.any(host_offsets[1:] < host_offsets[:-1])
+    if decreasing:
+        raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
+                         "sequence)")
+
+
+def _torch_is_compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def _traced_host_offsets(value, length: int, like):
+    """Host offsets for torch tensors under ``torch.compile`` (``check_offsets``'s NumPy calls do not trace): a list
+    or tuple becomes a constant tensor of the graph, a NumPy array one of its inputs (dynamo traces it as a tensor);
+    their values are checked when the graph runs, as device offsets are (``traced_offsets``: an error raised while
+    tracing would reach the caller as dynamo's ``Unsupported``, not as the ValueError). (offsets, None)."""
+    import torch
+
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(o, numbers.Integral) and not isinstance(o, bool) for o in value):
+            raise TypeError("cu_seqlens given as a list must hold integers (sequence offsets)")
+        value = torch.tensor(list(value), dtype=torch.int64)
+    offsets = torch.as_tensor(value)
+    if offsets.dtype.is_floating_point or offsets.dtype.is_complex or offsets.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
+    if offsets.ndim != 1 or offsets.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+                         f"got shape {tuple(offsets.shape)}")
+    return offsets.to(device=like.device, dtype=torch.int64), None
+
+
+def guarded_offsets(xp, offsets, length: int):
+    """(offsets a kernel can index by, valid) for offsets whose values cannot be read now (traced), on the device.
+
+    ``valid`` is a 0-d bool array: True when the offsets keep the contract
+    ``0 = o_0 <= ... <= o_n = T``. Where they do not, the offsets returned are
+    ``[0, T, ..., T]`` (one segment, then empty ones), so that no kernel reads
+    or writes outside its arrays, and the caller fills its outputs with NaN
+    (``fill_invalid``). Array operations only: no host synchronisation.
+    """
+    n = offsets.shape[0]
+    valid = (offsets[0] == 0) & (offsets[n - 1] == length) & xp.all(offsets[1:] >= offsets[:-1])
+    index = xp.arange(n, dtype=offsets.dtype, device=device_of(offsets))
+    fallback = xp.where(index == 0, xp.zeros_like(offsets), xp.full_like(offsets, length))
+    return xp.where(valid, offsets, fallback), valid
+
+
+def fill_invalid(xp, result, valid):
+    """result, or NaN everywhere when ``valid`` (a 0-d bool array, or None: nothing to check) is False."""
+    if valid is None:
+        return result
+    return xp.where(valid, result, xp.asarray(math.nan, dtype=result.dtype, device=device_of(result)))
 
 
 def host_copy(x) -> np.ndarray:

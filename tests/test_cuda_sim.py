@@ -575,6 +575,35 @@ def test_gradcheck_on_the_simulator(name):
     assert torch.autograd.gradcheck(Gae.apply, inputs, fast_mode=True)
 
 
+@pytest.mark.parametrize("offsets", [[0, 5, 13], [2, 5, 13], [0, 5, 9], [0, 5, 1000], [0, 9, 4, 13], [0, -3, 13]])
+def test_unread_device_offsets_are_checked_on_the_device(offsets):
+    """Device offsets that nobody read (``host_offsets`` None: traced, or given to the operator directly) are
+    checked by the kernels' caller on the device: valid ones exact, others NaN in every output and gradient, and
+    no kernel reads or writes outside its arrays (issue 30, case 1)."""
+    from gae_xp import backends
+    from gae_xp._problem import GaeProblem
+
+    xp = gae_xp._prepare.namespace_of({"x": np.zeros(1)})
+    rng = np.random.default_rng(len(offsets))
+    r, v = rng.standard_normal((2, 13)), rng.standard_normal((2, 13))
+    problem = GaeProblem(xp=xp, rewards=r, values=v, gamma=0.9, lam=0.8, bootstrap=np.zeros((2, len(offsets) - 1)),
+                         offsets=np.asarray(offsets, dtype=np.int64))
+    backend = backends.load(BACKEND)
+    advantages, returns = backend.gae(problem, chunk_size=None)
+    grads = backend.gae_backward(problem, np.ones_like(r), np.ones_like(r))
+    valid = offsets[0] == 0 and offsets[-1] == 13 and all(a <= b for a, b in zip(offsets, offsets[1:]))
+    if not valid:
+        for out in (advantages, returns, grads["rewards"], grads["values"], grads["bootstrap"]):
+            assert np.all(np.isnan(out))
+        return
+    for row in range(2):
+        want = [np.concatenate(parts) for parts in zip(*(reference.gae_loop(r[row, lo:hi], v[row, lo:hi], gamma=0.9,
+                                                                             lam=0.8)
+                                                        for lo, hi in zip(offsets, offsets[1:])))]
+        np.testing.assert_allclose(advantages[row], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(returns[row], want[1], rtol=1e-12, atol=1e-12)
+
+
 def test_group_moments_kernels_equal_the_segmented_sums():
     """backends/_cuda_groups.py's two launches (group_advantages' moments on CUDA arrays) against the library's
     segmented sums: shuffled hostile ids, NaN scores, equal groups exactly (v, 0), an index outside skipped."""
