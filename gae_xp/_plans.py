@@ -16,7 +16,7 @@ check themselves.
 
 Never wrong, by construction: a call whose arguments have no key (another
 library, a tensor subclass, ``cu_seqlens``, a NumPy scalar coefficient,
-tracing under ``torch.compile``/``torch.func``) takes the full path and makes
+tracing under ``torch.compile``/``torch.func``, a forward-mode AD level) takes the full path and makes
 no plan; a call that fails a check raises before a plan exists, so no
 plan is ever made for a key whose layout is refused; and a plan serves only
 its own key. The cache is bounded (least recently used plans go first) and
@@ -96,7 +96,7 @@ def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminate
     if kind is np.ndarray:
         layout = _numpy_layout
     elif kind is _torch_tensor():
-        if _TORCH.is_compiling():
+        if _TORCH.is_compiling() or _TORCH.forward_ad._current_level >= 0:  # traced, or dual tensors may come
             return None
         layout = _torch_layout
     else:
@@ -149,6 +149,7 @@ class _Torch:
         torch = sys.modules["torch"]
         self.wrapped = torch._C._functorch.is_functorch_wrapped_tensor
         self.is_compiling = torch.compiler.is_compiling
+        self.forward_ad = torch.autograd.forward_ad
         self.tensor = torch.Tensor
 
 

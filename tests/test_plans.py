@@ -310,3 +310,23 @@ def test_threads_calling_with_many_layouts_at_once_get_their_own_results():
         for thread in threads:
             thread.join()
     assert not errors, errors[0]
+
+
+def test_dual_tensors_keep_their_tangents_after_a_plan_was_made():
+    """Inside ``forward_ad.dual_level()`` no call gets a key: a dual tensor of a layout that has a plan still takes
+    the path that carries its tangent."""
+    from torch.autograd import forward_ad
+
+    rewards, values = torch.randn(3, 10, dtype=torch.float64), torch.randn(3, 10, dtype=torch.float64)
+    _plans.PLANS.clear()
+    gae_xp.gae(rewards, values)
+    gae_xp.gae(rewards, values)
+    tangent = torch.randn(3, 10, dtype=torch.float64)
+    with forward_ad.dual_level():
+        advantages, _ = gae_xp.gae(rewards, forward_ad.make_dual(values, tangent))
+        got = forward_ad.unpack_dual(advantages).tangent
+    with uncached(), forward_ad.dual_level():
+        advantages, _ = gae_xp.gae(rewards, forward_ad.make_dual(values, tangent))
+        want = forward_ad.unpack_dual(advantages).tangent
+    assert got is not None
+    torch.testing.assert_close(got, want)
