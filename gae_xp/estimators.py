@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
+from . import _plans, backends
 from . import _prepare as prepare_
-from . import backends
 from ._compat import device_of
 from ._recurrences import (
     Picker,
@@ -31,7 +31,7 @@ Array = Any
 #: A coefficient: a Python or NumPy number, or an array broadcastable to the inputs.
 Coefficient = Union[float, Array]
 
-__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten"]
+__all__ = ["gae", "warm_up", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten"]
 
 
 def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
@@ -190,12 +190,65 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     >>> advantages, returns
     (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
+    key = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis,
+                         chunk_size, backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap)
+    if key is not None:
+        plan = _plans.PLANS.get(key)
+        if plan is not None:  # a call of this layout passed every check before: only the data's checks run
+            return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                        critic_lam)
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
                             cu_seqlens=cu_seqlens, critic_lam=critic_lam, truncated_bootstrap=truncated_bootstrap)
-    advantages, returns = backends.solve_gae(call.problem, backends.solver(call), call.chunk_size)
+    solver = backends.solver(call)
+    advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
+    if key is not None:
+        _plans.PLANS.put(key, _plans.make_plan(call, solver, {"rewards": rewards, "values": values,
+                                                              "next_values": next_values}))
     return call.restore(advantages), call.restore(returns)
+
+
+def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("constant", "dones+mask")) -> None:
+    """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
+
+    Each combination of options (which of ``terminated``, ``truncated``,
+    ``mask``, ``next_values`` are given; float or array coefficients) and
+    dtype runs a kernel of its own, compiled on its first call in a process
+    when numba's cache does not hold it yet (seconds per kernel on a cold
+    cache, tenths of a second to load a cached one). A trainer that calls
+    ``warm_up`` at start-up, before its first rollout, pays that there
+    instead of in its first step. NumPy arrays and torch CPU tensors share
+    the kernels. Without numba installed it does nothing.
+
+    Parameters
+    ----------
+    dtypes : sequence of str, default ("float32",)
+        The dtypes of ``rewards`` and ``values``: "float32", "float64".
+    cases : sequence of str, default ("constant", "dones+mask")
+        "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``,
+        ``truncated`` with ``next_values``, and ``mask``), "dones"
+        (``terminated`` only), "mask" (``mask`` only).
+
+    Examples
+    --------
+    >>> import gae_xp
+    >>> gae_xp.warm_up()  # at start-up: the first rollout's gae() calls then compile nothing
+    >>> gae_xp.warm_up(dtypes=("float32", "float64"), cases=("constant", "mask"))
+    """
+    import numpy as np
+
+    if backends.load("numba").unavailable_reason(None, []) is not None:
+        return
+    for dtype in dtypes:
+        rewards = np.zeros((2, 8), dtype=np.dtype(dtype))
+        flags = np.zeros((2, 8), dtype=bool)
+        options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
+                   "dones+mask": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
+        for case in cases:
+            if case not in options:
+                raise ValueError(f"cases must name some of {', '.join(map(repr, options))}, got {case!r}")
+            gae(rewards, rewards, backend="numba", **options[case])
 
 
 def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
