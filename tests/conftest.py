@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
+from matrix import mark_the_full_matrix
 
 from gae_xp.testing import libraries
 from gae_xp.testing.libraries import Library
@@ -120,3 +121,8 @@ def xp(target):
 @pytest.fixture(scope="session")
 def backend(target) -> str:
     return target.backend
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: ``pytest -m slow`` must see the markers
+def pytest_collection_modifyitems(items):
+    mark_the_full_matrix(items)
