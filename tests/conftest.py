@@ -17,6 +17,13 @@ its backend is skipped with the reason; the targets and libraries named in
 fail instead. ``numpy/numba-cuda`` is numba's CUDA simulator: it needs
 ``NUMBA_ENABLE_CUDASIM=1`` before numba is imported (its own pytest run, see
 ``.ci/run``).
+
+Two runs share the suite (tests/matrix.py): ``python -m pytest`` is the quick
+run (pyproject's ``-m "not slow"``: each test's parameter grid thinned to a
+covering subset per target, 10 hypothesis examples per property); ``pytest -m
+"slow or hypothesis"`` with ``GAE_XP_HYPOTHESIS_PROFILE=full`` is the rest of
+the full matrix (every case the quick run leaves out, every property again at
+40 examples). A heavy new test takes ``@pytest.mark.slow``.
 """
 
 from __future__ import annotations
