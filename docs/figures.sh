@@ -10,7 +10,7 @@
 #   asv_bench/recorded/results/   the recorded asv history (one folder per machine; other machines' stay)
 #   docs/asv/                     that history published by asv
 #   docs/asv.png                  a screenshot of it (needs chromium and the npm packages named below)
-#   docs/architecture.png         the package's modules and imports (farm-studio look, the project's drawing tool)
+#   docs/architecture.png         the package's modules and imports (docs/architecture_figure.py, matplotlib)
 #   docs/scale.png                the layouts of docs/scale.md (matplotlib)
 #   README.md, docs/gpu.md        the generated traffic tables between their markers
 set -uo pipefail
@@ -42,8 +42,8 @@ run cp-packed    python -m gae_xp.bench.scale cp-packed
 run dask-graph   python -m gae_xp.bench.scale dask-graph
 run dask-ooc     python -m gae_xp.bench.scale dask-ooc --gib 4 --block-mib 64
 run dask-fits    python -m gae_xp.bench.scale dask-throughput
-# the pictures: the package's imports (farm-studio prints the path of its drawing first), the scale layouts
-run architecture bash -c 'cp "$(farm-studio look | head -1 | python -c "import json, sys; print(json.load(sys.stdin)[\"picture\"])")" docs/architecture.png'
+# the pictures: the package's modules and imports (read from the code with ast), the scale layouts (matplotlib)
+run architecture python docs/architecture_figure.py
 run scale-figure python docs/scale_figure.py
 # the default sweep and its plot (tracked), and the figures the bench quotes when numba is not installed (tracked)
 run default      python -m gae_xp bench --plot docs/bench.png --json "$out/default.json"

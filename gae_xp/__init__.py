@@ -15,10 +15,10 @@ import os as _os
 if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "backends")):
     __path__.append(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 
+from ._version import __version__
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten
 from .lambdas import length_adaptive_lambda, relative_position_lambda
 from .turns import turn_counts, turn_gae
 
-__version__ = "0.1.0"
 __all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "turn_gae",
            "turn_counts", "length_adaptive_lambda", "relative_position_lambda", "__version__"]

@@ -25,8 +25,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "bench", help="is GAE my bottleneck, and what should I set? gae_xp against the serial loop and the "
                       "alternatives, with a verdict per library", description=cli.DESCRIPTION))
     adapters.add_arguments(commands.add_parser(
-        "adapters", help="each framework adapter (verl, slime, OpenRLHF, torchrl) against the framework's own "
-                         "function, on torch", description=adapters.DESCRIPTION))
+        "adapters", help=f"each framework adapter ({adapters.FRAMEWORKS}) against the framework's own function, on "
+                         "torch", description=adapters.DESCRIPTION))
     return parser
 
 

@@ -205,7 +205,7 @@ def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, revers
         Any array-API library's array; time is ``axis``.
     discount : float or array
         A number in [-1, 1] or an array of such values broadcastable to x. A
-        larger |discount| is rejected: its products overflow in any parallel
+        larger ``|discount|`` is rejected: its products overflow in any parallel
         form long before the loop's values do.
     axis : int, default -1
         The time axis.
@@ -257,7 +257,9 @@ def discounted_returns(rewards: Array, *, gamma: Coefficient = 0.99, terminated:
                        truncated: Array | None = None, mask: Array | None = None,
                        bootstrap_value: Coefficient | None = None, axis: int = -1, chunk_size: int | None = None,
                        backend: str = "auto", cu_seqlens: Array | Sequence[int] | None = None) -> Array:
-    r"""Reward-to-go (REINFORCE, REINFORCE++, GRPO-style returns)::
+    r"""Reward-to-go (REINFORCE, REINFORCE++, GRPO-style returns).
+
+    ::
 
         G_t = r_t + gamma_t (1 - done_t) G_{t+1},     G_T = bootstrap_value (default 0)
 
@@ -452,7 +454,9 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
 
 def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: float = 1e-8,
            shift_mean: bool = True, masked_fill: float | None = 0.0) -> Array:
-    r"""Normalise x with the mean and variance of its real entries::
+    r"""Normalise x with the mean and variance of its real entries.
+
+    ::
 
         out = (x - mean) / sqrt(var + eps)      (+ mean again if not shift_mean)
 

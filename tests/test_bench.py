@@ -6,11 +6,14 @@ measurements made up for the purpose, the tiny sweep on its structure.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pathlib
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,7 +23,7 @@ import numpy as np
 import pytest
 
 from gae_xp.__main__ import main
-from gae_xp.bench import cli, paths, report, runner
+from gae_xp.bench import cli, noise, paths, report, runner
 from gae_xp.testing import libraries
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -205,6 +208,96 @@ def test_help_lists_the_commands(prog, capsys):
     assert re.search(r"^\s+adapters\s+each framework adapter", out, re.M)
 
 
+def test_every_framework_the_adapters_command_runs_is_named_in_its_help_and_docs(capsys):
+    """Issue 31, 8: the help texts and docs/bench.md named 4 frameworks; the command ran 8."""
+    from gae_xp.bench import adapters
+
+    frameworks = list(dict.fromkeys(row.framework for row in adapters.ROWS))
+    with pytest.raises(SystemExit):
+        main(["--help"], prog="gae-xp")
+    top = " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["adapters", "--help"], prog="gae-xp")
+    own = " ".join(capsys.readouterr().out.split())
+    docs = (ROOT / "docs" / "bench.md").read_text()
+    section = " ".join(docs[docs.index("### `gae-xp adapters`"):docs.index("## asv")].split())
+    for name in frameworks:
+        assert name in top and name in own and name in section, name
+
+
+def _fake_row(name, needs=None, linear=True, per_step_s=1e-6):
+    """A row whose framework call sleeps in proportion to T, and whose adapter returns at once."""
+    from gae_xp.bench import adapters
+
+    def build(library, B, T):
+        return (lambda: time.sleep(T * per_step_s)), (lambda: None)
+
+    return adapters.Row(name, name.split()[0], build, needs=needs, install=f"pip install {needs}" if needs else None,
+                        linear_in_T=linear)
+
+
+def test_a_slow_framework_loop_is_extrapolated_from_a_prefix():
+    """Issue 31, 8: a default run took 240 s, AReaL's packed loop alone 89.7 s."""
+    from gae_xp.bench import adapters
+
+    steps = {}
+
+    def timer(call, number):  # a loop of 1 ms per step, measured without waiting for it
+        return call() * 1e-3 * number
+
+    row = adapters.Row("X", "X", lambda library, B, T: (lambda: steps.setdefault(T, T), lambda: None))
+    seconds, prefix = adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1.0)
+    assert prefix == 1000 and seconds == pytest.approx(8 * runner.PROBE_STEPS * 1e-3)
+    assert sorted(steps) == [runner.PROBE_STEPS, 1000]  # the probe, then the prefix the budget allows
+    assert adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=10.0)[1] is None
+    flat = adapters.Row("Y", "Y", row.build, linear_in_T=False)
+    assert adapters.time_framework(flat, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
+
+
+def test_a_cold_first_call_is_not_extrapolated_to_the_whole_sequence():
+    """A probe's first call pays torch's set-up (54 ms against 0.3 ms here): scaled by T/512 it read 4 s for 0.2 s."""
+    from gae_xp.bench import adapters
+
+    calls = []
+
+    def timer(call, number):  # 1 us per step, and the process's first call 50 ms more
+        calls.append(call())
+        return (calls[-1] * 1e-6 + (0.05 if len(calls) == 1 else 0.0)) * number
+
+    row = adapters.Row("X", "X", lambda library, B, T: ((lambda: T), lambda: None))
+    seconds, prefix = adapters.time_framework(row, None, 2, 256 * runner.PROBE_STEPS, timer, budget_s=1.0)
+    assert prefix is None and seconds == pytest.approx(256 * runner.PROBE_STEPS * 1e-6)
+
+
+def test_adapters_marks_extrapolated_rows_and_names_the_rows_left_out(monkeypatch, capsys, quick):
+    from gae_xp.bench import adapters
+
+    if libraries.unavailable("torch:cpu"):
+        pytest.skip(libraries.unavailable("torch:cpu"))
+    rows = (_fake_row("slow loop", per_step_s=2e-6), _fake_row("absent loop", needs="no_such_framework_gae_xp"))
+    monkeypatch.setattr(adapters, "ROWS", rows)
+    assert main(["adapters", "--B", "2", "--T", "4096", "--repeat", "1", "--serial-budget", "0.002"],
+                prog="gae-xp") == 0
+    out = capsys.readouterr().out
+    (slow,) = [line for line in out.splitlines() if line.startswith("slow loop")]
+    assert re.fullmatch(r"slow loop +~ *[\d.]+ ms +[\d.]+ ms +\d+% +~ *\d+x", slow), slow
+    assert adapters.LEGEND in out
+    assert "left out, 1 of 2 rows (their framework is not installed here):" in out
+    assert "absent loop: no_such_framework_gae_xp is not installed (pip install no_such_framework_gae_xp)" in out
+    assert not any(line.startswith("absent loop ") for line in out.splitlines())
+    assert re.search(r"^took [\d.]+ s; load average ", out, re.M)
+
+
+def test_adapter_cases_serve_asv_with_every_row_that_can_run():
+    from gae_xp.bench import adapters
+
+    if libraries.unavailable("torch:cpu"):
+        pytest.skip(libraries.unavailable("torch:cpu"))
+    cases = adapters.adapter_cases(libraries.load("torch:cpu"), 2, 64)  # their numbers: tests/conformance
+    assert [label for label, _, _ in cases] == [row.label for row in adapters.ROWS if row.unavailable() is None]
+    assert all(callable(framework) and callable(ours) for _, framework, ours in cases)
+
+
 @pytest.mark.parametrize("prog", ["gae-xp", "python -m gae_xp"])
 def test_bench_help_names_itself_and_documents_every_default(prog, capsys):
     with pytest.raises(SystemExit):
@@ -254,8 +347,9 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
     # the plain table, then its legend
     table = [re.split(r"\s{2,}", line.strip()) for line in lines if line.startswith("numpy ")]
     assert table and all(len(row) == len(report.COLUMNS) for row in table)
-    for name in ("gae_xp[xp]", "serial", "slime-chunked", "matrix", "copy"):
+    for name in ("gae_xp[xp]", "serial", "slime-chunked", "copy"):
         assert any(row[2] == name for row in table), name
+    assert not any(row[2] == "matrix" for row in table)  # opt-in: it costs more than it tells
     # one copy floor per shape and case, its own yardstick; every other row a multiple of it
     copies = [row for row in table if row[2] == "copy"]
     assert len(copies) == 4 and all(row[8] == "1x" and row[9] == "-" for row in copies)
@@ -283,9 +377,9 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
     assert "numpy, B=2, T=256, dones+mask: " in verdict
     assert re.search(r"per call = [\d.]+x the copy floor \([^)]* to copy the same bytes, [\d.]+ GB/s", verdict)
     assert "the serial loop, what you have now" in verdict
-    assert re.search(r"per PPO step|no measurable difference|gae_xp is slower here", verdict)
+    assert re.search(r"per PPO step|no measurable difference|too noisy to tell|gae_xp is slower here", verdict)
     assert re.search(r"(ahead of the fastest baseline timed at every shape \(B=2, T=64, 256\)|"
-                     r"(behind|no measurable difference) at B=2, T=64: )", verdict)
+                     r"(behind|no measurable difference|too noisy to tell) at B=2, T=64: )", verdict)
     assert "dones+mask against the constant discount: gae_xp[xp]" in verdict
     # the first call of a fresh process: its own lines, one per library and case, at the largest shape
     first = out[out.index("first call in a fresh process"):]
@@ -493,6 +587,84 @@ def test_every_shape_where_gae_xp_is_not_ahead_is_reported():
         report.verdicts(ahead, {"numpy": "gae_xp[xp]"}))
 
 
+QUIET = noise.Conditions(load_average=0.4, cores=2)
+BUSY = noise.Conditions(load_average=5.2, cores=2)
+
+
+def test_a_busy_machine_has_more_runnable_threads_than_cores():
+    assert BUSY.busy and not QUIET.busy and not noise.Conditions().busy
+    assert noise.Conditions(2.5, 2).busy and not noise.Conditions(2.0, 2).busy
+    assert BUSY.words() == "load average 5.2 on 2 usable cores"
+    assert noise.Conditions(4.1, 2, neighbours=2).words() == ("load average 4.1 on 2 usable cores, 2 of them started "
+                                                              "by --load")
+
+
+def test_a_wide_tie_is_too_noisy_to_tell_not_no_difference():
+    """Issue 31, 7: 54.3 ms ±69% against 12.2 ms ±52% (4.5x) read "no measurable difference"."""
+    results = [measurement("gae_xp[xp]", median=12.2e-3, spread=0.52 * 12.2e-3),
+               measurement("gae_xp[xp]", median=54.3e-3, spread=0.69 * 54.3e-3, dones=0.01, holes=0.2)]
+    for conditions in (None, QUIET, BUSY):
+        text = "\n".join(report.verdicts(results, {"numpy": "gae_xp[xp]"}, conditions=conditions))
+        assert "no measurable difference" not in text
+        line = next(line for line in text.splitlines() if "against the constant discount" in line)
+        assert line.startswith("  dones+mask against the constant discount: gae_xp[xp] 54.3 ms ±69% against 12.2 ms "
+                               "±52%, too noisy to tell from its constant time: spreads ±69% and ±52%; ")
+        assert line.endswith("rerun with --repeat 15 or at a quieter moment")
+        assert ("busy machine, load average 5.2 on 2 usable cores" in line) is (conditions is BUSY)
+
+
+@pytest.mark.parametrize("conditions, words", [
+    (QUIET, "no measurable difference from X"),
+    (None, "no measurable difference from X"),
+    (BUSY, "too noisy to tell from X: busy machine, load average 5.2 on 2 usable cores; rerun with --repeat 15 or at "
+           "a quieter moment"),
+])
+def test_a_narrow_tie_is_no_difference_only_on_a_machine_that_was_not_busy(conditions, words):
+    ours, base = measurement(median=1e-3, spread=0.05e-3), measurement(median=1.05e-3, spread=0.05e-3)
+    assert report.relative(ours, base, "X", conditions) == words
+
+
+@pytest.mark.parametrize("spread, conditions, words", [
+    (0.05e-3, QUIET, "2x X"),
+    (0.05e-3, BUSY, "2x X"),  # the busy machine is said once, at the top of the verdict
+    (0.6e-3, QUIET, "2x X, rough: spreads ±30% and ±5%"),
+])
+def test_a_difference_beyond_the_spread_is_given_and_marked_rough_on_noisy_samples(spread, conditions, words):
+    ours, base = measurement(median=2e-3, spread=spread), measurement(median=1e-3, spread=0.05e-3)
+    assert report.relative(ours, base, "X", conditions) == words
+
+
+def test_the_step_verdict_and_every_shape_say_too_noisy_to_tell():
+    ours = measurement("gae_xp[jax]", library="jax:cpu", effective=None, median=9.4e-3, spread=4e-3)
+    loop = measurement("lax.scan", library="jax:cpu", effective=None, median=12e-3, spread=3e-3)
+    lines = report.verdicts([ours, loop], {"jax:cpu": "gae_xp[jax]"}, conditions=QUIET)
+    assert lines[0].startswith("noisy measurements: 2 of 2 rows have a spread above ±20% (widest ±43%: jax:cpu "
+                               "gae_xp[jax] T=131072)")
+    assert lines[1].endswith("per call: too noisy to tell (the medians differ by less than the spread of both; "
+                             "spreads ±43% and ±25%; rerun with --repeat 15 or at a quieter moment)")
+    assert ("  too noisy to tell at B=8, T=131072: gae_xp[jax] 9.4 ms ±43% against lax.scan's 12 ms ±25%, the fastest "
+            "baseline there; spreads ±43% and ±25%; rerun with --repeat 15 or at a quieter moment") in lines
+    assert "no measurable difference" not in "\n".join(lines)
+
+
+def test_a_quiet_narrow_run_gets_no_noise_line_and_a_busy_one_does():
+    results = [measurement("gae_xp[numba]", effective=None, median=2e-3, spread=0.02e-3),
+               measurement("serial", effective=None, median=1.2, spread=0.01)]
+    assert not report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=QUIET)[0].startswith("noisy")
+    first = report.verdicts(results, {"numpy": "gae_xp[numba]"}, conditions=BUSY)[0]
+    assert first.startswith("noisy measurements: the machine was busy: load average 5.2 on 2 usable cores (the "
+                            "highest 1-minute figure seen during the run)")
+    assert first.endswith("rerun with --repeat 15 or at a quieter moment")
+
+
+def test_a_chunk_size_within_a_wide_spread_is_too_noisy_to_tell():
+    auto = measurement(median=10e-3, spread=3e-3)
+    other = measurement(chunk=16, effective=16, median=9e-3, spread=2e-3)
+    line = report.chunk_verdict([auto, other], "gae_xp[xp]", QUIET)
+    assert line.endswith("is faster by less than the measured spread, too noisy to tell: spreads ±30% and ±22%; "
+                         "rerun with --repeat 15 or at a quieter moment")
+
+
 def test_the_verdict_says_how_far_the_call_is_from_the_copy_floor():
     results = [measurement("gae_xp[numba]", effective=None, median=5.6e-3),
                measurement(runner.COPY, effective=None, median=0.91e-3),
@@ -539,11 +711,68 @@ def test_an_extra_that_is_not_installed_is_named_with_what_it_gave_here():
                             measurement("gae_xp[numba]", effective=None, median=2e-3).as_dict()]}
     (line,) = report.extra_hints(["numba"], ["numpy", "jax:cpu"], recorded)
     assert line.startswith("numba is not installed: pip install 'gae_xp[numba]'")
-    assert "measured by this project on CPU X, 2 cores" in line and "(3x faster)" in line
+    assert "measured by this project with `gae-xp bench --paths gae_xp[xp],gae_xp[numba]` on CPU X, 2 cores: " in line
+    assert "2 ms ±0% against the generic path's 6 ms ±0% (3x faster)" in line
     assert report.extra_hints(["numba"], ["jax:cpu"], recorded) == []
     (gpu,) = report.extra_hints(["numba-cuda"], ["cupy"], {"results": []})
     assert "has not recorded" in gpu
     assert report.load_recorded() is None or "results" in report.load_recorded()
+
+
+def test_a_recorded_gain_within_the_spread_is_no_speed_up():
+    """Issue 31, 6-7: the hint said "1.1x faster" for 10.6 ms ±16% against 11.3 ms ±55% on a busy machine."""
+    recorded = {"command": "gae-xp bench", "machine": {"cpu": "CPU X", "cpus": 2, "usable_cpus": 2,
+                                                       "load_average_highest": 12.9},
+                "results": [measurement("gae_xp[xp]", median=11.3e-3, spread=0.55 * 11.3e-3).as_dict(),
+                            measurement("gae_xp[numba]", effective=None, median=10.6e-3, spread=1.7e-3).as_dict()]}
+    (line,) = report.extra_hints(["numba"], ["numpy"], recorded)
+    assert "on CPU X, 2 cores (load average 13 during the run: a busy machine's figures): " in line
+    assert line.endswith("10.6 ms ±16% against the generic path's 11.3 ms ±55% (too noisy to tell: spreads ±16% and "
+                         "±55%; busy machine, load average 13 on 2 usable cores)")
+    assert "faster" not in line
+
+
+def _bench_commands():
+    """Every ``gae-xp bench`` command the project quotes: README.md and docs/*.md in backticks, docs/figures.sh,
+    and the command that made recorded.json (which the bench's advice quotes)."""
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    quoted = [m.group(1) for path in texts
+              for m in re.finditer(r"`((?:python -m gae_xp|gae-xp) bench[^`]*)`", path.read_text())]
+    script = [line.split(None, 2)[2] for line in (ROOT / "docs" / "figures.sh").read_text().splitlines()
+              if re.match(r"run \S+ +python -m gae_xp bench", line)]
+    return [command for command in (*quoted, *script, report.load_recorded()["command"]) if "--help" not in command]
+
+
+def test_every_quoted_bench_command_parses_without_a_deprecation():
+    """Issue 31, 6: the bench's advice quoted `--backend`, deprecated."""
+    from gae_xp.__main__ import build_parser
+
+    commands = _bench_commands()
+    assert len(commands) >= 8
+    for command in commands:
+        words = shlex.split(command)
+        words = words[3:] if words[0] == "python" else words[1:]
+        error = io.StringIO()
+        with contextlib.redirect_stderr(error):
+            options = build_parser("gae-xp").parse_args(words)
+        assert options.command == "bench", command
+        assert error.getvalue() == "", (command, error.getvalue())
+
+
+def test_the_readme_quotes_the_recorded_figures_the_bench_advises_with():
+    """Issue 31, 6: the advice quoted one machine's figures, the README another's: both now quote recorded.json."""
+    recorded = report.load_recorded()
+    machine = recorded["machine"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`{recorded['command']}`" in readme
+    assert f"{machine['cpu']} ({machine['cpus']} cores" in readme
+    assert f"load average {machine['load_average_highest']:.2g}" in readme
+    for r in recorded["results"]:
+        if r["path"] in ("gae_xp[numba]", "gae_xp[xp]"):
+            assert report.seconds(r["median_s"]) in readme, r
+    with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else contextlib.nullcontext(None) as handle:
+        names = {line.split(":", 1)[1].strip() for line in handle or () if line.startswith("model name")}
+    assert machine["cpu"] and (not names or machine["cpu"] in names or "recorded on another machine" in readme)
 
 
 def test_legend_and_table_without_rich(plain, capsys):
@@ -558,6 +787,90 @@ def test_an_empty_table_prints_without_rich(plain, capsys):
     report.print_report([])
     out = capsys.readouterr().out
     assert out.splitlines()[0].split() == [word for column in report.COLUMNS for word in column.split()]
+
+
+def test_every_path_in_the_table_is_defined_in_the_legend(plain, capsys):
+    """Issue 31, 10: "matrix" and "slime-chunked" were never defined."""
+    names = [p.name for p in paths.all_paths()] + [runner.COPY]
+    report.print_report([measurement(name, effective=None) for name in names])
+    out = capsys.readouterr().out
+    legend = out[out.index("path       what each row runs:"):out.index("verdict")]
+    for name in names:
+        assert re.search(rf"^  {re.escape(name)} +\S", legend, re.MULTILINE), name
+    assert "slime's published chunk scan" in legend and "O(T^2)" in legend
+    assert all(p.description for p in paths.all_paths())
+
+
+@pytest.fixture
+def sweep_seen(monkeypatch):
+    """The sweep a command would time: recorded, nothing timed."""
+    seen = []
+
+    def record(sweep, **kwargs):
+        seen.append(sweep)
+        return []
+
+    monkeypatch.setattr(runner, "run", record)
+    return seen
+
+
+@pytest.mark.parametrize("extra, matrix", [([], False), (["--all-paths"], True), (["--paths", "matrix"], True)])
+def test_the_costly_matrix_baseline_is_opt_in(extra, matrix, sweep_seen, capsys):
+    """Issue 31, 10: the matrix baseline cost 776 ms and 272 MiB at T=4096 in a default run."""
+    assert main(["bench", "--library", "numpy", "--T", "64", "--no-first-call", *extra], prog="gae-xp") == 0
+    (sweep,) = sweep_seen
+    assert any(path.name == "matrix" for path in sweep.paths) is matrix
+    out = capsys.readouterr().out
+    if not extra:
+        assert "all that apply but matrix (O(T^2) time and memory" in out and "opt in with --all-paths" in out
+
+
+def test_the_first_calls_print_no_line_before_the_table(monkeypatch, capsys, sweep_seen):
+    """Issue 31, 10: a stray "first call: numpy constant" came before the table."""
+    pytest.importorskip("rich")
+    record = {"import_gae_xp_s": 0.1, "import_library_s": 0.1, "first_s": 0.5, "second_s": 0.01}
+    monkeypatch.setattr(runner, "first_call", lambda *args, **kwargs: dict(record))
+    assert main(["bench", "--library", "numpy", "--T", "64"], prog="gae-xp") == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    before_table = captured.out[:captured.out.index("┏")]
+    assert "first call" not in before_table
+    assert "numpy, B=8, T=64, constant, backend='auto': 500 ms" in captured.out
+
+
+@pytest.mark.parametrize("libraries_", [["numpy"], ["numpy", "torch:cpu", "jax:cpu"]])
+@pytest.mark.parametrize("cases", [["constant"], ["constant", "dones+mask"]])
+def test_the_plot_keeps_its_title_inside_and_its_legend_off_the_data(libraries_, cases):
+    """Issue 31, 9: with one library the 450x360 PNG clipped its title and drew the legend over the data."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    results = []
+    for library in libraries_:
+        for case in cases:
+            holes = 0.2 if case != "constant" else 0.0
+            for T in (4096, 32768, 131072):
+                for name, median in (("gae_xp[xp]", 2e-4), ("serial", 1e-2), ("slime-chunked", 6e-4),
+                                     ("lfilter", 2e-4), ("numba-bare", 4e-4), (runner.COPY, 1e-5)):
+                    results.append(measurement(name, library=library, T=T, median=median * T / 4096, holes=holes,
+                                               extrapolated_from=512 if name == "serial" and T > 4096 else None))
+    figure = report.plot_figure(results)
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        page = figure.bbox
+        title = figure._suptitle.get_window_extent(renderer)
+        assert page.x0 <= title.x0 and title.x1 <= page.x1 and title.y1 <= page.y1, (title, page)
+        (legend,) = figure.legends
+        box = legend.get_window_extent(renderer)
+        assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0
+        assert len(legend.get_texts()) == len({(m.path, m.case) for m in results})
+        for ax in figure.axes:
+            assert not box.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+            assert not title.overlaps(ax.get_window_extent(renderer)), ax.get_title()
+            assert ax.get_legend() is None
+    finally:
+        plt.close(figure)
 
 
 def test_first_call_lines():

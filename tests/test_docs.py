@@ -6,6 +6,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_MODULES = ["gae_xp.estimators", "gae_xp.turns", "gae_xp.lambdas", "gae_xp.testing", "gae_xp.testing.assertions",
                   "gae_xp.testing.cases", "gae_xp.reference",
                   *(f"gae_xp.adapters.{name}" for name in ("verl", "slime", "openrlhf", "torchrl", "rlax", "areal",
-                                                            "cleanrl", "trl"))]
+                                                            "cleanrl", "trl")),
+                  "gae_xp.distributed._gae", "gae_xp.distributed._whiten", "gae_xp.distributed._exchange"]
 #: numpydoc sections every public function's docstring has.
 SECTIONS = ("Parameters", "Returns", "Examples")
 
@@ -49,6 +51,33 @@ def test_public_functions_are_documented(name):
         wanted = [s for s in SECTIONS if s != "Returns" or hints["return"] not in (None, "None")]
         missing = [section for section in wanted if not re.search(rf"^{section}\n-+$", doc, re.MULTILINE)]
         assert not missing, f"{name}.{function_name} lacks the numpydoc sections {missing}"
+
+
+@pytest.mark.parametrize("package", ["gae_xp", "gae_xp.distributed"])
+def test_every_exported_function_has_its_examples_run(package):
+    """A function exported by ``__all__`` (and so on the docs site's API pages) lives in a module listed above:
+    its examples run here and its numpydoc sections are checked."""
+    module = importlib.import_module(package)
+    functions = [getattr(module, name) for name in module.__all__ if inspect.isfunction(getattr(module, name))]
+    assert functions
+    unlisted = sorted({f"{function.__module__} ({function.__name__})" for function in functions
+                       if function.__module__ not in PUBLIC_MODULES})
+    assert not unlisted, f"add {unlisted} to PUBLIC_MODULES"
+
+
+def test_the_api_pages_cover_every_public_module_and_the_cli():
+    """The docs site's API pages (docs/api/, built by Sphinx in CI) list each public module's names by themselves;
+    here: every public module and package has its directive, and the adapters' directive finds all of them."""
+    pages = "\n".join(path.read_text() for path in (ROOT / "docs" / "api").glob("*.md"))
+    for module in ("gae_xp", "gae_xp.distributed", "gae_xp.reference", "gae_xp.testing"):
+        assert f".. public-api:: {module}\n" in pages, module
+    assert ".. public-modules:: gae_xp.adapters\n" in pages and ".. cli-help::" in pages
+    adapters = {f"gae_xp.adapters.{name}" for name in ("verl", "slime", "openrlhf", "torchrl", "rlax", "areal",
+                                                       "cleanrl", "trl")}
+    assert adapters <= set(PUBLIC_MODULES)
+    found = {f"gae_xp.adapters.{info.name}" for info in
+             pkgutil.iter_modules(importlib.import_module("gae_xp.adapters").__path__) if not info.name.startswith("_")}
+    assert found == adapters, "an adapter module is missing from PUBLIC_MODULES (its examples would not run)"
 
 
 def test_readme_marks_its_two_commands():

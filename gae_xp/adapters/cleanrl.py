@@ -54,9 +54,9 @@ def compute_gae(rewards: Array, values: Array, dones: Array, next_value: Array, 
 
     Parameters
     ----------
-    rewards, values, dones : arrays, shape (num_steps, *envs)
+    rewards, values, dones : arrays, shape ``(num_steps, *envs)``
         CleanRL's storage: ``dones[t]`` is the done flag stored before step t (``obs[t]`` starts an episode).
-    next_value : array, shape (1, *envs) or envs
+    next_value : array, shape ``(1, *envs)`` or envs
         V(next_obs) after the rollout.
     next_done : array, shape envs
         The done flag of the last step.
@@ -65,7 +65,7 @@ def compute_gae(rewards: Array, values: Array, dones: Array, next_value: Array, 
 
     Returns
     -------
-    advantages, returns : arrays, shape (num_steps, *envs)
+    advantages, returns : arrays, shape ``(num_steps, *envs)``
         Of the inputs' library, device and floating dtype.
 
     Raises

@@ -51,6 +51,17 @@ from gae_xp._compat import array_namespace, device_of
 from gae_xp.adapters._util import Array, Coefficient, DTypeError, ShapeError, like, scan, stop_gradient
 
 VTraceOutput = collections.namedtuple("vtrace_output", ["errors", "pg_advantage", "q_estimate"])
+VTraceOutput.__doc__ = """rlax's ``vtrace_output``: what ``vtrace_td_error_and_advantage`` returns.
+
+Attributes
+----------
+errors : array
+    The V-trace errors, ``vs - v_tm1`` (``vtrace``'s).
+pg_advantage : array
+    The policy-gradient advantage, ``min(clip_pg_rho_threshold, rho_tm1) (q_t - v_tm1)``.
+q_estimate : array
+    The policy-gradient target ``q_t``.
+"""
 
 
 def lambda_returns(r_t: Array, discount_t: Array, v_t: Array, lambda_: Coefficient = 1.0,
@@ -324,7 +335,7 @@ def leaky_vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm
     r"""Leaky V-trace errors of one sequence, as rlax's ``leaky_vtrace``.
 
     ``vtrace`` with every clipped weight ``min(threshold, rho)`` replaced by the mix
-    ``(1 - alpha_) rho + alpha_ min(threshold, rho)``: alpha_ 1 is V-trace, 0 plain importance sampling.
+    ``(1 - alpha_) rho + alpha_ min(threshold, rho)``: ``alpha_`` 1 is V-trace, 0 plain importance sampling.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """torchrl's ``generalized_advantage_estimate`` and ``vtrace_advantage_estimate``
 (torchrl.objectives.value.functional), on the chunk scan.
 
-Inputs are [*B, T, *F] with time at ``time_dim`` (-2). Both return
+Inputs are ``[*B, T, *F]`` with time at ``time_dim`` (-2). Both return
 ``(advantage, value_target)``. As torchrl (0.14) defines them:
 
 * GAE: ``delta_t = r_t + gamma (1 - terminated_t) V'_t - V_t`` and
@@ -62,22 +62,22 @@ def generalized_advantage_estimate(gamma: float, lmbda: float, state_value: Arra
         torchrl's exponential mean discount, in [0, 1].
     lmbda : float
         torchrl's trajectory discount (the GAE lambda), in [0, 1].
-    state_value : array, shape (*B, T, *F)
+    state_value : array, shape ``(*B, T, *F)``
         The value function's result on the old state (``V_t``).
-    next_state_value : array, shape (*B, T, *F)
+    next_state_value : array, shape ``(*B, T, *F)``
         The value function's result on the new state (``V'_t``, the state after step t).
-    reward : array, shape (*B, T, *F)
+    reward : array, shape ``(*B, T, *F)``
         The reward of taking the action in the environment.
-    done : bool array, shape (*B, T, *F)
+    done : bool array, shape ``(*B, T, *F)``
         The end of the trajectory (terminated or truncated): cuts the trace.
-    terminated : bool array, shape (*B, T, *F), optional
+    terminated : bool array, shape ``(*B, T, *F)``, optional
         The end of the episode: drops the bootstrap ``V'_t``. Defaults to ``done``.
     time_dim : int, default -2
         The dimension along which time is unrolled (keyword-only, as in torchrl).
 
     Returns
     -------
-    advantage, value_target : arrays, shape (*B, T, *F)
+    advantage, value_target : arrays, shape ``(*B, T, *F)``
         Of the inputs' library and device, in their floating dtype.
 
     Raises
@@ -137,20 +137,20 @@ def vtrace_advantage_estimate(gamma: float, log_pi: Array, log_mu: Array, state_
     ----------
     gamma : float
         torchrl's exponential mean discount.
-    log_pi : array, shape (*B, T, *F)
+    log_pi : array, shape ``(*B, T, *F)``
         The log-probability of the taken actions under the current (learning) actor, as torchrl's ``VTrace``
         passes it.
-    log_mu : array, shape (*B, T, *F)
+    log_mu : array, shape ``(*B, T, *F)``
         The log-probability of the taken actions under the actor that collected them (``VTrace``'s sample log
         prob). (torchrl's docstring of the function names the two the other way round; the arithmetic, reproduced
         here, is ``rho = exp(log_pi - log_mu)``.)
-    state_value, next_state_value : arrays, shape (*B, T, *F)
+    state_value, next_state_value : arrays, shape ``(*B, T, *F)``
         The value function's result on the state and on the next state.
-    reward : array, shape (*B, T, *F)
+    reward : array, shape ``(*B, T, *F)``
         The reward of taking the action in the environment.
-    done : bool array, shape (*B, T, *F)
+    done : bool array, shape ``(*B, T, *F)``
         The end of the episode (terminated or truncated): cuts the trace.
-    terminated : bool array, shape (*B, T, *F), optional
+    terminated : bool array, shape ``(*B, T, *F)``, optional
         The terminated states: drop the bootstrap. Defaults to ``done``.
     rho_thresh : float or array, default 1.0
         The rho clipping parameter of the importance weights (the deltas and the advantage).
@@ -161,7 +161,7 @@ def vtrace_advantage_estimate(gamma: float, log_pi: Array, log_mu: Array, state_
 
     Returns
     -------
-    advantage, value_target : arrays, shape (*B, T, *F)
+    advantage, value_target : arrays, shape ``(*B, T, *F)``
         Of the inputs' library and device, in their floating dtype.
 
     Raises

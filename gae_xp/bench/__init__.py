@@ -8,6 +8,8 @@ optionally a JSON file and a plot. The pieces: ``cli`` (the options, checked
 before anything runs), ``paths`` (the calls timed and the copy floor, also
 asv's), ``runner`` (the one timing harness, also ``gae-xp adapters``' and the
 GPU benchmark's; busy neighbours, first calls, profiles), ``report`` (the
-header, the table, the verdict rules). The registry of array libraries and
+header, the table, the verdict rules), ``noise`` (when a comparison can be
+trusted: the spreads and the machine's load average), ``adapters`` (``gae-xp
+adapters``, one row per framework function). The registry of array libraries and
 the case builder are ``gae_xp.testing``'s, shared with the tests and asv.
 """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import math
 import os
@@ -12,7 +13,7 @@ import time
 
 import numpy as np
 
-from gae_xp.bench import paths, report, runner
+from gae_xp.bench import noise, paths, report, runner
 from gae_xp.testing import libraries
 
 DEFAULT_T = (4096, 32768, 131072)
@@ -24,13 +25,14 @@ ALIASES = {"torch": "torch:cpu", "jax": "jax:cpu"}
 #: ``--load`` without a number: one busy process per usable core.
 PER_CORE = -1
 DESCRIPTION = ("Is GAE my bottleneck, and what should I set? Times gae_xp's paths against the serial GAE loop "
-               "you have now (and slime's chunk scan, the O(T^2) matrix, scipy's lfilter, a bare numba loop, "
-               "JAX's lax.scan and lax.associative_scan) on the installed array libraries, side by side in one "
-               "process, next to a copy of the same bytes (the memory roofline); prints what is measured, a "
-               "table, and a verdict per library: the time per call against the loop and against the copy floor, "
-               "the seconds saved per PPO step, every shape where gae_xp is not ahead, whether a chunk size beats "
-               "the default on the path auto runs, the first call of a fresh process, and what an uninstalled "
-               "extra would give.")
+               "you have now (and slime's chunk scan, scipy's lfilter, a bare numba loop, JAX's lax.scan and "
+               "lax.associative_scan; the O(T^2) matrix with --all-paths) on the installed array libraries, side "
+               "by side in one process, next to a copy of the same bytes (the memory roofline); prints what is "
+               "measured, a table, and a verdict per library: the time per call against the loop and against the "
+               "copy floor, the seconds saved per PPO step, every shape where gae_xp is not ahead, whether a chunk "
+               "size beats the default on the path auto runs, the first call of a fresh process, and what an "
+               "uninstalled extra would give; on a busy machine or wide spreads, which comparisons were too noisy "
+               "to tell.")
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -104,7 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "(default: off)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
                         help="comma-separated paths to run, from " + ", ".join(p.name for p in paths.all_paths())
-                             + " (default: all that apply to each library and case)")
+                             + " (default: all that apply to each library and case, but "
+                             + _opt_in_words() + ")")
+    parser.add_argument("--all-paths", action="store_true",
+                        help=f"also the baselines that cost more than they tell, left out by default: "
+                             f"{_opt_in_words()} (default: off)")
     parser.add_argument("--json", metavar="PATH",
                         help="write every measurement, the machine, versions and the command here (default: none)")
     parser.add_argument("--plot", metavar="PATH",
@@ -150,7 +156,8 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
     workloads = tuple(paths.Workload(b, t, options.dtype, *paths.case_probabilities(case, dones, holes),
                                      options.gamma, options.lam)
                       for case in cases for b in options.B for t in options.T)
-    chosen = tuple(p for p in paths.all_paths() if options.paths is None or p.name in options.paths)
+    offered = paths.all_paths() if options.all_paths else paths.default_paths()
+    chosen = tuple(p for p in paths.all_paths() if p.name in options.paths) if options.paths else offered
     auto = auto_paths(loaded, options.dtype)
     sweep = runner.Sweep(loaded, workloads, chosen, options.chunk_size, options.repeat, options.serial_budget,
                          swept=auto if options.paths is None else None)
@@ -168,27 +175,39 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
         "lam": options.lam,
         "cases": ", ".join(f"{c} (dones {d:g}, mask holes {h:g})" if c != "constant" else c
                            for c in cases for d, h in [paths.case_probabilities(c, dones, holes)]),
-        "paths": "all that apply" if options.paths is None else ",".join(options.paths),
+        "paths": (",".join(options.paths) if options.paths else "all that apply" if options.all_paths
+                  else f"all that apply but {_opt_in_words()}, opt in with --all-paths"),
         "chunks": _listing(options.chunk_size), "repeat": options.repeat,
         "min_sample_ms": runner.MIN_SAMPLE_S * 1e3, "serial_budget": options.serial_budget,
-        "load": report.load_words(load, machine["usable_cpus"]),
+        "load": report.load_words(load, machine["usable_cpus"]) + _load_average_words(machine),
     }
     for line in report.header(settings, loaded, machine):
         print(line, file=stream)
     print("", file=stream, flush=True)
     first_calls = []
+    seen_load = [machine["load_average"]]
     with runner.busy_neighbours(load):
         if options.profile:
             for library in loaded:
                 for workload in workloads:
                     _print_profile(library, workload, auto[library.name], stream)
         else:
-            results = _run_with_progress(sweep)
-            if options.first_call:
-                first_calls = _first_calls(sweep, options.threads)
+            first_call_count = len(sweep.libraries) * len(sweep.largest()) if options.first_call else 0
+            with _progress(sweep.count() + first_call_count) as step:
+                def on_step(what):
+                    seen_load.append(noise.load_average())
+                    step(what)
+
+                results = runner.run(sweep, on_case_done=lambda m: on_step(
+                    f"{m.library} {m.case} {m.path} T={m.T} C={report.chunk_label(m)}"))
+                if options.first_call:
+                    first_calls = _first_calls(sweep, options.threads, on_step)
+    known = [value for value in seen_load if value is not None]
+    conditions = noise.Conditions(max(known) if known else None, machine["usable_cpus"], load)
+    machine["load_average_highest"] = conditions.load_average
     if not options.profile:
         report.print_report(results, stream, auto_paths=auto, missing_extras=missing_extras(loaded),
-                            notes=sweep.skipped_sizes(), first_calls=first_calls)
+                            notes=sweep.skipped_sizes(), first_calls=first_calls, conditions=conditions)
     elapsed = time.perf_counter() - started
     if options.json:
         report.write_json(results, options.json, [*prog.split(), *argv], loaded, machine, elapsed, load=load,
@@ -255,14 +274,14 @@ def _unmatched_paths(sweep: runner.Sweep, named: bool) -> str | None:
     return "; ".join(problems) or None
 
 
-def _first_calls(sweep: runner.Sweep, threads: int | None) -> list[dict]:
-    """``runner.first_call`` per library and case, at the case's largest workload."""
+def _first_calls(sweep: runner.Sweep, threads: int | None, on_step=lambda what: None) -> list[dict]:
+    """``runner.first_call`` per library and case, at the case's largest workload (``on_step`` after each)."""
     out = []
     for library in sweep.libraries:
         for workload in sweep.largest().values():
-            print(f"first call: {library.name} {workload.case}", file=sys.stderr)
             out.append({"library": library.name, "B": workload.B, "T": workload.T, "case": workload.case,
                         **runner.first_call(library.name, workload, threads)})
+            on_step(f"first call of a fresh process: {library.name} {workload.case}")
     return out
 
 
@@ -328,23 +347,36 @@ def _duration(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{seconds:.1f} s"
 
 
-def _run_with_progress(sweep):
-    total = sweep.count()
+@contextlib.contextmanager
+def _progress(total: int):
+    """``step(what)`` after each of ``total`` steps: rich's transient bar (gone once done), else ``[k/n]`` on stderr."""
     try:
         from rich.progress import Progress
     except ImportError:
-        done = []
+        done = [0]
 
-        def step(m):
-            done.append(m)
-            print(f"[{len(done)}/{total}] {m.library} {m.case} {m.path} T={m.T} C={report.chunk_label(m)}",
-                  file=sys.stderr)
+        def step(what):
+            done[0] += 1
+            print(f"[{done[0]}/{total}] {what}", file=sys.stderr)
 
-        return runner.run(sweep, on_case_done=step)
+        yield step
+        return
     with Progress(transient=True, console=None) as progress:
         task = progress.add_task("benchmarking", total=total)
-        return runner.run(sweep, on_case_done=lambda m: progress.update(
-            task, advance=1, description=f"{m.library} {m.case} {m.path} T={m.T}"))
+        yield lambda what: progress.update(task, advance=1, description=what)
+
+
+def _opt_in_words() -> str:
+    """``matrix (O(T^2) time and memory: ...)``: the opt-in paths and why each is left out by default."""
+    return "; ".join(f"{p.name} ({p.opt_in})" for p in paths.all_paths() if p.opt_in is not None) or "none"
+
+
+def _load_average_words(machine: dict) -> str:
+    """``; load average 2.8 (1 min) before the run, on 2 usable cores``: the others' load, with the figures."""
+    if machine.get("load_average") is None:
+        return ""
+    return (f"; load average {machine['load_average']:.2g} (1 min) before the run, on {machine['usable_cpus']} "
+            "usable cores")
 
 
 def _split(text: str) -> list[str]:

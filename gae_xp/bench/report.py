@@ -2,22 +2,28 @@
 
 One rule for every comparison in a verdict: two times whose medians differ by
 no more than the spread of both (the sum of their half interquartile ranges)
-are "no measurable difference", whichever side is ahead.
+are a tie, whichever side is ahead: "no measurable difference" when both
+spreads are narrow on a machine that was not busy, else "too noisy to tell",
+with the spreads, the load average and a rerun to try (``gae_xp.bench.noise``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import importlib.util
 import json
 import os
 import platform
+import shlex
 import sys
 from collections import defaultdict
 from importlib import metadata, resources
 from typing import Iterable
 
-from gae_xp.bench.paths import FLOOR_ARRAYS, loop_baseline
+from gae_xp.bench import noise
+from gae_xp.bench.noise import Conditions
+from gae_xp.bench.paths import FLOOR_ARRAYS, all_paths, loop_baseline
 from gae_xp.bench.runner import COPY, MIN_SAMPLES_FOR_A_VERDICT, Measurement
 from gae_xp.testing.libraries import CPU_NAMES
 
@@ -37,6 +43,21 @@ LEGEND = (
     "max error  max |advantage - float64 loop| over the whole output (- where the time was extrapolated)",
     "peak mem   peak bytes allocated by one call where the library tells (tracemalloc on the CPU, torch CUDA)",
 )
+
+#: The copy row's entry in the paths' legend (it is the yardstick, not a path).
+COPY_DESCRIPTION = ("not a path: a copy of the same bytes (rewards and values into two preallocated arrays), the "
+                    "yardstick of x floor")
+
+
+def path_legend(names: Iterable[str]) -> list[str]:
+    """One line per path named in the table, saying what it is (``Path.description``), in the registry's order."""
+    described = {p.name: p.description for p in all_paths()}
+    described[COPY] = COPY_DESCRIPTION
+    present = set(names)
+    shown = [name for name in described if name in present]
+    width = max((len(name) for name in shown), default=0)
+    return [f"  {name.ljust(width)}  {described[name]}" for name in shown]
+
 
 #: A chunk size must also save at least this share of auto's time to be recommended: a smaller gain is not
 #: worth a setting that the next machine may not repeat.
@@ -85,11 +106,12 @@ def measurably_different(a: Measurement, b: Measurement) -> bool:
     return abs(a.median_s - b.median_s) > a.spread_s + b.spread_s
 
 
-def relative(m: Measurement, base: Measurement, base_time: str) -> str:
-    """``2.4x <base_time>``, or ``no measurable difference from <base_time>`` within the spread of both."""
+def relative(m: Measurement, base: Measurement, base_time: str, conditions: Conditions | None = None) -> str:
+    """``2.4x <base_time>`` (marked rough on noisy samples), or a tie (:func:`gae_xp.bench.noise.tie`) from it."""
     if not measurably_different(m, base):
-        return f"no measurable difference from {base_time}"
-    return f"{ratio(m.median_s / base.median_s)} {base_time}"
+        verdict, detail = noise.tie(m, base, conditions)
+        return f"{verdict} from {base_time}" + (f": {detail}" if detail else "")
+    return f"{ratio(m.median_s / base.median_s)} {base_time}{noise.rough(m, base)}"
 
 
 def ratio(value: float) -> str:
@@ -116,7 +138,7 @@ def recommend_chunk(auto: Measurement, others: Iterable[Measurement]) -> Measure
     return best if gain > auto.spread_s + best.spread_s and gain >= MIN_GAIN * auto.median_s else None
 
 
-def chunk_verdict(measured: list[Measurement], path: str) -> str | None:
+def chunk_verdict(measured: list[Measurement], path: str, conditions: Conditions | None = None) -> str | None:
     """One line on ``path``'s chunk size at one shape and case, from the rule of :func:`recommend_chunk`."""
     mine = [m for m in measured if m.path == path]
     auto = next((m for m in mine if m.chunk_size is None), None)
@@ -134,6 +156,8 @@ def chunk_verdict(measured: list[Measurement], path: str) -> str | None:
             why = f"faster on fewer than {MIN_SAMPLES_FOR_A_VERDICT} samples: not enough to tell"
         elif auto.median_s - fastest.median_s <= auto.spread_s + fastest.spread_s:
             why = "faster by less than the measured spread"
+            verdict, detail = noise.tie(auto, fastest, conditions)
+            why += f", {verdict}: {detail}" if detail else ""
         else:
             why = f"faster by less than {MIN_GAIN:.0%}"
         return (f"{path}: keep the default chunk_size=None (auto, C={auto.effective_chunk}: {_timed(auto)}); "
@@ -143,17 +167,19 @@ def chunk_verdict(measured: list[Measurement], path: str) -> str | None:
 
 
 def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = None,
-             missing_extras: Iterable[str] = ()) -> list[str]:
+             missing_extras: Iterable[str] = (), conditions: Conditions | None = None) -> list[str]:
     """What the run means, per library and case: at the largest shape, and every shape where gae_xp is not ahead.
 
     ``auto_paths`` maps a library to the path ``backend="auto"`` runs for its
     arrays (gae_xp[numba] for NumPy with numba installed...): chunk-size
     advice is given for that path only, since a size on another path changes
     nothing in the user's call. ``missing_extras`` lists the extras (numba,
-    numba-cuda) not installed here.
+    numba-cuda) not installed here. ``conditions`` is the machine's load while
+    the samples were taken: a tie on a busy machine is "too noisy to tell".
     """
     auto_paths = auto_paths or {}
-    lines = []
+    noisy = noise.summary(results, conditions)
+    lines = [] if noisy is None else [noisy]
     by_library = defaultdict(list)
     for m in results:
         by_library[m.library].append(m)
@@ -163,39 +189,39 @@ def verdicts(results: list[Measurement], auto_paths: dict[str, str] | None = Non
             in_case = [m for m in measured if m.case == case]
             largest = max((m.B * m.T, m.T) for m in in_case)
             here = [m for m in in_case if (m.B * m.T, m.T) == largest]
-            lines.append(_step_line(library, case, here, auto_path))
-            lines.extend("  " + line for line in _chunk_lines(here, auto_path))
-            lines.extend("  " + line for line in _behind_lines(in_case, auto_path))
-            lines.extend("  " + line for line in _jax_lines(here))
-            lines.extend("  " + line for line in _bare_loop_lines(here))
-            lines.extend("  " + line for line in _case_cost_lines(measured, here))
-            lines.extend("  " + line for line in _cross_library_lines(results, here))
+            lines.append(_step_line(library, case, here, auto_path, conditions))
+            lines.extend("  " + line for line in _chunk_lines(here, auto_path, conditions))
+            lines.extend("  " + line for line in _behind_lines(in_case, auto_path, conditions))
+            lines.extend("  " + line for line in _jax_lines(here, conditions))
+            lines.extend("  " + line for line in _bare_loop_lines(here, conditions))
+            lines.extend("  " + line for line in _case_cost_lines(measured, here, conditions))
+            lines.extend("  " + line for line in _cross_library_lines(results, here, conditions))
     lines.extend(extra_hints(missing_extras, by_library))
     return lines
 
 
-def _chunk_lines(here, auto_path) -> list[str]:
+def _chunk_lines(here, auto_path, conditions) -> list[str]:
     """Chunk-size advice for the path auto runs; for another gae_xp path only where its sizes were swept."""
     lines = []
     for path in dict.fromkeys(m.path for m in here if m.ours):
         chunked = any(m.path == path and m.effective_chunk is not None for m in here)
         if auto_path is None or path == auto_path:
             if chunked:
-                line = chunk_verdict(here, path)
+                line = chunk_verdict(here, path, conditions)
                 lines.extend([] if line is None else ["chunk size: " + line])
             else:
                 what = ", what backend='auto' runs," if path == auto_path else ""
                 lines.append(f"chunk size: {path}{what} has no chunks: chunk_size changes nothing there, "
                              "so not swept")
         elif chunked and sum(m.path == path for m in here) > 1:
-            line = chunk_verdict(here, path)
+            line = chunk_verdict(here, path, conditions)
             backend = path[len("gae_xp["):-1]
             lines.append(f"chunk size, for calls that force backend='{backend}' only (auto runs {auto_path}, "
                          f"where chunk_size changes nothing): {line}")
     return lines
 
 
-def _behind_lines(in_case, auto_path) -> list[str]:
+def _behind_lines(in_case, auto_path, conditions) -> list[str]:
     """Every shape where what auto runs is not ahead of the fastest baseline timed (slower, or within the spread)."""
     shapes = sorted({(m.B, m.T) for m in in_case})
     lines, compared = [], []
@@ -209,11 +235,13 @@ def _behind_lines(in_case, auto_path) -> list[str]:
         compared.append((B, T))
         name = best.path + (f" (C={best.effective_chunk})" if best.effective_chunk is not None else "")
         if not measurably_different(ours, best):
-            lines.append(f"no measurable difference at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s "
-                         f"{_timed(best)}, the fastest baseline there")
+            verdict, detail = noise.tie(ours, best, conditions)
+            lines.append(f"{verdict} at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s {_timed(best)}, "
+                         "the fastest baseline there" + (f"; {detail}" if detail else ""))
         elif best.median_s < ours.median_s:
             lines.append(f"behind at B={B}, T={T}: {ours.path} {_timed(ours)} against {name}'s {_timed(best)}, "
-                         f"the fastest baseline there ({ours.median_s / best.median_s:.3g}x its time)")
+                         f"the fastest baseline there ({ours.median_s / best.median_s:.3g}x its time)"
+                         f"{noise.rough(ours, best)}")
     if compared and not lines:
         batches = {B for B, _ in compared}
         where = (f"B={compared[0][0]}, T={', '.join(str(T) for _, T in compared)}" if len(batches) == 1
@@ -230,7 +258,7 @@ def _ours_at_auto(measured, auto_path) -> Measurement | None:
     return min(timed, key=lambda m: m.median_s) if timed else None
 
 
-def _step_line(library, case, here, auto_path) -> str:
+def _step_line(library, case, here, auto_path, conditions) -> str:
     m0 = here[0]
     head = f"{library}, B={m0.B}, T={m0.T}, {case}:"
     loop_name = loop_baseline(library)
@@ -252,14 +280,15 @@ def _step_line(library, case, here, auto_path) -> str:
     approx = "~" if loop.extrapolated_from else ""
     line += f"; {loop_words}, what you have now: {_timed(loop)} per call"
     if not measurably_different(ours, loop):
-        line += ": no measurable difference (the medians differ by less than the spread of both)"
+        verdict, detail = noise.tie(ours, loop, conditions)
+        line += f": {verdict} (the medians differ by less than the spread of both{'; ' + detail if detail else ''})"
     elif saved > 0:
         line += (f" ({ratio(loop.median_s / ours.median_s)}): {approx}{seconds(saved)} saved per PPO step that "
                  "computes GAE once on this batch")
     else:
         line += (f" ({ratio(loop.median_s / ours.median_s)}): gae_xp is slower here by {approx}{seconds(-saved)} "
                  "per call")
-    return line
+    return line + (noise.rough(ours, loop) if measurably_different(ours, loop) else "")
 
 
 def _floor_words(ours: Measurement, here) -> str:
@@ -280,29 +309,29 @@ def _itemsize(dtype: str) -> int:
     return {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(dtype, 4)
 
 
-def _jax_lines(here) -> list[str]:
+def _jax_lines(here, conditions) -> list[str]:
     refs = [m for m in here if m.path == "lax.associative_scan"]
     ours = [m for m in here if m.ours and m.chunk_size is None]
     if not refs or not ours:
         return []
     best = min(ours, key=lambda m: m.median_s)
     ref = refs[0]
-    against = relative(ref, best, f"{best.path}'s time")
+    against = relative(ref, best, f"{best.path}'s time", conditions)
     return [f"JAX's other alternative, lax.associative_scan under jax.jit: {_timed(ref)} ({against})"]
 
 
-def _bare_loop_lines(here) -> list[str]:
+def _bare_loop_lines(here, conditions) -> list[str]:
     """gae_xp's numba kernel against the bare numba loop: what a compiled CPU loop reaches (constant discount only)."""
     bare = next((m for m in here if m.path == "numba-bare"), None)
     ours = next((m for m in here if m.path == "gae_xp[numba]"), None)
     if bare is None or ours is None:
         return []
-    against = relative(ours, bare, "the bare loop's time")
+    against = relative(ours, bare, "the bare loop's time", conditions)
     return [f"gae_xp[numba] {_timed(ours)} against a bare numba loop's {_timed(bare)} "
             f"({against}; it knows only a constant discount)"]
 
 
-def _case_cost_lines(measured, here) -> list[str]:
+def _case_cost_lines(measured, here, conditions) -> list[str]:
     """A time-varying case against the constant discount, per gae_xp path at auto, at the same shape."""
     constant = {(m.path, m.B, m.T): m for m in measured if m.case == "constant" and m.ours and m.chunk_size is None}
     lines = []
@@ -311,12 +340,12 @@ def _case_cost_lines(measured, here) -> list[str]:
             continue
         base = constant.get((m.path, m.B, m.T))
         if base is not None:
-            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)}, "
-                         f"{relative(m, base, 'its constant time')} ({_timed(base)})")
+            lines.append(f"{m.case} against the constant discount: {m.path} {_timed(m)} against {_timed(base)}, "
+                         f"{relative(m, base, 'its constant time', conditions)}")
     return lines
 
 
-def _cross_library_lines(results, here) -> list[str]:
+def _cross_library_lines(results, here, conditions) -> list[str]:
     """torch CPU tensors on the numba kernel against NumPy arrays on the same kernel, same shape and case."""
     numpy_side = {(m.B, m.T, m.case): m for m in results if m.library == "numpy" and m.path == "gae_xp[numba]"}
     lines = []
@@ -324,7 +353,7 @@ def _cross_library_lines(results, here) -> list[str]:
         if m.library == "torch:cpu" and m.path == "gae_xp[numba]":
             base = numpy_side.get((m.B, m.T, m.case))
             if base is not None:
-                against = relative(m, base, "NumPy's time")
+                against = relative(m, base, "NumPy's time", conditions)
                 lines.append(f"torch CPU tensors on the numba kernel: {_timed(m)}; NumPy arrays on the same kernel: "
                              f"{_timed(base)} ({against})")
     return lines
@@ -361,7 +390,8 @@ def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None
         return []
     rows_ = recorded.get("results", [])
     machine = recorded.get("machine", {})
-    where = f"{machine.get('cpu', 'a CPU')}, {machine.get('cpus', '?')} cores"
+    where = f"{machine.get('cpu', 'a CPU')}, {machine.get('cpus', '?')} cores{recorded_load_words(machine)}"
+    conditions = Conditions(machine.get("load_average_highest"), machine.get("usable_cpus") or machine.get("cpus"))
     out = []
     for library in libraries:
         for r in rows_:
@@ -372,20 +402,40 @@ def recorded_gains(backend: str, libraries: Iterable[str], recorded: dict | None
                             == (r["B"], r["T"], r["dones"], r["holes"])), None)
             if generic is None:
                 continue
-            case = "+".join(n for n, p in (("dones", r["dones"]), ("mask", r["holes"])) if p > 0) or "constant"
-            out.append(f"{library}, B={r['B']}, T={r['T']}, {r['dtype']}, {case}: {seconds(r['median_s'])} "
-                       f"against the generic path's {seconds(generic['median_s'])} "
-                       f"({generic['median_s'] / r['median_s']:.2g}x faster)")
+            ours, xp = _recorded_measurement(r), _recorded_measurement(generic)
+            why = noise.noise(ours, xp, conditions)
+            if measurably_different(ours, xp):
+                against = f"{ratio(xp.median_s / ours.median_s)} faster{noise.rough(ours, xp)}"
+            else:
+                against = f"too noisy to tell: {why}" if why else "no measurable difference"
+            out.append(f"{library}, B={ours.B}, T={ours.T}, {ours.dtype}, {ours.case}: {_timed(ours)} against the "
+                       f"generic path's {_timed(xp)} ({against})")
     if out:
-        out[0] = (f"measured by this project on {where} with `{recorded.get('command', '?')}`: " + out[0])
+        out[0] = f"measured by this project with `{recorded.get('command', '?')}` on {where}: " + out[0]
     return out
+
+
+def _recorded_measurement(record: dict) -> Measurement:
+    """A :class:`Measurement` back from its ``as_dict`` (``recorded.json``), fields it does not know left out."""
+    known = {f.name for f in dataclasses.fields(Measurement)}
+    return Measurement(**{k: v for k, v in record.items() if k in known})
+
+
+def recorded_load_words(machine_: dict) -> str:
+    """`` (load average 5.2 during the run: a busy machine's figures)``: how busy the recording machine was."""
+    load = machine_.get("load_average_highest", machine_.get("load_average"))
+    if load is None:
+        return ""
+    busy = Conditions(load, machine_.get("usable_cpus") or machine_.get("cpus")).busy
+    verdict = ": a busy machine's figures" if busy else ""
+    return f" (load average {load:.2g} during the run{verdict})"
 
 
 # ---------------------------------------------------------------------------------------------------- the header
 
 
 def machine() -> dict:
-    """The machine: platform, CPU model, cores, thread settings (no framework is imported for it)."""
+    """The machine: platform, CPU model (as /proc/cpuinfo names it), cores, threads, the 1-minute load average now."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as handle:
@@ -405,7 +455,8 @@ def machine() -> dict:
 
         threads["numba"] = numba.get_num_threads()
     return {"platform": platform.platform(), "cpu": cpu, "cpus": os.cpu_count(), "usable_cpus": usable,
-            "last_level_cache_bytes": last_level_cache(), "python": platform.python_version(), "threads": threads}
+            "last_level_cache_bytes": last_level_cache(), "python": platform.python_version(), "threads": threads,
+            "load_average": noise.load_average()}
 
 
 def last_level_cache() -> int | None:
@@ -445,8 +496,11 @@ def gpu_names(libraries) -> list[str]:
 
 
 def versions(libraries) -> dict:
-    out = {name: _version(name) for name in ("gae_xp", "numpy", "array-api-compat", "scipy",
-                                             "numba", "numba-cuda")}
+    """The versions that ran: gae_xp's as imported (a clone shadows an installed copy), the others' as installed."""
+    import gae_xp
+
+    out = {"gae_xp": gae_xp.__version__}
+    out.update({name: _version(name) for name in ("numpy", "array-api-compat", "scipy", "numba", "numba-cuda")})
     out.update({library.name.split(":")[0]: library.version for library in libraries})
     return {k: v for k, v in out.items() if v is not None}
 
@@ -525,7 +579,8 @@ def _module_of(function: str) -> str:
 
 
 def print_report(results: list[Measurement], stream=None, *, auto_paths=None, missing_extras=(),
-                 notes: Iterable[str] = (), first_calls: Iterable[dict] = ()) -> None:
+                 notes: Iterable[str] = (), first_calls: Iterable[dict] = (),
+                 conditions: Conditions | None = None) -> None:
     stream = stream or sys.stdout
     table = rows(results)
     try:
@@ -547,11 +602,16 @@ def print_report(results: list[Measurement], stream=None, *, auto_paths=None, mi
     print("", file=stream)
     for line in LEGEND:
         print(line, file=stream)
+    described = path_legend(m.path for m in results)
+    if described:
+        print("path       what each row runs:", file=stream)
+    for line in described:
+        print(line, file=stream)
     for note in notes:
         print(f"note: {note}", file=stream)
     print("", file=stream)
     print("verdict (at each library's largest shape; times are median ± spread):", file=stream)
-    for line in verdicts(results, auto_paths, missing_extras):
+    for line in verdicts(results, auto_paths, missing_extras, conditions):
         print(line, file=stream)
     first_calls = list(first_calls)
     if first_calls:
@@ -582,7 +642,7 @@ def write_json(results: list[Measurement], path: str, argv: list[str], libraries
     import datetime
 
     document = {
-        "command": " ".join(argv),
+        "command": shlex.join(argv),
         "date": datetime.date.today().isoformat(),
         "machine": machine_ or machine(),
         "gpus": gpu_names(libraries),
@@ -597,43 +657,76 @@ def write_json(results: list[Measurement], path: str, argv: list[str], libraries
         handle.write("\n")
 
 
-def write_plot(results: list[Measurement], path: str) -> None:
-    """Time against T, log-log, one panel per library, one line per path and case (chunked paths at their best C)."""
-    try:
-        import matplotlib
+#: The plot's title, wrapped to the figure's width (it clipped at one library's 5 inches).
+PLOT_TITLE = ("GAE time against sequence length (dashed: extrapolated from a prefix; dotted: a copy of the same "
+              "bytes)")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'gae_xp[bench]'") from None
+
+def plot_figure(results: list[Measurement]):
+    """Time against T, log-log, one panel per library, one line per path and case (chunked paths at their best C).
+
+    Constrained layout; one legend for every panel, below them (a path keeps its
+    colour from panel to panel), so that no line is hidden behind it; the
+    title wrapped to the figure's width.
+    """
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     libraries = list(dict.fromkeys(m.library for m in results))
     several_cases = len({m.case for m in results}) > 1
-    figure, axes = plt.subplots(1, len(libraries), figsize=(5 * len(libraries), 4), squeeze=False)
+
+    def line_name(m):
+        return ("copy floor" if m.path == COPY else m.path) + (f" {m.case}" if several_cases else "")
+
+    names = list(dict.fromkeys(line_name(m) for m in results))
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {name: cycle[i % len(cycle)] for i, name in enumerate(n for n in names if not n.startswith("copy"))}
+    columns = max(1, min(len(names), 2 * max(1, len(libraries))))
+    legend_rows = -(-len(names) // columns)
+    width = 4.6 * max(1, len(libraries)) + 0.4
+    title = textwrap.fill(PLOT_TITLE, width=int(width * 72 / (12 * 0.55)))
+    figure, axes = plt.subplots(1, max(1, len(libraries)), figsize=(width, 3.6 + 0.22 * legend_rows
+                                                                    + 0.25 * title.count("\n")),
+                                squeeze=False, layout="constrained")
+    handles = {}
     for ax, library in zip(axes[0], libraries):
         best = {}
         for m in results:
-            if m.library != library:
-                continue
-            key = (m.path + (f" {m.case}" if several_cases else ""), m.T)
-            if key not in best or m.median_s < best[key].median_s:
-                best[key] = m
+            if m.library == library:
+                key = (line_name(m), m.T)
+                if key not in best or m.median_s < best[key].median_s:
+                    best[key] = m
         for name in dict.fromkeys(p for p, _ in best):
             points = sorted((t, m) for (p, t), m in best.items() if p == name)
-            ts = [t for t, _ in points]
             floor = points[0][1].path == COPY
-            ax.plot(ts, [m.median_s for _, m in points], marker="" if floor else "o",
-                    label=name.replace(COPY, "copy floor", 1) if floor else name, color="black" if floor else None,
-                    linestyle=":" if floor else "--" if any(m.extrapolated_from for _, m in points) else "-")
+            (handles[name],) = ax.plot(
+                [t for t, _ in points], [m.median_s for _, m in points], marker="" if floor else "o", label=name,
+                color="black" if floor else colors[name],
+                linestyle=":" if floor else "--" if any(m.extrapolated_from for _, m in points) else "-")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("T (steps)")
         ax.set_ylabel("seconds per call (median)")
         ax.set_title(library)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize="small")
-    figure.suptitle("GAE time against sequence length (dashed: extrapolated from a prefix; dotted: a copy of the "
-                    "same bytes)")
-    figure.tight_layout()
+    shown = [name for name in names if name in handles]
+    figure.legend([handles[name] for name in shown], shown, loc="outside lower center", ncols=columns,
+                  fontsize="small", frameon=False)
+    figure.suptitle(title)
+    return figure
+
+
+def write_plot(results: list[Measurement], path: str) -> None:
+    """:func:`plot_figure` as a PNG at ``path`` (needs matplotlib)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise SystemExit("--plot needs matplotlib: pip install 'gae_xp[bench]'")
+    import matplotlib.pyplot as plt
+
+    figure = plot_figure(results)
     figure.savefig(path, dpi=90)
     plt.close(figure)
 

@@ -37,6 +37,9 @@ import zlib
 
 import numpy as np
 
+#: the public names (gae_xp.distributed re-exports them)
+__all__ = ["all_gather_flat"]
+
 #: The header's fields, in order.
 HEADER = ("protocol", "status", "context", "world", "dtype", "batch_ndim", "rows", "batch_digest", "dim0", "dim1",
           "dim2", "dim3", "length", "pieces", "fields", "size")
@@ -249,11 +252,32 @@ class TorchExchange:
         return out.reshape(self.world, flat.shape[0])
 
 
-def all_gather_flat(out, flat, group=None):
+def all_gather_flat(out, flat, group=None) -> None:
     """Every rank's 1-d tensor ``flat``, concatenated in rank order into ``out`` (one collective).
 
     ``torch.distributed.all_gather_single`` where this torch has it (2.13 on,
     where ``all_gather_into_tensor`` is deprecated), else ``all_gather_into_tensor``.
+
+    Parameters
+    ----------
+    out : torch tensor, shape (world * n,)
+        Written in place: rank r's ``flat`` lands in ``out[r * n:(r + 1) * n]``.
+    flat : torch tensor, shape (n,)
+        This rank's numbers, of ``out``'s dtype and device; the same n on every rank.
+    group : torch.distributed process group, optional
+        The ranks that take part (default: the world group).
+
+    Examples
+    --------
+    >>> import os, tempfile, torch, torch.distributed as dist
+    >>> from gae_xp.distributed import all_gather_flat
+    >>> store = os.path.join(tempfile.mkdtemp(), "store")
+    >>> dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    >>> out = torch.empty(3)
+    >>> all_gather_flat(out, torch.tensor([1.0, 2.0, 3.0]))
+    >>> out.tolist()
+    [1.0, 2.0, 3.0]
+    >>> dist.destroy_process_group()
     """
     import torch.distributed as dist
 

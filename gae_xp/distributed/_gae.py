@@ -14,6 +14,9 @@ from .._problem import Array
 from . import _exchange
 from ._context import Context
 
+#: the public names (gae_xp.distributed re-exports them)
+__all__ = ["gae"]
+
 #: ``gae_xp.gae``'s keyword arguments, forwarded as they are (``cu_seqlens`` belongs to the Context).
 GAE_OPTIONS = frozenset(inspect.signature(estimators.gae).parameters) - {"rewards", "values", "cu_seqlens"}
 

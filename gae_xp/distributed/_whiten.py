@@ -11,6 +11,9 @@ from .._compat import device_of, is_torch_array
 from .._problem import Array
 from . import _exchange
 
+#: the public names (gae_xp.distributed re-exports them)
+__all__ = ["whiten"]
+
 #: The numbers each rank sends (float64, 64 bytes): a header and its entries' weighted count, mean and M2.
 ROW = ("protocol", "status", "world", "dtype", "count", "mean", "m2", "reserved")
 

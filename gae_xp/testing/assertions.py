@@ -13,7 +13,7 @@ _TOLERANCES = {2.0**-52: 1e-10, 2.0**-23: 2e-5, 2.0**-10: 3e-3, 2.0**-7: 2e-2}
 
 
 def tolerance(xp, dtype) -> float:
-    """The absolute tolerance, per unit of the largest |value|, of a result in ``dtype`` against the float64 loop.
+    """The absolute tolerance, per unit of the largest ``|value|``, of a result in ``dtype`` against the float64 loop.
 
     Parameters
     ----------
@@ -44,7 +44,7 @@ def xp_assert_close(actual, desired, *, like, dtype=None, scale: float | None = 
     (default ``like.dtype``), the shape (that of ``desired``), the device, the
     pattern of non-finite entries (NaN where ``desired`` has NaN, each
     infinity with its sign), and the finite entries within
-    ``tolerance(dtype)`` times the largest finite |desired| (or ``scale``).
+    ``tolerance(dtype)`` times the largest finite ``|desired|`` (or ``scale``).
 
     Parameters
     ----------
@@ -57,7 +57,7 @@ def xp_assert_close(actual, desired, *, like, dtype=None, scale: float | None = 
     dtype : dtype, optional
         The dtype ``actual`` must have.
     scale : float, optional
-        The magnitude the tolerance is relative to (default: the largest finite |desired|, at least 1).
+        The magnitude the tolerance is relative to (default: the largest finite ``|desired|``, at least 1).
 
     Raises
     ------
