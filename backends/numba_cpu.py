@@ -47,7 +47,7 @@ import math
 
 import numpy as np
 
-from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
+from gae_xp._compat import has_tangent, is_numpy_array, is_torch_array, values_are_readable
 from gae_xp._problem import PER_STEP
 from gae_xp.backends import is_single_threaded
 
@@ -76,6 +76,8 @@ class NumbaCPUBackend:
                             "torch.ops.gae_xp.gae) or the generic path, backend='xp'")
                 if not values_are_readable(a):
                     return "traced or meta tensors need backend='xp'"
+                if has_tangent(a):
+                    return "forward-mode dual tensors (torch.autograd.forward_ad) need backend='xp' or 'auto'"
             elif not is_numpy_array(a):
                 return "the numba CPU kernels take NumPy arrays and PyTorch CPU tensors"
         if not _numba_installed():

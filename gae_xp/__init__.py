@@ -17,8 +17,11 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "backends")):
 
 from ._version import __version__
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, whiten
+from .groups import group_advantages, to_tokens, zero_variance_groups
 from .lambdas import length_adaptive_lambda, relative_position_lambda
+from .reinforce import reinforce_plus_plus, reinforce_plus_plus_baseline
 from .turns import turn_counts, turn_gae
 
 __all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "turn_gae",
-           "turn_counts", "length_adaptive_lambda", "relative_position_lambda", "__version__"]
+           "turn_counts", "length_adaptive_lambda", "relative_position_lambda", "group_advantages",
+           "zero_variance_groups", "to_tokens", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "__version__"]

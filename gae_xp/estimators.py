@@ -38,7 +38,7 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         bootstrap_value: Coefficient | None = None, next_values: Array | None = None, terminated: Array | None = None,
         truncated: Array | None = None, mask: Array | None = None, axis: int = -1, chunk_size: int | None = None,
         backend: str = "auto", fill_masked: bool = False, cu_seqlens: Array | Sequence[int] | None = None,
-        critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+        critic_lam: Coefficient | None = None, truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""Generalized Advantage Estimation: ``(advantages, returns)``.
 
     Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
@@ -76,7 +76,11 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         The episode ended at t: no bootstrap from Vnext_t, and the trace is cut.
     truncated : bool array, optional
         The episode was cut at t: the trace is cut but Vnext_t is still
-        bootstrapped (give ``next_values`` for it).
+        bootstrapped, from ``next_values``, which must then be given (at a
+        truncated step, the value of the episode's final observation): the
+        value at the next step is the next episode's first. Without
+        ``next_values`` this is a ValueError unless ``truncated_bootstrap``
+        says ``"next_step"``.
     mask : bool array, optional
         True for a real step. Masked steps are absent: their rewards, values
         and flags are ignored (NaN, inf or any finite value there is
@@ -113,12 +117,20 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         Decoupled GAE (VAPO): the returns (value targets) use ``critic_lam``
         while the advantages use ``lam``, from the same deltas and cuts; e.g.
         ``lam=0.95, critic_lam=1.0``. None: the returns use ``lam``.
+    truncated_bootstrap : {"next_values", "next_step"}, default "next_values"
+        Where a truncated step's V(s_{t+1}) comes from. "next_values": from
+        ``next_values``, required with ``truncated``. "next_step": an explicit
+        opt-in to the value at the next real step, or ``bootstrap_value``
+        after the last one (right only where no further episode follows a
+        truncation in the row, e.g. truncations at the row's or sequence's
+        end); ``next_values`` is then not allowed.
 
     Returns
     -------
     advantages, returns : array
         In the inputs' namespace, on their device, with their floating dtype
-        (float16/bfloat16 are computed in float32, wider floats in float64;
+        (float16/bfloat16, NumPy's from ml_dtypes too, are computed in
+        float32, wider floats in float64;
         integer rewards give the namespace's default float), time on ``axis``.
         Inputs are never modified and no output shares memory with an input.
 
@@ -181,7 +193,7 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
-                            cu_seqlens=cu_seqlens, critic_lam=critic_lam)
+                            cu_seqlens=cu_seqlens, critic_lam=critic_lam, truncated_bootstrap=truncated_bootstrap)
     advantages, returns = backends.solve_gae(call.problem, backends.solver(call), call.chunk_size)
     return call.restore(advantages), call.restore(returns)
 
@@ -373,7 +385,8 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
            clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
            bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
            terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
-           axis: int = -1, chunk_size: int | None = None, backend: str = "auto") -> tuple[Array, Array]:
+           axis: int = -1, chunk_size: int | None = None, backend: str = "auto",
+           truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""V-trace (IMPALA, Espeholt et al. 2018): ``(vs, pg_advantages)``.
 
     With ``rho_t = exp(log_rhos_t)`` (target over behaviour probability),
@@ -399,8 +412,9 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
         Positive clipping thresholds of rho in the deltas, the trace and the
         policy-gradient target.
-    bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size, backend
-        As in ``gae()``.
+    bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size, backend, truncated_bootstrap
+        As in ``gae()``: ``truncated`` needs ``next_values`` unless
+        ``truncated_bootstrap="next_step"``.
 
     Returns
     -------
@@ -427,7 +441,8 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
                    ("clip_pg_rho_threshold", clip_pg_rho_threshold))}
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
-                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
+                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos},
+                            truncated_bootstrap=truncated_bootstrap)
     p, solver = call.problem, backends.solver(call)
     if hasattr(solver, "solve_vtrace"):
         vs, pg = solver.solve_vtrace(p, **thresholds)

@@ -18,8 +18,11 @@ All take ``[..., T]`` arrays with time last unless ``axis`` says otherwise.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable, Union
+
+import numpy as np
 
 from gae_xp._compat import array_namespace, device_of
 
@@ -32,8 +35,8 @@ Coefficient = Union[float, Array]
 def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
              bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
              terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
-             axis: int = -1, fill_masked: bool = False,
-             critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+             axis: int = -1, fill_masked: bool = False, critic_lam: Coefficient | None = None,
+             truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""``gae()``'s contract, one step at a time from T-1 down to 0: ``(advantages, returns)``.
 
     For t = T-1 .. 0, with ``done_t = terminated_t or truncated_t``, Vnext_t = ``next_values[t]`` if given, else
@@ -60,7 +63,7 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
         V(s_{t+1}) per step; replaces the shifted values and ``bootstrap_value``.
     terminated, truncated : bool arrays, optional
         The episode ended at t (no bootstrap, the trace cut) / was cut at t (the trace cut, Vnext still
-        bootstrapped).
+        bootstrapped: ``truncated`` needs ``next_values`` unless ``truncated_bootstrap="next_step"``).
     mask : bool array, optional
         True for a real step; a masked step is skipped (no discount across it) and gets 0.
     axis : int, default -1
@@ -69,6 +72,9 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
         verl's convention: a masked step shows the next real step's advantage, and that + its own value.
     critic_lam : float or array, optional
         The returns' lambda (decoupled GAE); None: ``lam``.
+    truncated_bootstrap : {"next_values", "next_step"}, default "next_values"
+        As in ``gae()``: "next_step" lets ``truncated`` go without ``next_values`` (Vnext = V at the next real
+        step, else ``bootstrap_value``); otherwise that is a ValueError.
 
     Returns
     -------
@@ -91,6 +97,7 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
     ...          terminated=np.array([[False, True, False]]))[0]
     array([[-0.5, -0.5,  nan]])
     """
+    _truncation(truncated, next_values, truncated_bootstrap)
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, next_values=next_values,
                           terminated=terminated, truncated=truncated, mask=mask,
                           critic_lam=lam if critic_lam is None else critic_lam)
@@ -234,7 +241,8 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
                 lam: Coefficient = 1.0, clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0,
                 clip_pg_rho_threshold: float = 1.0, bootstrap_value: Coefficient | None = None,
                 next_values: Array | None = None, terminated: Array | None = None, truncated: Array | None = None,
-                mask: Array | None = None, axis: int = -1) -> tuple[Array, Array]:
+                mask: Array | None = None, axis: int = -1,
+                truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""``vtrace()``'s contract one step at a time: ``(vs, pg_advantages)``.
 
     With ``rho_t = exp(log_rhos_t)`` and Vnext as in ``gae_loop``::
@@ -254,7 +262,7 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
         Numbers or arrays broadcastable to ``rewards``; lam enters the trace coefficient only.
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
         The clipping thresholds of rho in the deltas, the trace and the policy-gradient target.
-    bootstrap_value, next_values, terminated, truncated, mask, axis
+    bootstrap_value, next_values, terminated, truncated, mask, axis, truncated_bootstrap
         As in ``gae_loop``.
 
     Returns
@@ -269,6 +277,7 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
     >>> vtrace_loop(np.zeros(2), np.array([0.0, 1.0]), np.array([0.5, 0.5]), gamma=1.0)
     (array([1., 1.]), array([0.5, 0.5]))
     """
+    _truncation(truncated, next_values, truncated_bootstrap)
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, log_rhos=log_rhos,
                           next_values=next_values, terminated=terminated, truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
@@ -350,6 +359,141 @@ def discounted_cumsum_loop(x: Array, discount: Coefficient, *, axis: int = -1, r
         columns.append(state)
     out = _stack_reversed(xp, columns, y) if reverse else _stack(xp, columns, y)
     return xp.moveaxis(out, -1, axis)
+
+
+def group_advantages_loop(scores, group_ids, *, baseline: str | None = "mean", scale: str | None = "group",
+                          eps: float = 1e-6, unbiased: bool = True) -> np.ndarray:
+    r"""``group_advantages()`` one group at a time, in Python floats (float64, ``math.fsum``): a float64 array (N,).
+
+    The groups of a dict of lists, in the order their ids first appear
+    (verl's reference loop, with the contract of ``group_advantages``): NaN
+    scores left out of every statistic and given 0; a group whose other
+    scores are all equal has mean exactly that score and M2 = 0; under
+    ``scale="group"`` such a group gets 0, and under ``scale="batch"`` every
+    score gets 0 when the batch's M2 is 0.
+
+    Parameters
+    ----------
+    scores : array (N,)
+        Read as float64 (NumPy, or anything ``np.asarray`` takes).
+    group_ids : int or integer array (N,)
+        An int k (consecutive groups of k) or one id per score.
+    baseline, scale, eps, unbiased
+        As in ``gae_xp.group_advantages``.
+
+    Returns
+    -------
+    numpy.ndarray (N,)
+        float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import group_advantages_loop
+    >>> group_advantages_loop(np.array([1.0, 3.0, 5.0, 5.0]), 2, eps=0.0).round(4)
+    array([-0.7071,  0.7071,  0.    ,  0.    ])
+    """
+    values = [float(v) for v in np.asarray(scores, dtype=np.float64).reshape(-1)]
+    if isinstance(group_ids, numbers.Integral):
+        ids = [i // int(group_ids) for i in range(len(values))]
+    else:
+        ids = [int(i) for i in np.asarray(group_ids).reshape(-1)]
+    members: dict = {}
+    for i, group in enumerate(ids):
+        members.setdefault(group, []).append(i)
+    stats = {}
+    for group, where in members.items():
+        real = [values[i] for i in where if not math.isnan(values[i])]
+        stats[group] = _moments_loop(real)
+    out = np.zeros(len(values))
+    batch_n, batch_mean, batch_m2 = _moments_loop([v for v in values if not math.isnan(v)])
+    for i, (value, group) in enumerate(zip(values, ids)):
+        if math.isnan(value):
+            continue
+        n, mean, m2 = stats[group]
+        if baseline is None:
+            centred = value
+        elif baseline == "mean":
+            centred = value - mean
+        else:  # leave_one_out: the score minus the mean of the others
+            others = [values[j] for j in members[group] if j != i and not math.isnan(values[j])]
+            centred = value - _moments_loop(others)[1] if others else 0.0
+        if scale == "group":
+            out[i] = 0.0 if m2 == 0 else centred / (math.sqrt(m2 / (n - 1 if unbiased else n)) + eps)
+        elif scale == "batch":
+            out[i] = 0.0 if batch_m2 == 0 else centred / (
+                math.sqrt(batch_m2 / (batch_n - 1 if unbiased else batch_n)) + eps)
+        else:
+            out[i] = centred
+    return out
+
+
+def _moments_loop(real: list) -> tuple[int, float, float]:
+    """(n, mean, M2) of a list of floats, two passes with exact sums; equal values give (n, that value, 0)."""
+    if not real:
+        return 0, 0.0, 0.0
+    if all(v == real[0] for v in real):
+        return len(real), real[0], 0.0
+    mean = math.fsum(real) / len(real)
+    return len(real), mean, math.fsum((v - mean) ** 2 for v in real)
+
+
+def reinforce_plus_plus_loop(token_rewards, response_mask, *, gamma: float = 1.0, eps: float = 1e-8) -> np.ndarray:
+    r"""``reinforce_plus_plus()`` one row and one step at a time, in Python floats: a float64 array (B, T).
+
+    From the last token back, a response token's return is its reward plus
+    gamma times the return of the next response token (a masked token is
+    skipped, its return 0); then the returns of all response tokens are
+    whitened together, ``(G - mean) / sqrt(var + eps)`` with the unbiased
+    variance, and masked tokens get 0.
+
+    Parameters
+    ----------
+    token_rewards, response_mask : array (B, T)
+        Read as float64 and as ``!= 0``.
+    gamma, eps : float
+        As in ``gae_xp.reinforce_plus_plus``.
+
+    Returns
+    -------
+    numpy.ndarray (B, T)
+        float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.reference import reinforce_plus_plus_loop
+    >>> reinforce_plus_plus_loop(np.array([[0.0, 1.0], [0.0, 0.0]]), np.ones((2, 2)), eps=0.0).round(4)
+    array([[ 0.866,  0.866],
+           [-0.866, -0.866]])
+    """
+    rewards = np.asarray(token_rewards, dtype=np.float64)
+    real = np.asarray(response_mask) != 0
+    returns = np.zeros(rewards.shape)
+    for b in range(rewards.shape[0]):
+        running = 0.0
+        for t in reversed(range(rewards.shape[1])):
+            if real[b, t]:
+                running = float(rewards[b, t]) + gamma * running
+                returns[b, t] = running
+    picked = [float(v) for v in returns[real]]
+    n, mean, m2 = _moments_loop(picked)
+    out = np.zeros(rewards.shape)
+    if n:
+        scale = math.sqrt(m2 / (n - 1) + eps) if n > 1 else math.nan
+        for b, t in zip(*np.nonzero(real)):
+            out[b, t] = (returns[b, t] - mean) / scale
+    return out
+
+
+def _truncation(truncated: Array | None, next_values: Array | None, truncated_bootstrap: str) -> None:
+    """The contract's rule: a truncated step's V(s_{t+1}) comes from next_values, unless "next_step" is said."""
+    if truncated_bootstrap not in ("next_values", "next_step"):
+        raise ValueError(f"truncated_bootstrap must be 'next_values' or 'next_step', got {truncated_bootstrap!r}")
+    if truncated_bootstrap == "next_values" and truncated is not None and next_values is None:
+        raise ValueError('truncated needs next_values (or truncated_bootstrap="next_step")')
+    if truncated_bootstrap == "next_step" and next_values is not None:
+        raise ValueError('truncated_bootstrap="next_step" and next_values exclude each other')
 
 
 def _carried(xp: Any, step: dict, coefficient: Array, following: Array, zero: Array) -> Array:

@@ -197,3 +197,16 @@ if __name__ == "__main__":
     if _unavailable():
         sys.exit(_unavailable())
     print(table())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("io", ["float32", "float64"])
+def test_group_moments_kernels_compile_without_spills(io, arch):
+    """group_advantages' two launches (backends/_cuda_groups.py): no spills, no local memory, few registers."""
+    from gae_xp.backends import _cuda_groups
+
+    for spec in _cuda_groups.specs(io):
+        result = compile_kernel(io, spec, arch)
+        assert result["spill_stores"] == 0 and result["spill_loads"] == 0 and result["stack"] == 0, result["ptxas"]
+        assert 0 < result["registers"] <= 64, result["ptxas"]
+        assert result["smem"] == 0, result["ptxas"]

@@ -15,11 +15,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Modules whose docstrings' examples run here, and whose public functions must each carry one.
-PUBLIC_MODULES = ["gae_xp.estimators", "gae_xp.turns", "gae_xp.lambdas", "gae_xp.testing", "gae_xp.testing.assertions",
+PUBLIC_MODULES = ["gae_xp.estimators", "gae_xp.turns", "gae_xp.lambdas", "gae_xp.groups", "gae_xp.reinforce",
+                  "gae_xp.testing", "gae_xp.testing.assertions",
                   "gae_xp.testing.cases", "gae_xp.reference",
                   *(f"gae_xp.adapters.{name}" for name in ("verl", "slime", "openrlhf", "torchrl", "rlax", "areal",
                                                             "cleanrl", "trl")),
-                  "gae_xp.distributed._gae", "gae_xp.distributed._whiten", "gae_xp.distributed._exchange"]
+                  "gae_xp.distributed._gae", "gae_xp.distributed._whiten", "gae_xp.distributed._exchange",
+                  "gae_xp.distributed._groups"]
 #: numpydoc sections every public function's docstring has.
 SECTIONS = ("Parameters", "Returns", "Examples")
 

@@ -1,5 +1,7 @@
 """OpenRLHF's ``get_advantages_and_returns`` and its advantage normalisation
-(openrlhf/trainer/ppo_utils/experience_maker.py), on the chunk scan.
+(openrlhf/trainer/ppo_utils/experience_maker.py), on the chunk scan; and its reward shaping for the
+critic-free estimators (``group_advantages``: group_norm, dr_grpo, rloo, reinforce_baseline) on
+``gae_xp.group_advantages``.
 
 ``get_advantages_and_returns`` multiplies values and rewards by
 ``action_mask`` (any numeric or bool mask; None for none), then runs the
@@ -35,8 +37,14 @@ a masked slot does not reach the statistics; OpenRLHF multiplies it by 0).
 from __future__ import annotations
 
 import gae_xp
+from gae_xp import _prepare as prepare_
 from gae_xp._compat import array_namespace, device_of
 from gae_xp.adapters._util import Array, float_dtype, no_grad
+from gae_xp.adapters.trl import _check_groups
+
+#: OpenRLHF's critic-free estimators and the core's (baseline, scale) for each.
+ESTIMATORS = {"group_norm": ("mean", "group"), "dr_grpo": ("mean", None), "reinforce_baseline": ("mean", None),
+              "rloo": ("leave_one_out", None)}
 
 
 def get_advantages_and_returns(values: Array | list[Array], rewards: Array | list[Array], action_mask: Array | None,
@@ -163,6 +171,65 @@ def normalize_advantages(advantages: Array | list[Array], action_mask: Array | l
             scale = 1 / xp.sqrt(xp.maximum(variance, xp.asarray(1e-8, dtype=dtype, device=device_of(flat))))
         out = [xp.astype((xp.astype(a, dtype) - mean) * scale, a.dtype) for a in arrays]
         return out if listed else out[0]
+
+
+def group_advantages(rewards: Array, n_samples_per_prompt: int, advantage_estimator: str) -> Array:
+    r"""OpenRLHF's reward shaping for the critic-free estimators: each reward against its prompt's samples.
+
+    With the rewards in prompt order (``n_samples_per_prompt`` consecutive samples per prompt; OpenRLHF sorts
+    them so before this step)::
+
+        group_norm:                 (r - mean) / (std + 1e-9)      (torch's unbiased std)
+        rloo:                       r - (S - r) / (n - 1)          (S the group's sum: r minus the others' mean)
+        dr_grpo, reinforce_baseline: r - mean
+
+    OpenRLHF then gives the shaped reward to the last response token (``compute_reward``, with the KL penalty)
+    and sums it back over the tokens with gamma 1 (``get_cumulative_returns``); for ``reinforce_baseline`` the
+    advantages are then whitened over the batch's tokens (``normalize_advantages``).
+
+    Deliberate differences from OpenRLHF: a group whose rewards are all equal gets exactly 0 (OpenRLHF's float32
+    mean of equal rewards such as 0.1 is not exact, and with its eps of 1e-9 group_norm then gives +-0.8 and
+    more); one sample per prompt gives 0 (OpenRLHF's group_norm and rloo give NaN there: a std of one sample,
+    a division by n - 1 = 0); a NaN reward is left out of its group's statistics and gets 0 (OpenRLHF's group
+    becomes NaN).
+
+    Parameters
+    ----------
+    rewards : array, shape (N,)
+        One reward per sample, prompt by prompt.
+    n_samples_per_prompt : int
+        OpenRLHF's ``--rollout.n_samples_per_prompt``; N must be a multiple of it.
+    advantage_estimator : {"group_norm", "dr_grpo", "rloo", "reinforce_baseline"}
+        OpenRLHF's ``--algo.advantage.estimator``.
+
+    Returns
+    -------
+    array, shape (N,)
+        In the rewards' namespace, device and floating dtype.
+
+    Raises
+    ------
+    ValueError
+        Another estimator; rewards not 1-D; ``n_samples_per_prompt`` below 1 or not dividing N.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.openrlhf import group_advantages
+    >>> rewards = np.array([1.0, 0.0, 0.0, 0.1, 0.1, 0.1])
+    >>> group_advantages(rewards, 3, "rloo").round(4).tolist()
+    [1.0, -0.5, -0.5, 0.0, 0.0, 0.0]
+    >>> group_advantages(rewards, 3, "group_norm").round(4).tolist()
+    [1.1547, -0.5774, -0.5774, 0.0, 0.0, 0.0]
+    """
+    if advantage_estimator not in ESTIMATORS:
+        raise ValueError(f"advantage_estimator must be one of {sorted(ESTIMATORS)} (the critic-free estimators "
+                         f"whose rewards OpenRLHF shapes by group), got {advantage_estimator!r}")
+    prepare_.require_array("rewards", rewards)
+    _check_groups("n_samples_per_prompt", rewards, n_samples_per_prompt)
+    baseline, scale = ESTIMATORS[advantage_estimator]
+    return gae_xp.group_advantages(rewards, n_samples_per_prompt, baseline=baseline, scale=scale, eps=1e-9,
+                                   unbiased=True)
 
 
 def _unsqueeze(a: Array) -> Array:

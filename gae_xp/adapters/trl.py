@@ -1,5 +1,6 @@
 """TRL's PPO advantages and masked statistics (trl/experimental/ppo/ppo_trainer.py, formerly
-trl/trainer/ppo_trainer.py and trl/core.py), on the chunk scan.
+trl/trainer/ppo_trainer.py and trl/core.py), on the chunk scan; and GRPOTrainer's group advantages
+(``grpo_advantages``, trl/trainer/grpo_trainer.py) on ``gae_xp.group_advantages``.
 
 ``compute_advantages_and_returns`` is step 6 of ``PPOTrainer.train`` (the
 template many RLHF trainers copied): [batch, response_length] rewards and
@@ -38,8 +39,12 @@ from __future__ import annotations
 from typing import Any
 
 import gae_xp
+from gae_xp import _prepare as prepare_
 from gae_xp._compat import array_namespace, device_of, divide, values_are_readable
 from gae_xp.adapters._util import Array, float_dtype, no_grad
+
+#: GRPOConfig's ``scale_rewards`` values (True and False are its legacy spellings) and the core's scale for each.
+SCALE_REWARDS = {"group": "group", "batch": "batch", "none": None, True: "group", False: None}
 
 ZERO_SUM = ("The sum of the mask is zero, which can happen when `mini_batch_size=1`;"
             "try increase the `mini_batch_size` or `gradient_accumulation_steps`")
@@ -204,3 +209,73 @@ def _check_mask_sum(xp: Any, mask: Array) -> None:
     """TRL's masked_var raises for a mask summing to 0 (no real entry); read only where the values can be read."""
     if values_are_readable(mask) and not bool(xp.any(mask if xp.isdtype(mask.dtype, "bool") else mask != 0)):
         raise ValueError(ZERO_SUM)
+
+
+def grpo_advantages(rewards: Array, num_generations: int, scale_rewards: str | bool = "group") -> Array:
+    r"""GRPOTrainer's advantages: each reward against its group's (``num_generations`` consecutive completions).
+
+    ::
+
+        A_i = (r_i - nanmean_g) / (nanstd_g + 1e-4)        scale_rewards="group" (or True)
+            = (r_i - nanmean_g) / (nanstd_batch + 1e-4)    scale_rewards="batch" (the group's mean, the batch's std)
+            = r_i - nanmean_g                              scale_rewards="none" (or False): Dr.GRPO
+
+    ``nanstd`` is TRL's: unbiased, over the rewards that are not NaN. A NaN reward (a completion every reward
+    function returned None for) is left out of the means and stds and gets 0, as TRL's ``nan_to_num`` gives it;
+    one generation per prompt gives 0 everywhere. These are the rewards summed over the reward functions with
+    their weights (TRL's default ``multi_objective_aggregation="sum_then_normalize"``), for the whole gathered
+    batch, before TRL slices out each process's part.
+
+    Deliberate differences from TRL: a group whose rewards are all equal gets exactly 0 (TRL's float32 mean of
+    equal rewards such as 1e6 + 0.5 is not exact, and the advantages then reach +-0.96); the statistics are
+    float64 two-pass sums (TRL's ``nanstd`` takes Bessel's ``count / (count - 1)`` in torch's default float32,
+    so its float64 advantages differ from these in the 8th digit); an infinite reward gives NaN advantages to
+    its group (TRL's ``nan_to_num`` turns them into 0 and the infinity itself into the largest float).
+
+    Parameters
+    ----------
+    rewards : array, shape (N,)
+        One reward per completion, the ``num_generations`` completions of a prompt consecutive.
+    num_generations : int
+        Completions per prompt (GRPOConfig's ``num_generations``); N must be a multiple of it.
+    scale_rewards : {"group", "batch", "none", True, False}, default "group"
+        GRPOConfig's ``scale_rewards``.
+
+    Returns
+    -------
+    array, shape (N,)
+        In the rewards' namespace, device and floating dtype.
+
+    Raises
+    ------
+    ValueError
+        TRL's, for another ``scale_rewards``; rewards not 1-D, ``num_generations`` below 1 or not dividing N.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.adapters.trl import grpo_advantages
+    >>> rewards = np.array([1.0, 0.0, np.nan, 0.5, 0.5, 0.5])
+    >>> grpo_advantages(rewards, 3).round(4).tolist()    # the NaN is left out; equal rewards give 0
+    [0.707, -0.707, 0.0, 0.0, 0.0, 0.0]
+    >>> grpo_advantages(rewards, 3, scale_rewards="none").tolist()
+    [0.5, -0.5, 0.0, 0.0, 0.0, 0.0]
+    """
+    if isinstance(scale_rewards, bool) or scale_rewards in ("group", "batch", "none"):
+        scale = SCALE_REWARDS[scale_rewards]
+    else:
+        raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}. Must be one of 'batch', 'group', or "
+                         "'none'.")
+    prepare_.require_array("rewards", rewards)
+    _check_groups("num_generations", rewards, num_generations)
+    return gae_xp.group_advantages(rewards, num_generations, baseline="mean", scale=scale, eps=1e-4, unbiased=True)
+
+
+def _check_groups(name: str, rewards: Array, size: int) -> None:
+    """One reward per completion (N,), in consecutive groups of ``size``: named errors before the core's."""
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be 1-D (one per completion), got shape {tuple(rewards.shape)}")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"{name} must be an int of at least 1, got {size!r}")
+    if rewards.shape[0] is not None and rewards.shape[0] % size:
+        raise ValueError(f"{name} = {size} must divide the number of rewards, {rewards.shape[0]}")

@@ -15,7 +15,9 @@ its own pieces again with what enters them from the right (step 3).
 * ``gae(rewards, values, context=..., **gae_options)``: ``gae_xp.gae``'s
   arguments, forwarded;
 * ``whiten(x, mask, group=...)``: ``gae_xp.whiten`` with the mean and
-  variance of every rank's entries, from one all-gather of 64 bytes per rank.
+  variance of every rank's entries, from one all-gather of 64 bytes per rank;
+* ``group_advantages(scores, group_ids, group=...)``: ``gae_xp.group_advantages``
+  on a batch split over data-parallel ranks (groups may span ranks).
 
 Every collective carries a header (``_exchange``): a rank whose arguments
 are wrong, or ranks that disagree on the batch shape, the dtype or the
@@ -27,7 +29,8 @@ half-received summaries. torch is imported when a Context over
 from ._context import Context
 from ._exchange import all_gather_flat
 from ._gae import gae
+from ._groups import group_advantages
 from ._layouts import LAYOUTS
 from ._whiten import whiten
 
-__all__ = ["LAYOUTS", "Context", "all_gather_flat", "gae", "whiten"]
+__all__ = ["LAYOUTS", "Context", "all_gather_flat", "gae", "group_advantages", "whiten"]

@@ -312,3 +312,239 @@ def openrlhf_normalize(advantages, action_masks, no_std_norm=False):
     mean = (flat * masks).sum() / count
     scale = 1.0 if no_std_norm else 1.0 / np.sqrt(max(((flat - mean) ** 2 * masks).sum() / count, 1e-8))
     return [(np.asarray(a, dtype=np.float64) - mean) * scale for a in advantages]
+
+
+# --- Group-relative advantages (issue 28): the frameworks' outcome-reward estimators, in torch ------------------
+# These are restated in torch, in the frameworks' own dtype and order of operations, because the bugs they carry
+# are float32 rounding: a float64 restatement would hide them. Commits read:
+#   verl      verl-project/verl 1dda039b9c6311889a9c9a26040677e1254814f9 (2026-08-22), verl/trainer/ppo/core_algos.py,
+#             verl/utils/groupwise.py, verl/utils/torch_functional.py; the vectorised GRPO before #6348 as of
+#             volcengine/verl b178a3cd56f58b2d502255daba591e92833930a7 (2026-01-29), REINFORCE++ before #7300 ditto;
+#   TRL       huggingface/trl f2cd57710ae345ea6428ae95363267fcf38a3dc8 (2026-07-24), trl/trainer/grpo_trainer.py
+#             (_generate_and_score_completions, "sum_then_normalize") and trl/trainer/utils.py (nanstd); the
+#             scale_rewards branches before #3992 as of edbe8234bc7e528f72ac76607de9d3e4753e2709 (TRL #3991);
+#   OpenRLHF  OpenRLHF/OpenRLHF 3c3be6234e0cb353e76bb8019947db9dfe99fca7 (2026-08-13),
+#             openrlhf/trainer/ppo_utils/experience_maker.py (compute_advantages_and_returns, "reward shaping").
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _verl_groups(index, scores):
+    """verl's grouping: a dict from each uid (any hashable: verl's NumPy object array of uid strings) to the
+    list of its rows' 0-d scores, in the order the rows come."""
+    groups = {}
+    for i in range(scores.shape[0]):
+        groups.setdefault(index[i], []).append(scores[i])
+    return groups
+
+
+def verl_grpo(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    """verl's ``compute_grpo_outcome_advantage`` (the reference loop): score = the row's sum of token rewards;
+    per uid the mean and the unbiased std of the stacked scores (a uid of one row: mean 0, std 1); each row's
+    (score - mean) / (std + epsilon), or score - mean without the std; times the response mask. (adv, adv)."""
+    torch = _torch()
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        means, stds = {}, {}
+        for uid, members in _verl_groups(index, scores).items():
+            if len(members) == 1:
+                means[uid], stds[uid] = torch.tensor(0.0), torch.tensor(1.0)
+            else:
+                means[uid], stds[uid] = torch.mean(torch.stack(members)), torch.std(torch.stack(members))
+        for i in range(scores.shape[0]):
+            centred = scores[i] - means[index[i]]
+            scores[i] = centred / (stds[index[i]] + epsilon) if norm_adv_by_std_in_grpo else centred
+        scores = scores.unsqueeze(-1) * response_mask
+    return scores, scores
+
+
+def verl_grpo_vectorized(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True,
+                         before_6348=False):
+    """verl's ``compute_grpo_vectorized_outcome_advantage`` (PR #3635) with ``group_mean_std``: uids factorised
+    (np.unique's inverse), per-group count and sum by ``index_add_`` in float32, mean = sum / count, the variance
+    two-pass (sum of squared deviations from the group mean) over max(count - 1, 1), std = sqrt(max(var, 0));
+    singletons mean 0, std 1; the scalars (s - mean) / (std + epsilon), times the mask.
+
+    ``before_6348``: the code verl #6348 fixed: the variance as (sum2 - sum^2 / count) / max(count - 1, 1) and
+    floored at epsilon (``group_mean_std(eps=epsilon)``), so a near-constant group's std is at least sqrt(1e-6).
+    """
+    torch = _torch()
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        g = torch.from_numpy(np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1).astype(np.int64))
+        s = scores.reshape(-1).to(torch.float32)
+        size = int(g.max()) + 1
+        count = torch.zeros(size).index_add_(0, g, torch.ones_like(s))
+        total = torch.zeros(size).index_add_(0, g, s)
+        mean = total / count.clamp_min(1.0)
+        if before_6348:
+            squares = torch.zeros(size).index_add_(0, g, s * s)
+            variance = (squares - total * total / count.clamp_min(1.0)) / (count - 1.0).clamp_min(1.0)
+            std = torch.sqrt(torch.clamp(variance, min=epsilon))
+        else:
+            deviations = torch.zeros(size).index_add_(0, g, (s - mean[g]) ** 2)
+            std = torch.sqrt(torch.clamp(deviations / (count - 1.0).clamp_min(1.0), min=0.0))
+        single = count <= 1.0
+        mean, std = torch.where(single, 0.0, mean), torch.where(single, 1.0, std)
+        scalars = (scores - mean[g]) / (std[g] + epsilon) if norm_adv_by_std_in_grpo else scores - mean[g]
+        advantages = scalars.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def verl_rloo(token_level_rewards, response_mask, index):
+    """verl's ``compute_rloo_outcome_advantage`` (the loop): per uid of n > 1 rows, s n/(n-1) - mean n/(n-1);
+    a uid of one row keeps its score as it is; times the mask. (adv, adv)."""
+    torch = _torch()
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        groups = _verl_groups(index, scores)
+        means = {uid: torch.mean(torch.stack(m)) if len(m) > 1 else torch.tensor(0.0) for uid, m in groups.items()}
+        for i in range(scores.shape[0]):
+            n = len(groups[index[i]])
+            if n > 1:
+                scores[i] = scores[i] * n / (n - 1) - means[index[i]] * n / (n - 1)
+        scores = scores.unsqueeze(-1) * response_mask
+    return scores, scores
+
+
+def verl_rloo_vectorized(token_level_rewards, response_mask, index):
+    """verl's ``compute_rloo_vectorized_outcome_advantage``: (c s - S) / max(c - 1, 1) per row, times (c > 1):
+    a uid of one row gets 0 here (the loop above leaves its score)."""
+    torch = _torch()
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        inv = torch.from_numpy(np.unique(np.asarray(index), return_inverse=True)[1].reshape(-1))
+        c = torch.bincount(inv)[inv].to(scores.dtype)
+        adv = ((c * scores - torch.bincount(inv, weights=scores)[inv]) / (c - 1).clamp_min(1)) * (c > 1)
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def verl_torch_masked_whiten(values, mask):
+    """verl's current ``masked_whiten``: masked_mean is sum(values * mask) / (sum(mask) + 1e-8); masked_var the
+    masked mean of squared deviations times sum(mask) / (sum(mask) - 1) (a sum of 0 or 1 raises verl's error);
+    (values - mean) * rsqrt(var + 1e-8), every position."""
+    torch = _torch()
+    total = mask.sum()
+    mean = (values * mask).sum() / (total + 1e-8)
+    variance = ((values - mean) ** 2 * mask).sum() / (total + 1e-8)
+    if total == 0:
+        raise ValueError("At least one element in the mask has to be 1.")
+    if total == 1:
+        raise ValueError("The sum of the mask is one, which can cause a division by zero.")
+    variance = variance * (total / (total - 1))
+    return (values - mean) * torch.rsqrt(variance + 1e-8)
+
+
+def verl_reinforce_plus_plus_baseline(token_level_rewards, response_mask, index):
+    """verl's ``compute_reinforce_plus_plus_baseline_outcome_advantage``: s - mean per uid (a uid of one row: mean
+    0), tiled over the response and times the mask, ``masked_whiten`` over the mask, times the mask. (adv, adv)."""
+    torch = _torch()
+    length = token_level_rewards.shape[-1]
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        groups = _verl_groups(index, scores)
+        means = {uid: torch.mean(torch.stack(m)) if len(m) > 1 else torch.tensor(0.0) for uid, m in groups.items()}
+        for i in range(scores.shape[0]):
+            scores[i] = scores[i] - means[index[i]]
+        scores = scores.unsqueeze(-1).tile([1, length]) * response_mask
+        scores = verl_torch_masked_whiten(scores, response_mask) * response_mask
+    return scores, scores
+
+
+def verl_reinforce_plus_plus(token_level_rewards, response_mask, gamma, before_7300=False):
+    """verl's ``compute_reinforce_plus_plus_outcome_advantage``, t from T-1 down, then ``masked_whiten`` of the
+    returns over the mask, times the mask. (advantages, returns).
+
+    Since #7300 (issue #7278): G = r_t + gamma run; returns_t = G m_t; run = G m_t + run (1 - m_t): a masked
+    token (tool output, padding) passes the running return through untouched and has return 0.
+    ``before_7300``: returns_t = r_t + gamma run, then run = returns_t m_t: the running return was reset to 0
+    after every masked token, so a reward after an observation span never reached the earlier turns.
+    """
+    torch = _torch()
+    with torch.no_grad():
+        returns = torch.zeros_like(token_level_rewards)
+        running = 0
+        for t in reversed(range(token_level_rewards.shape[1])):
+            m = response_mask[:, t]
+            candidate = token_level_rewards[:, t] + gamma * running
+            if before_7300:
+                returns[:, t] = candidate
+                running = candidate * m
+            else:
+                returns[:, t] = candidate * m
+                running = candidate * m + running * (1 - m)
+        advantages = verl_torch_masked_whiten(returns, response_mask) * response_mask
+    return advantages, returns
+
+
+def trl_nanstd(tensor, dim=None):
+    """TRL's ``nanstd``: the nan-mean of the squared deviations from the nan-mean, times count / (count - 1) where
+    count > 1 (NaN where count <= 1), square-rooted."""
+    torch = _torch()
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
+    variance = variance * torch.where(count > 1, count / (count - 1), torch.full_like(variance, float("nan")))
+    std = torch.sqrt(variance)
+    return std.squeeze() if dim is None else std.squeeze(dim)
+
+
+def trl_grpo_advantages(rewards, num_generations, scale_rewards="group"):
+    """GRPOTrainer's advantages (``_generate_and_score_completions``, multi_objective_aggregation
+    "sum_then_normalize"): consecutive groups of ``num_generations``; the group's nan-mean as baseline; scaled by
+    the group's ``nanstd`` ("group"; 0 when num_generations is 1), the batch's ``nanstd`` ("batch"; 0 for one
+    reward) or not at all ("none"), dividing by std + 1e-4; NaN advantages (unscorable completions) set to 0.
+    GRPOConfig maps True to "group" and False to "none"."""
+    torch = _torch()
+    scale_rewards = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
+    grouped = rewards.view(-1, num_generations)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ("group", "none"):
+        if num_generations > 1:
+            std = trl_nanstd(grouped, dim=1).repeat_interleave(num_generations, dim=0)
+        else:
+            std = torch.zeros_like(rewards)
+    elif scale_rewards == "batch":
+        std = trl_nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:
+        raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}. Must be one of 'batch', 'group', or "
+                         "'none'.")
+    advantages = rewards - mean
+    if scale_rewards != "none":
+        advantages = advantages / (std + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def trl_grpo_advantages_before_3992(rewards, num_generations, scale_rewards="group"):
+    """The same block before TRL #3992 (the bug of #3991), as of edbe823: plain mean and std (no NaN handling),
+    and the branches swapped: "batch" and "none" computed the group std, "group" the batch std, and "batch" and
+    "none" divided by it (so "batch" scaled by the group std, "none" scaled too, "group" not at all)."""
+    grouped = rewards.view(-1, num_generations)
+    advantages = rewards - grouped.mean(dim=1).repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ("batch", "none"):
+        std = grouped.std(dim=1).repeat_interleave(num_generations, dim=0)
+    elif scale_rewards == "group":
+        std = rewards.std().expand_as(rewards)
+    else:
+        raise ValueError(f"Invalid value for scale_rewards: {scale_rewards}.")
+    if scale_rewards in ("batch", "none"):
+        advantages = advantages / (std + 1e-4)
+    return advantages
+
+
+def openrlhf_group_rewards(rewards, n_samples_per_prompt, advantage_estimator):
+    """OpenRLHF's reward shaping in ``compute_advantages_and_returns``, on the rewards in prompt order reshaped to
+    (-1, n): rloo r - (S - r) / (n - 1); reinforce_baseline and dr_grpo r - mean; group_norm (r - mean) /
+    (std + 1e-9), torch's unbiased std; anything else unchanged. Flattened back to (N,)."""
+    grouped = rewards.reshape(-1, n_samples_per_prompt)
+    if advantage_estimator == "rloo":
+        grouped = grouped - (grouped.sum(-1, keepdim=True) - grouped) / (n_samples_per_prompt - 1)
+    elif advantage_estimator in ("reinforce_baseline", "dr_grpo"):
+        grouped = grouped - grouped.mean(-1, keepdim=True)
+    elif advantage_estimator == "group_norm":
+        grouped = (grouped - grouped.mean(-1, keepdim=True)) / (grouped.std(-1, keepdim=True) + 1e-9)
+    return grouped.reshape(-1)
