@@ -210,3 +210,14 @@ class _OneTorchThread:
         if self.before != 1:
             self.torch.set_num_threads(self.before)
         return False
+
+
+def divide(xp, numerator, denominator):
+    """``numerator / denominator``, NaN where both are 0 (what 0/0 gives), without NumPy's "invalid value" warning.
+
+    The mean or variance of no entries (or the unbiased variance of one) is NaN, as in torch and the frameworks
+    gae_xp restates; a NaN denominator gives that NaN without raising the floating-point flag.
+    """
+    undefined = (denominator == 0) & (numerator == 0)
+    return numerator / xp.where(undefined, xp.asarray(math.nan, dtype=denominator.dtype, device=device_of(denominator)),
+                                denominator)

@@ -14,7 +14,7 @@ from typing import Any, Sequence, Union
 
 from . import _plans, backends
 from . import _prepare as prepare_
-from ._compat import device_of
+from ._compat import device_of, divide
 from ._recurrences import (
     Picker,
     Segments,
@@ -575,9 +575,9 @@ def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: f
     if weights is None:
         weights, real = xp.ones_like(values), xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
     count = xp.sum(weights)
-    mean = xp.sum(xp.where(real, weights * values, zero)) / count
+    mean = divide(xp, xp.sum(xp.where(real, weights * values, zero)), count)
     centred = values - mean
-    var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if call.unbiased else count)
+    var = divide(xp, xp.sum(xp.where(real, weights * (centred * centred), zero)), count - 1 if call.unbiased else count)
     out = centred / xp.sqrt(var + call.eps)
     if not call.shift_mean:
         out = out + mean
