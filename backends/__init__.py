@@ -20,7 +20,14 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from gae_xp._compat import device_of, is_dask_namespace, is_jax_namespace, is_torch_namespace, values_are_readable
+from gae_xp._compat import (
+    carries_tangents,
+    device_of,
+    is_dask_namespace,
+    is_jax_namespace,
+    is_torch_namespace,
+    values_are_readable,
+)
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
 # The two traceable routes are imported with the registry: neither imports a framework.
@@ -101,6 +108,8 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
         if reason is not None:
             raise ValueError(f"backend={name!r} cannot run on these arrays: {reason}")
         return backend
+    if carries_tangents(arrays):  # forward-mode AD: the array-API path's torch operations carry the tangents
+        return _generic.BACKEND
     if not all(values_are_readable(a) for a in arrays) or any(getattr(a, "requires_grad", False) for a in arrays):
         return _traceable(xp, arrays)
     kind = (_kind(xp, arrays), segments)

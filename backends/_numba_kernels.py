@@ -51,6 +51,10 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from ._numba_cache import install as _install_cache_locator
+
+_install_cache_locator()  # before the kernels below are made: their cache is found by contents, not by path
+
 #: Lanes advanced in lockstep by one thread (the unrolled ``_advance*`` below hold one state per lane).
 LANES = 8
 #: Steps per lane.

@@ -47,7 +47,7 @@ import math
 
 import numpy as np
 
-from gae_xp._compat import is_numpy_array, is_torch_array, values_are_readable
+from gae_xp._compat import has_tangent, is_numpy_array, is_torch_array, values_are_readable
 from gae_xp._problem import PER_STEP
 from gae_xp.backends import is_single_threaded
 
@@ -76,6 +76,8 @@ class NumbaCPUBackend:
                             "torch.ops.gae_xp.gae) or the generic path, backend='xp'")
                 if not values_are_readable(a):
                     return "traced or meta tensors need backend='xp'"
+                if has_tangent(a):
+                    return "forward-mode dual tensors (torch.autograd.forward_ad) need backend='xp' or 'auto'"
             elif not is_numpy_array(a):
                 return "the numba CPU kernels take NumPy arrays and PyTorch CPU tensors"
         if not _numba_installed():
@@ -99,6 +101,12 @@ class NumbaCPUBackend:
                        returns, spans), rows.shape[0] * (spans.shape[0] - 1), threads)
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
+
+    def make_plan(self, call, arguments):
+        """The plan that serves later ``gae()`` calls of this call's layout (``gae_xp._plans``), or None."""
+        from . import _numba_plan
+
+        return _numba_plan.make(call, arguments)
 
     def summarize(self, problem):
         """Each segment's summary (see ``gae_xp._pieces``), (..., n, 5), in one read-only pass."""

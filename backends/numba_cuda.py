@@ -16,7 +16,10 @@ per-step or per-row gamma or lam is read in place, broadcast views included).
   give no output. Device offsets are read by the kernels themselves (a
   binary search per thread); the only host read of them is ``prepare``'s
   validation (one small device-to-host copy, none when the caller gives
-  host offsets as a list or NumPy array).
+  host offsets as a list or NumPy array). Offsets that nobody read
+  (``host_offsets`` None: traced, or given to the operator directly) are
+  checked on the device first (``_guarded``): where they break the contract
+  the kernels get ``[0, T, ..., T]`` and every output is NaN.
 * Pieces (CP shards, Dask blocks of CuPy arrays): ``summarize`` is launch 1
   (and 2 for long rows) writing every segment's summary; ``pieces`` also
   keeps the tiles' maps so that the fix-up is launch 3 alone.
@@ -49,6 +52,7 @@ import numpy as np
 
 from gae_xp._compat import device_of, is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
 from gae_xp._pieces import identity_map
+from gae_xp._prepare import fill_invalid, guarded_offsets
 
 from . import _cuda_plan
 
@@ -68,6 +72,32 @@ def _not_installed() -> str | None:
 def simulated() -> bool:
     """True when numba's CUDA simulator is on (read from the environment, as numba does at import)."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def _device_context(array):
+    """The array's own library's device context: CuPy and torch allocate on their *current* device (array-api-compat's
+    ``empty(..., device=)`` checks the device, then allocates on the current one), so every allocation of a call is
+    made inside this context, as its launches are (``_Launch``)."""
+    if is_cupy_array(array):
+        return array.device  # a cupy.cuda.Device: entering it makes it current
+    if is_torch_array(array) and array.device.type == "cuda":
+        import torch
+
+        return torch.cuda.device(array.device)
+    return contextlib.nullcontext()
+
+
+def _on_the_arrays_device(locate):
+    """Run the decorated function inside ``_device_context`` of the array ``locate(*args, **kwargs)`` names."""
+    def decorate(function):
+        @functools.wraps(function)
+        def on_device(*args, **kwargs):
+            with _device_context(locate(*args, **kwargs)):
+                return function(*args, **kwargs)
+
+        return on_device
+
+    return decorate
 
 
 class NumbaCUDABackend:
@@ -151,6 +181,7 @@ class NumbaCUDABackend:
 
     # --- the scan primitive --------------------------------------------------------------------------------
 
+    @_on_the_arrays_device(lambda self, xp, x, *args, **kwargs: x)  # the coefficient's cast allocates
     def scan(self, xp, x, a, *, reverse, chunk_size=None):
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
         from gae_xp._problem import GaeProblem
@@ -164,6 +195,7 @@ class NumbaCUDABackend:
 
     # --- gradients -----------------------------------------------------------------------------------------
 
+    @_on_the_arrays_device(lambda self, problem, *args: problem.rewards)  # critic_lam's sum allocates
     def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
         """The gradients of ``gae(problem)``'s (advantages, returns) to its inputs, given theirs (either may be
         None: no gradient from that output).
@@ -202,19 +234,45 @@ class Pieces:
     launch 3 alone, reading the tiles' maps that the summary pass left (so a
     shard's summary and fix-up read its inputs twice in all: 3 launches plus
     the all-gather between them).
+
+    ``finish`` may run on another stream than the summary pass: launch 3
+    waits for the event recorded after launch 2 on the summary's stream
+    (``ready``), and the maps it reads are handed to the allocator as in use
+    on the finishing stream (``_release_after_reading``), so that dropping
+    this object cannot free them under a launch still reading them.
     """
 
-    def __init__(self, problem, summary, plan, entering):
+    def __init__(self, problem, summary, plan, entering, *, owner=None, ready=None, stream=None):
         self.problem, self.summary, self._plan, self._entering = problem, summary, plan, entering
+        #: the array holding the maps ``entering`` reads, the event after the launch that wrote them, its stream
+        self._owner, self._ready, self._stream = owner, ready, stream
 
+    @_on_the_arrays_device(lambda self, *args: self.problem.rewards)
     def finish(self, bootstrap, carry):
         p = self.problem.replace(bootstrap=bootstrap, carry=carry)
         if self._entering is None:
             return BACKEND.gae(p)
         inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "terminated",
                                                      "truncated", "mask")}
-        return _forward("gae", p, inputs, bootstrap=bootstrap, carry=carry, fill=bool(p.fill_masked),
-                        entering=self._entering, value_chain=True)
+        outputs = _forward("gae", p, inputs, bootstrap=bootstrap, carry=carry, fill=bool(p.fill_masked),
+                           entering=self._entering, value_chain=True, after=self._ready)
+        _release_after_reading(self._owner, self._stream)
+        return outputs
+
+
+def _release_after_reading(owner, written_on) -> None:
+    """``owner`` (memory written on stream ``written_on``, from that stream's pool) is now read by launches on the
+    current stream: torch's caching allocator is told so (``record_stream``); for CuPy, ``written_on`` waits for an
+    event recorded on the reading stream, so that its pool hands the memory out again only after the reads."""
+    if owner is None or written_on is None:
+        return
+    with _Launch(owner) as launch:
+        if is_torch_array(owner):
+            import torch
+
+            owner.record_stream(torch.cuda.current_stream(owner.device))
+        else:
+            launch.record().wait(written_on)
 
 
 # --- traffic ------------------------------------------------------------------------------------------------
@@ -289,9 +347,19 @@ def _stored_bytes(array) -> int:
 _ORDER = ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask")
 
 
-def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False, clips=(1.0, 1.0, 1.0),
-             entering=None, value_chain=None):
-    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards."""
+@_on_the_arrays_device(lambda family, p, *args, **kwargs: p.rewards)
+def _forward(family, p, inputs, **options):
+    """Run a reverse-in-time family (``_cuda_gae``) on a problem: its outputs as arrays shaped like rewards (NaN
+    where unread device offsets break the contract: ``_guarded``)."""
+    p, valid = _guarded(p)
+    results = _launch_forward(family, p, inputs, **options)
+    return results if valid is None else tuple(fill_invalid(p.xp, out, valid) for out in results)
+
+
+def _launch_forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, critic=False,
+                    clips=(1.0, 1.0, 1.0), entering=None, value_chain=None, after=None):
+    """The launches of ``_forward``; they wait for the event ``after`` first (work on another stream that wrote
+    ``entering``)."""
     xp, r = p.xp, p.rewards
     shape = tuple(r.shape)
     length, rows = shape[-1], math.prod(shape[:-1])
@@ -309,6 +377,7 @@ def _forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False, criti
     compute = _compute(xp, io)
     scalars = _scalars(io, (inputs.get("gamma", 1.0), inputs.get("lam", 1.0), inputs.get("critic_lam", 0.0), *clips))
     with _Launch(r) as launch:
+        launch.wait(after)
         arrays = [launch.array(_steps(xp, r, r.dtype, rows, length))]
         arrays += [launch.array(_steps(xp, inputs[name], r.dtype, rows, length)) if name in present else None
                    for name in _ORDER]
@@ -349,12 +418,22 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
 _USES = {"bootstrap": ("gae", "vtrace"), "carry": ("gae", "returns")}
 
 
+@_on_the_arrays_device(lambda p: p.rewards)
 def _summarize(p) -> Pieces:
-    """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up."""
-    from . import _cuda_gae
-
+    """Piece summaries of a gae problem (launch 1, and 2 for long rows), keeping the tiles' maps for the fix-up
+    (NaN summaries where unread device offsets break the contract: ``_guarded``)."""
     if p.critic_lam is not None:
         raise ValueError("pieces solve one advantage chain: summarize critic_lam's returns as a problem of their own")
+    p, valid = _guarded(p)
+    pieces = _launch_summaries(p)
+    if valid is not None:
+        pieces.summary = fill_invalid(p.xp, pieces.summary, valid)
+    return pieces
+
+
+def _launch_summaries(p) -> Pieces:
+    from . import _cuda_gae
+
     xp, r = p.xp, p.rewards
     shape, length = tuple(r.shape), r.shape[-1]
     rows = math.prod(shape[:-1])
@@ -373,7 +452,7 @@ def _summarize(p) -> Pieces:
     structure = _cuda_gae.Structure("gae", "tiles", frozenset(present), offsets=p.offsets is not None,
                                     summaries=True, value_chain=True)
     fields_count = _LIVE[True, False] + 1
-    entering = None
+    entering = owner = None
     with _Launch(r) as launch:
         steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
         arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
@@ -388,16 +467,27 @@ def _summarize(p) -> Pieces:
         launch(_compiled("gae", io, structure), plan.grid, plan.threads, *arrays, None, None, offsets, scalars,
                geometry, maps, None, opened, out, None)
         if plan.long_rows:
-            entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r)),
-                                    written=True)
+            owner = xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(r))
+            entering = launch.array(owner, written=True)
             launch(_carry(io, True, False, True, True), plan.carry_grid, plan.carry_threads, maps, geometry,
                    entering, opened, out)
-    return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering)
+        ready = launch.record() if entering is not None else None
+    return Pieces(p, xp.reshape(summary, (*shape[:-1], count, 5)), plan, entering, owner=owner, ready=ready,
+                  stream=None if ready is None else launch.stream)
 
 
+@_on_the_arrays_device(lambda family, xp, like, *args, **kwargs: like)
 def _forward_in_time(family, xp, like, inputs, *, problem=None, scalars):
     """Run a forward-in-time family (``_cuda_backward``): {"rewards": y} for the scan, the gradients for the
-    adjoint."""
+    adjoint (NaN where unread device offsets break the contract: ``_guarded``)."""
+    valid = None
+    if problem is not None:
+        problem, valid = _guarded(problem)
+    results = _launch_forward_in_time(family, xp, like, inputs, problem=problem, scalars=scalars)
+    return results if valid is None else {name: fill_invalid(xp, value, valid) for name, value in results.items()}
+
+
+def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
     from . import _cuda_backward
 
     shape, length = tuple(like.shape), like.shape[-1]
@@ -532,6 +622,17 @@ def _offsets(xp, offsets):
     return _cast(xp, offsets, xp.int64)
 
 
+def _guarded(p):
+    """(p, None) when p's offsets were checked on the host (``host_offsets``) or it has none; else (p with offsets
+    the kernels can index by, valid): device offsets that nobody read (traced, or given to the operator directly)
+    are checked on the device (``guarded_offsets``, no synchronisation), and the caller fills its outputs with
+    NaN where they break the contract."""
+    if p.offsets is None or p.host_offsets is not None:
+        return p, None
+    offsets, valid = guarded_offsets(p.xp, _offsets(p.xp, p.offsets), p.rewards.shape[-1])
+    return p.replace(offsets=offsets), valid
+
+
 class _NoneArgument:
     """numba-cuda launch extension: an absent array (``None``, typed ``none``) is one pointer-sized 0."""
 
@@ -599,7 +700,9 @@ class _Launch(contextlib.AbstractContextManager):
 
         Under the simulator: the NumPy array itself if the kernels write it, else marked as input only (the
         simulator copies every other argument back, which a read-only broadcast view refuses). The simulator
-        copies arguments in one piece, so a strided view is made contiguous there first (a broadcast stays).
+        copies arguments in one piece, so a strided view is made contiguous there first; a broadcast stays a
+        broadcast, of a contiguous copy of its core when the core (the array without its zero-stride axes) is not
+        contiguous itself.
         """
         if array is None:
             return None
@@ -609,14 +712,42 @@ class _Launch(contextlib.AbstractContextManager):
             return _device_array(array)
         if written:
             return array
-        one_piece = 0 in array.strides or array.flags.c_contiguous or array.flags.f_contiguous
-        return cuda.In(array if one_piece else array.copy())
+        return cuda.In(_one_piece(array))
+
+    def record(self):
+        """An event recorded on this launch's stream after the launches so far (None under the simulator, which
+        has one stream)."""
+        if self._sim:
+            return None
+        from ._cuda_import import cuda
+
+        event = cuda.event(timing=False)
+        event.record(self.stream)
+        return event
+
+    def wait(self, event) -> None:
+        """The next launches on this stream start after ``event`` (None: no wait)."""
+        if event is not None:
+            event.wait(self.stream)
 
     def __call__(self, kernel, grid, threads: int, *args):
         if self._sim:
             kernel[grid, threads](*args)
         else:
             kernel[grid, threads, self.stream](*args)
+
+
+def _one_piece(array):
+    """``array`` over one contiguous buffer: itself if it is; a broadcast (zero strides) of a contiguous copy of
+    its core; else a contiguous copy."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return array
+    if 0 not in array.strides:
+        return array.copy()
+    core = array[tuple(slice(0, 1) if stride == 0 else slice(None) for stride in array.strides)]
+    if core.flags.c_contiguous or core.flags.f_contiguous:
+        return array
+    return np.broadcast_to(np.ascontiguousarray(core), array.shape)
 
 
 #: ``__cuda_array_interface__`` type strings of the dtypes the kernels read (bfloat16: its bits, as unsigned).

@@ -28,6 +28,12 @@ the returns use ``lam``. No gradient flows to per-step ``gamma``, ``lam`` or
 ``critic_lam`` through the operators: ``BACKEND.gae`` sends calls whose
 coefficients require grad to the generic path, whose autograd has them.
 
+Offsets: the CPU implementations check the offsets they are given (a
+ValueError naming cu_seqlens: callers may pass traced or hand-made ones);
+``gae_xp::checked_offsets`` checks traced CPU offsets for the generic path
+and the estimators when the graph runs; the numba-CUDA backend guards
+device offsets that nobody read on the device (NaN outputs).
+
 Served here (``BACKEND.unavailable_reason``): torch tensors on the CPU with
 numba installed, meta tensors, and CUDA tensors once the numba-CUDA backend
 has ``gae_backward``; not ``torch.func`` transforms (vmap, grad, jvp), which
@@ -44,6 +50,7 @@ import torch
 from torch import Tensor
 
 from gae_xp._compat import array_namespace, is_torch_array
+from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
 from . import numba_cpu, solve_gae
@@ -150,6 +157,8 @@ def _problem(arguments: dict) -> GaeProblem:
     offsets, host_offsets = arguments["offsets"], arguments["host_offsets"]
     if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
         host_offsets = offsets
+    if host_offsets is not None:  # the operator's own check: its callers' offsets may have been traced
+        check_offset_values(host_offsets.numpy(), arguments["rewards"].shape[-1])
     return GaeProblem(xp=array_namespace(arguments["rewards"]), **fields, bootstrap=arguments["bootstrap"],
                       fill_masked=arguments["fill_masked"], offsets=offsets, carry=arguments["carry"],
                       host_offsets=None if host_offsets is None else host_offsets.numpy())
@@ -203,6 +212,18 @@ gae.register_kernel("cuda", _gae_cuda)
 gae_backward.register_kernel("cuda", _gae_backward_cuda)
 gae.register_fake(_gae_fake)
 gae_backward.register_fake(_gae_backward_fake)
+
+
+def _checked_offsets(offsets: Tensor, length: int) -> Tensor:
+    check_offset_values(offsets.numpy(), length)
+    return offsets.clone()
+
+
+checked_offsets = torch.library.custom_op("gae_xp::checked_offsets", _checked_offsets, mutates_args=(),
+                                          device_types="cpu", schema="(Tensor offsets, SymInt length) -> Tensor")
+checked_offsets.__doc__ = ("CPU offsets (int64) checked when the graph runs: ``gae_xp._prepare.check_offset_values``'s "
+                           "ValueError naming cu_seqlens unless ``0 = o_0 <= ... <= o_n = length``; a copy.")
+checked_offsets.register_fake(lambda offsets, length: torch.empty_like(offsets))
 
 
 def _setup_context(ctx, inputs, output):

@@ -31,7 +31,7 @@ from array_api_compat import device as device_of
 __all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
            "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "is_torch_namespace", "add_at",
            "known_finite", "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu",
-           "calling_thread_only"]
+           "calling_thread_only", "isdtype", "is_extension_float"]
 
 
 def is_array(value) -> bool:
@@ -44,6 +44,23 @@ def is_array(value) -> bool:
 
 
 _PLAIN_NUMBERS = (bool, int, float, complex)
+
+
+def is_extension_float(dtype) -> bool:
+    """True for a NumPy floating dtype that NumPy itself does not know: ml_dtypes' bfloat16, float8_*, ...
+    (``np.isdtype`` refuses them; gae_xp computes them in float32, as torch's bfloat16)."""
+    return (isinstance(dtype, np.dtype) and dtype.kind == "V"
+            and getattr(dtype.type, "__module__", "").partition(".")[0] == "ml_dtypes"
+            and dtype.name.startswith(("float", "bfloat")))
+
+
+def isdtype(xp, dtype, kind) -> bool:
+    """``xp.isdtype(dtype, kind)``, also answering for NumPy extension floats (``is_extension_float``): "real
+    floating" and nothing else."""
+    if is_extension_float(dtype):
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+        return "real floating" in kinds
+    return xp.isdtype(dtype, kind)
 
 
 def values_are_readable(x) -> bool:
@@ -129,6 +146,23 @@ def _torch_is_symbolic(x) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
+def carries_tangents(arrays) -> bool:
+    """True when a torch tensor among ``arrays`` is a forward-mode dual tensor (``torch.autograd.forward_ad``):
+    its tangent lives beside its values, so a kernel that reads the values alone would drop it. Two attribute reads
+    outside a ``dual_level()`` block (none when torch was never imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None or torch.autograd.forward_ad._current_level < 0:
+        return False
+    return any(is_torch_array(a) and has_tangent(a) for a in arrays)
+
+
+def has_tangent(tensor) -> bool:
+    """True for a torch tensor that is a forward-mode dual tensor (one attribute read outside ``dual_level()``)."""
+    from torch.autograd import forward_ad
+
+    return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
+
+
 def writes_through_views(x) -> bool:
     """Whether an in-place operation on a slice of x (an array of this package's own) writes into x.
 
@@ -197,3 +231,14 @@ class _OneTorchThread:
         if self.before != 1:
             self.torch.set_num_threads(self.before)
         return False
+
+
+def divide(xp, numerator, denominator):
+    """``numerator / denominator``, NaN where both are 0 (what 0/0 gives), without NumPy's "invalid value" warning.
+
+    The mean or variance of no entries (or the unbiased variance of one) is NaN, as in torch and the frameworks
+    gae_xp restates; a NaN denominator gives that NaN without raising the floating-point flag.
+    """
+    undefined = (denominator == 0) & (numerator == 0)
+    return numerator / xp.where(undefined, xp.asarray(math.nan, dtype=denominator.dtype, device=device_of(denominator)),
+                                denominator)

@@ -8,10 +8,10 @@ write gets its own copy (see ``gae_xp._scan.scan``).
 Conventions settled here, for every namespace:
 
 * time goes last (``axis`` is moved to -1) and comes back in ``restore``;
-* the compute dtype is float32 for float16/bfloat16/float32 data, float64
-  for float64 and wider floats (NumPy's longdouble is computed in float64
-  and returned as longdouble); integer or bool data gives the namespace's
-  default float;
+* the compute dtype is float32 for float16/bfloat16/float32 data (NumPy's
+  bfloat16 and float8 from ml_dtypes too), float64 for float64 and wider
+  floats (NumPy's longdouble is computed in float64 and returned as
+  longdouble); integer or bool data gives the namespace's default float;
 * Python numbers, NumPy scalars and 0-d arrays given as a boundary value
   (``bootstrap_value``, ``initial``) are weakly typed: they never change
   the output dtype;
@@ -36,7 +36,9 @@ from ._compat import (
     device_of,
     is_array,
     is_cupy_array,
+    is_extension_float,
     is_torch_array,
+    isdtype,
     owned_copy,
     to_device,
     values_are_readable,
@@ -50,7 +52,7 @@ Array = Any
 def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None,
             terminated=None, truncated=None, mask=None, axis=-1, chunk_size=None, backend="auto",
             extra=None, fill_masked=False, needs_values=True, cu_seqlens=None, critic_lam=None,
-            sequences: int | None = None) -> PreparedCall:
+            sequences: int | None = None, truncated_bootstrap="next_values") -> PreparedCall:
     """Check the arguments shared by gae() and the estimators, and lay them out as a GaeProblem.
 
     ``needs_values=False`` is for estimators without a value function
@@ -61,7 +63,8 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     ``sequences`` says the bootstrap holds one value per sequence of that
     many although these steps carry no offsets (a rank's shard of packed
     sequences: its offsets are the CP context's). The backend is not chosen
-    here: ``gae_xp.backends.solver(call)`` does that.
+    here: ``gae_xp.backends.solver(call)`` does that. ``truncated_bootstrap``
+    is checked for estimators with a value function (``check_truncation``).
     """
     extra = extra or {}
     require_array("rewards", rewards)
@@ -79,14 +82,19 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
     axis = check_axis(axis, len(shape))
     offsets, host_offsets = (None, None) if cu_seqlens is None else check_offsets(xp, cu_seqlens, shape[axis],
                                                                                    rewards)
+    offsets, offsets_valid = traced_offsets(xp, offsets, shape[axis]) if host_offsets is None else (offsets, None)
     chunk_size = check_chunk_size(chunk_size)
     check_bool("fill_masked", fill_masked)
     for name, value in per_step.items():
         if value is not None:
             if name not in present:
                 require_array(name, value)
+            if name == "values":
+                values_one_step_longer(value, shape, axis)
             same_shape(name, value, shape)
     one_boundary(bootstrap_value, next_values)
+    if is_array(bootstrap_value) and cu_seqlens is None and sequences is None:
+        time_first_hint(bootstrap_value, shape, axis)
     out_dtype, dtype = compute_dtypes(xp, {"rewards": rewards, **per_step, "bootstrap_value": bootstrap_value},
                                       rewards)
     # float16/bfloat16 per-step arrays stay as they are for a backend that widens them in registers (no copy)
@@ -112,14 +120,35 @@ def prepare(rewards, values=None, *, gamma=0.99, lam=0.95, bootstrap_value=None,
         offsets=offsets,
         host_offsets=host_offsets,
     )
-    return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis)
+    if needs_values:  # after the flags' own checks (a flag of the wrong dtype is named as that first)
+        check_truncation(truncated, next_values, truncated_bootstrap)
+    return PreparedCall(problem, tuple(present.values()), backend, chunk_size, out_dtype, axis, offsets_valid)
+
+
+def traced_offsets(xp, offsets, length: int):
+    """(offsets, valid) for offsets whose values cannot be read now (``torch.compile``, ``jax.jit``, meta tensors):
+    checked where the kernels run, so that none of them reads or writes outside its arrays.
+
+    torch CPU tensors go through the operator ``gae_xp::checked_offsets``,
+    which raises the ValueError of eager offsets when the graph runs (valid
+    None); offsets elsewhere (CUDA, JAX) are guarded on their device
+    (``guarded_offsets``: no synchronisation) and the outputs are NaN where they
+    break the contract (``PreparedCall.restore``).
+    """
+    if offsets is None:
+        return None, None
+    if is_torch_array(offsets) and offsets.device.type == "cpu":
+        from .backends import torch_ops
+
+        return torch_ops.checked_offsets(offsets, length), None
+    return guarded_offsets(xp, offsets, length)
 
 
 def _reads_narrow(out_dtype, backend, xp, arrays, segments: bool) -> bool:
     """True when the output dtype is float16/bfloat16 and the backend that will serve these arrays reads such
     arrays itself (``narrow_floats``): the problem then keeps them (its bootstrap stays in the compute dtype)."""
-    if str(out_dtype).rsplit(".", 1)[-1] not in ("float16", "bfloat16"):
-        return False
+    if str(out_dtype).rsplit(".", 1)[-1] not in ("float16", "bfloat16") or is_extension_float(out_dtype):
+        return False  # ml_dtypes' NumPy bfloat16 is widened here, for every backend
     from . import backends
 
     try:
@@ -189,7 +218,7 @@ def prepare_whiten(x, mask, *, unbiased, eps, shift_mean, masked_fill) -> Prepar
         masked_fill = check_number("masked_fill", masked_fill, low=-math.inf, strict=False)
     if mask is not None:
         same_shape("mask", mask, x.shape, anchor="x")
-        if not xp.isdtype(mask.dtype, ("bool", "real floating", "integral")):
+        if not isdtype(xp, mask.dtype, ("bool", "real floating", "integral")):
             raise TypeError(f"mask must be bool (True = a real entry) or real weights, got dtype {mask.dtype}")
     return PreparedWhiten(xp, xp.astype(x, dtype, copy=False), mask, out_dtype, eps, bool(unbiased),
                           bool(shift_mean), masked_fill)
@@ -210,6 +239,32 @@ def one_boundary(bootstrap_value, next_values) -> None:
     """V after the last step comes from bootstrap_value or from next_values, never both."""
     if next_values is not None and bootstrap_value is not None:
         raise ValueError("pass bootstrap_value or next_values, not both: next_values already holds every V(s_{t+1})")
+
+
+#: What ``truncated_bootstrap`` may say: where V(s_{t+1}) of a truncated step comes from.
+TRUNCATED_BOOTSTRAPS = ("next_values", "next_step")
+
+
+def check_truncation(truncated, next_values, truncated_bootstrap) -> None:
+    """``truncated`` needs V(s_{t+1}) of each truncated episode's final observation, which only ``next_values``
+    holds; the next step's value belongs to the next episode. ValueError naming ``next_values`` unless the caller
+    says ``truncated_bootstrap="next_step"`` (the next real step's value, or ``bootstrap_value`` after the last
+    one, is the one meant: e.g. truncations only at the end of each row or sequence)."""
+    if truncated_bootstrap not in TRUNCATED_BOOTSTRAPS:
+        raise ValueError(f"truncated_bootstrap must be one of {TRUNCATED_BOOTSTRAPS}, got {truncated_bootstrap!r}")
+    if truncated_bootstrap == "next_step":
+        if next_values is not None:
+            raise ValueError('truncated_bootstrap="next_step" bootstraps from the next step\'s value, but '
+                             "next_values is given and replaces it: drop one of them")
+        return
+    if truncated is not None and next_values is None:
+        raise ValueError(
+            "truncated is given without next_values: a truncated step would be bootstrapped from the value at the "
+            "next step, which is the next episode's first value. Pass next_values= (an array shaped like rewards "
+            "holding V(s_{t+1}): at each truncated step, the value of the truncated episode's final observation; "
+            "e.g. next_values = concat(values[..., 1:], bootstrap) with V(final_obs) written where truncated), or "
+            'truncated_bootstrap="next_step" if the next step\'s value (bootstrap_value after the last step) is '
+            "the one you mean, as when truncations fall only at the end of each row or sequence")
 
 
 def namespace_of(arrays: dict[str, Any]):
@@ -309,21 +364,66 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
             if not (name in ("bootstrap_value", "initial") and value.ndim == 0):
                 floats.append(value.dtype)
             continue
-        if xp.isdtype(value.dtype, "complex floating"):
+        if isdtype(xp, value.dtype, "complex floating"):
             raise TypeError(f"{name} must be real, got dtype {value.dtype}")
-        if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
+        if not isdtype(xp, value.dtype, ("real floating", "integral", "bool")):
             raise TypeError(f"{name} must have a real or bool dtype, got {value.dtype}")
         weak = name in ("bootstrap_value", "initial") and value.ndim == 0
-        if xp.isdtype(value.dtype, "real floating") and not weak:
+        if isdtype(xp, value.dtype, "real floating") and not weak:
             floats.append(value.dtype)
     if floats:
-        out = floats[0] if all(f == floats[0] for f in floats) else xp.result_type(*floats)
+        out = floats[0] if all(f == floats[0] for f in floats) else _result_type(xp, arrays, floats)
     else:
         out = xp.__array_namespace_info__().default_dtypes(device=device_of(anchor))["real floating"]
     if out in (xp.float32, xp.float64):
         return out, out
     wider = np.dtype(out).itemsize > 8 if isinstance(out, np.dtype) else False
     return out, xp.float64 if wider else xp.float32
+
+
+def _result_type(xp, arrays, floats):
+    """The floats' promoted dtype; NumPy extension floats (ml_dtypes) promote by NumPy's own rules, which
+    ml_dtypes registers (bfloat16 with float32 gives float32)."""
+    if not any(is_extension_float(f) for f in floats):
+        return xp.result_type(*floats)
+    try:
+        return np.result_type(*floats)
+    except TypeError:
+        named = ", ".join(f"{name} {value.dtype}" for name, value in arrays.items() if is_array(value))
+        raise TypeError(f"the floating dtypes do not combine ({named}): pass one floating dtype") from None
+
+
+def values_one_step_longer(values, shape, axis: int) -> None:
+    """ValueError with the fix when ``values`` has one step more than rewards along the time axis: the layout of
+    trainers that store V(s_T), the value after the last step, as values' last entry."""
+    got = tuple(values.shape)
+    if len(got) != len(shape) or got[:axis] + got[axis + 1:] != shape[:axis] + shape[axis + 1:]:
+        return
+    if got[axis] != shape[axis] + 1:
+        return
+    where = "..., " if axis == len(shape) - 1 else ":, " * axis
+    raise ValueError(
+        f"values has {got[axis]} steps along the time axis (axis={axis}), one more than rewards' {shape[axis]}: if "
+        f"its last entry is the value after the last step, pass values=values[{where}:-1] and "
+        f"bootstrap_value=values[{where}-1]")
+
+
+def time_first_hint(bootstrap_value, shape, axis: int) -> None:
+    """ValueError with the fix when ``bootstrap_value`` (one value per row) does not fit the batch shape for this
+    ``axis`` but does fit it for another axis: time-first data (``[T, B]``) passed without ``axis=0``."""
+    got = tuple(bootstrap_value.shape)
+    batch = shape[:axis] + shape[axis + 1:]
+    try:
+        np.broadcast_shapes(got, batch)
+        return
+    except ValueError:
+        pass
+    for other in range(len(shape)):
+        if other != axis and got == shape[:other] + shape[other + 1:]:
+            raise ValueError(
+                f"bootstrap_value of shape {got} does not broadcast to the batch shape {batch} (rewards' shape {shape} "
+                f"without the time axis {axis}), but it is that shape without axis {other}: if time is axis {other} "
+                f"(time-first data, [T, B]), pass axis={other}")
 
 
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:
@@ -346,7 +446,7 @@ def coefficient(xp, name: str, value, shape, dtype, axis: int, *, bounds: tuple[
         return value
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
-    if not xp.isdtype(value.dtype, ("real floating", "integral")):
+    if not isdtype(xp, value.dtype, ("real floating", "integral")):
         raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
     try:
         value = xp.broadcast_to(xp.astype(value, dtype, copy=False), tuple(shape))
@@ -371,7 +471,7 @@ def boundary(xp, name: str, value, batch_shape, dtype, like, *, segments: int | 
         return xp.full((*batch_shape, segments or 1), float(value), dtype=dtype, device=device_of(like))
     if not is_array(value):
         raise TypeError(f"{name} must be a float or an array, got {type(value).__name__}")
-    if not xp.isdtype(value.dtype, ("real floating", "integral", "bool")):
+    if not isdtype(xp, value.dtype, ("real floating", "integral", "bool")):
         raise TypeError(f"{name} must have a real dtype, got {value.dtype}")
     if segments is not None:
         target = (*batch_shape, segments)
@@ -415,6 +515,8 @@ def check_offsets(xp, value, length: int, like):
     bootstrap value is not read.
     """
     host = is_host_offsets(value, like)
+    if host and is_torch_array(like) and _torch_is_compiling():
+        return _traced_host_offsets(value, length, like)
     if host:
         try:
             value = np.asarray(value)
@@ -424,7 +526,7 @@ def check_offsets(xp, value, length: int, like):
         require_array("cu_seqlens", value)
     if host and value.size == 0:
         value = value.astype(np.int64)
-    integral = np.issubdtype(value.dtype, np.integer) if host else xp.isdtype(value.dtype, "integral")
+    integral = np.issubdtype(value.dtype, np.integer) if host else isdtype(xp, value.dtype, "integral")
     if not integral:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
     if value.ndim != 1 or value.shape[0] < 2:
@@ -433,23 +535,99 @@ def check_offsets(xp, value, length: int, like):
     if host:
         host_offsets = value.astype(np.int64)
     elif values_are_readable(value):
-        host_offsets = host_copy(xp.astype(value, xp.int64, copy=False))
+        # a tensor's list: inside torch.func.jvp even detach() returns a wrapped tensor, which has no numpy()
+        host_offsets = (np.asarray(value.tolist(), dtype=np.int64) if is_torch_array(value)
+                        else host_copy(xp.astype(value, xp.int64, copy=False)))
     else:
         host_offsets = None
     if host_offsets is not None:
-        first, last = int(host_offsets[0]), int(host_offsets[-1])
-        if first != 0:
-            raise ValueError(f"cu_seqlens must start at 0, got {first}")
-        if last != length:
-            raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
-        if np.any(host_offsets[1:] < host_offsets[:-1]):
-            raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
-                             "sequence)")
+        check_offset_values(host_offsets, length)
     if host:
         offsets = to_device(xp, host_offsets, like)
     else:
         offsets = xp.astype(value, xp.int64, copy=False)
     return offsets, host_offsets
+
+
+def check_offset_values(host_offsets, length: int) -> None:
+    """ValueError naming cu_seqlens unless the host offsets (a NumPy array, or a list of ints) are
+    ``0 = o_0 <= o_1 <= ... <= o_n = T``."""
+    first, last = int(host_offsets[0]), int(host_offsets[-1])
+    if first != 0 or last != length:
+        entries = [int(offset) for offset in host_offsets]
+        if min(entries) >= 0 and sum(entries) == length:
+            raise ValueError(
+                f"cu_seqlens {_shown(host_offsets)} looks like sequence lengths (they sum to the time axis' "
+                f"{length}), not offsets: pass the cumulative sum with a leading 0, e.g. "
+                f"np.concatenate([[0], np.cumsum(lengths)]) or torch.nn.functional.pad(lengths.cumsum(0), (1, 0))")
+    if first != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {first}")
+    if last != length:
+        raise ValueError(f"cu_seqlens must end at the length of the time axis, {length}, got {last}")
+    if isinstance(host_offsets, list):
+        decreasing = any(b < a for a, b in zip(host_offsets, host_offsets[1:]))
+    else:
+        decreasing = np.any(host_offsets[1:] < host_offsets[:-1])
+    if decreasing:
+        raise ValueError("cu_seqlens must be non-decreasing (sequence offsets; a repeated offset is an empty "
+                         "sequence)")
+
+
+def _torch_is_compiling() -> bool:
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
+def _traced_host_offsets(value, length: int, like):
+    """Host offsets for torch tensors under ``torch.compile`` (``check_offsets``'s NumPy calls do not trace): a list
+    or tuple becomes a constant tensor of the graph, a NumPy array one of its inputs (dynamo traces it as a tensor);
+    their values are checked when the graph runs, as device offsets are (``traced_offsets``: an error raised while
+    tracing would reach the caller as dynamo's ``Unsupported``, not as the ValueError). (offsets, None)."""
+    import torch
+
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(o, numbers.Integral) and not isinstance(o, bool) for o in value):
+            raise TypeError("cu_seqlens given as a list must hold integers (sequence offsets)")
+        value = torch.tensor(list(value), dtype=torch.int64)
+    offsets = torch.as_tensor(value)
+    if offsets.dtype.is_floating_point or offsets.dtype.is_complex or offsets.dtype == torch.bool:
+        raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
+    if offsets.ndim != 1 or offsets.shape[0] < 2:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+                         f"got shape {tuple(offsets.shape)}")
+    return offsets.to(device=like.device, dtype=torch.int64), None
+
+
+def guarded_offsets(xp, offsets, length: int):
+    """(offsets a kernel can index by, valid) for offsets whose values cannot be read now (traced), on the device.
+
+    ``valid`` is a 0-d bool array: True when the offsets keep the contract
+    ``0 = o_0 <= ... <= o_n = T``. Where they do not, the offsets returned are
+    ``[0, T, ..., T]`` (one segment, then empty ones), so that no kernel reads
+    or writes outside its arrays, and the caller fills its outputs with NaN
+    (``fill_invalid``). Array operations only: no host synchronisation.
+    """
+    n = offsets.shape[0]
+    valid = (offsets[0] == 0) & (offsets[n - 1] == length) & xp.all(offsets[1:] >= offsets[:-1])
+    index = xp.arange(n, dtype=offsets.dtype, device=device_of(offsets))
+    fallback = xp.where(index == 0, xp.zeros_like(offsets), xp.full_like(offsets, length))
+    return xp.where(valid, offsets, fallback), valid
+
+
+def fill_invalid(xp, result, valid):
+    """result, or NaN everywhere when ``valid`` (a 0-d bool array, or None: nothing to check) is False."""
+    if valid is None:
+        return result
+    return xp.where(valid, result, xp.asarray(math.nan, dtype=result.dtype, device=device_of(result)))
+
+
+def _shown(values) -> str:
+    """A short form of offsets (a NumPy array or a list) for a message: its entries, or the first and last few."""
+    items = [int(value) for value in values]
+    if len(items) <= 8:
+        return str(items)
+    return f"[{', '.join(map(str, items[:4]))}, ..., {', '.join(map(str, items[-2:]))}]"
 
 
 def host_copy(x) -> np.ndarray:
@@ -476,7 +654,7 @@ def flag(xp, name: str, value, shape, axis: int):
     """
     require_array(name, value)
     same_shape(name, value, shape)
-    if value.dtype != xp.bool and not xp.isdtype(value.dtype, "bool"):  # the first test spares isdtype's lookups
+    if value.dtype != xp.bool and not isdtype(xp, value.dtype, "bool"):  # the first test spares isdtype's lookups
         raise TypeError(f"{name} must have dtype bool ({_FLAG_MEANINGS[name]}), got {value.dtype}: convert it "
                         f"with {name} != 0 if that is what it means")
     return value if axis == value.ndim - 1 else xp.moveaxis(value, axis, -1)

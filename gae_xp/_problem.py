@@ -129,9 +129,17 @@ class PreparedCall:
     chunk_size: int | None
     out_dtype: Any
     axis: int
+    #: A 0-d bool array for traced offsets checked on their device (``_prepare.traced_offsets``): False fills
+    #: every result with NaN; None when there is nothing to check.
+    offsets_valid: Any = None
 
     def restore(self, result):
-        """A result in the output dtype, with time back on the caller's axis."""
+        """A result in the output dtype, with time back on the caller's axis (NaN where ``offsets_valid`` is
+        False)."""
+        if self.offsets_valid is not None:
+            from ._prepare import fill_invalid
+
+            result = fill_invalid(self.problem.xp, result, self.offsets_valid)
         return restore(self.problem.xp, result, self.out_dtype, self.axis)
 
 

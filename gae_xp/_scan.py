@@ -154,7 +154,9 @@ def _solve(xp, x, a, reverse: bool, chunk_size, *, finite: bool):
         local = MatmulLocal(xp, a, reverse)
     elif not _compat.on_cpu(x):
         local = DoublingLocal(xp, reverse, exact=not finite)
-    elif _compat.writes_through_views(x):
+    elif _compat.writes_through_views(x) and _compat.writes_through_views(a):
+        # in place only when neither x nor a records autograd history: a's chunks are multiplied in place, and a
+        # coefficient that requires grad (meta-gradients: lam alone) has them saved for the backward pass
         local = InPlaceSequentialLocal(xp, reverse, exact=not finite)
     else:
         local = SequentialLocal(xp, reverse, exact=not finite)

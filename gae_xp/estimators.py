@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence, Union
 
+from . import _plans, backends
 from . import _prepare as prepare_
-from . import backends
-from ._compat import device_of
+from ._compat import device_of, divide
 from ._recurrences import (
     Picker,
     Segments,
@@ -31,14 +31,14 @@ Array = Any
 #: A coefficient: a Python or NumPy number, or an array broadcastable to the inputs.
 Coefficient = Union[float, Array]
 
-__all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten"]
+__all__ = ["gae", "warm_up", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten"]
 
 
 def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
         bootstrap_value: Coefficient | None = None, next_values: Array | None = None, terminated: Array | None = None,
         truncated: Array | None = None, mask: Array | None = None, axis: int = -1, chunk_size: int | None = None,
         backend: str = "auto", fill_masked: bool = False, cu_seqlens: Array | Sequence[int] | None = None,
-        critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+        critic_lam: Coefficient | None = None, truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""Generalized Advantage Estimation: ``(advantages, returns)``.
 
     Time is ``axis``; every other axis is batch. With ``done_t = terminated_t or truncated_t``::
@@ -76,7 +76,11 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         The episode ended at t: no bootstrap from Vnext_t, and the trace is cut.
     truncated : bool array, optional
         The episode was cut at t: the trace is cut but Vnext_t is still
-        bootstrapped (give ``next_values`` for it).
+        bootstrapped, from ``next_values``, which must then be given (at a
+        truncated step, the value of the episode's final observation): the
+        value at the next step is the next episode's first. Without
+        ``next_values`` this is a ValueError unless ``truncated_bootstrap``
+        says ``"next_step"``.
     mask : bool array, optional
         True for a real step. Masked steps are absent: their rewards, values
         and flags are ignored (NaN, inf or any finite value there is
@@ -113,12 +117,20 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         Decoupled GAE (VAPO): the returns (value targets) use ``critic_lam``
         while the advantages use ``lam``, from the same deltas and cuts; e.g.
         ``lam=0.95, critic_lam=1.0``. None: the returns use ``lam``.
+    truncated_bootstrap : {"next_values", "next_step"}, default "next_values"
+        Where a truncated step's V(s_{t+1}) comes from. "next_values": from
+        ``next_values``, required with ``truncated``. "next_step": an explicit
+        opt-in to the value at the next real step, or ``bootstrap_value``
+        after the last one (right only where no further episode follows a
+        truncation in the row, e.g. truncations at the row's or sequence's
+        end); ``next_values`` is then not allowed.
 
     Returns
     -------
     advantages, returns : array
         In the inputs' namespace, on their device, with their floating dtype
-        (float16/bfloat16 are computed in float32, wider floats in float64;
+        (float16/bfloat16, NumPy's from ml_dtypes too, are computed in
+        float32, wider floats in float64;
         integer rewards give the namespace's default float), time on ``axis``.
         Inputs are never modified and no output shares memory with an input.
 
@@ -178,12 +190,65 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     >>> advantages, returns
     (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
+    key = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis,
+                         chunk_size, backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap)
+    if key is not None:
+        plan = _plans.PLANS.get(key)
+        if plan is not None:  # a call of this layout passed every check before: only the data's checks run
+            return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                        critic_lam)
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
-                            cu_seqlens=cu_seqlens, critic_lam=critic_lam)
-    advantages, returns = backends.solve_gae(call.problem, backends.solver(call), call.chunk_size)
+                            cu_seqlens=cu_seqlens, critic_lam=critic_lam, truncated_bootstrap=truncated_bootstrap)
+    solver = backends.solver(call)
+    advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
+    if key is not None:
+        _plans.PLANS.put(key, _plans.make_plan(call, solver, {"rewards": rewards, "values": values,
+                                                              "next_values": next_values}))
     return call.restore(advantages), call.restore(returns)
+
+
+def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("constant", "dones+mask")) -> None:
+    """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
+
+    Each combination of options (which of ``terminated``, ``truncated``,
+    ``mask``, ``next_values`` are given; float or array coefficients) and
+    dtype runs a kernel of its own, compiled on its first call in a process
+    when numba's cache does not hold it yet (seconds per kernel on a cold
+    cache, tenths of a second to load a cached one). A trainer that calls
+    ``warm_up`` at start-up, before its first rollout, pays that there
+    instead of in its first step. NumPy arrays and torch CPU tensors share
+    the kernels. Without numba installed it does nothing.
+
+    Parameters
+    ----------
+    dtypes : sequence of str, default ("float32",)
+        The dtypes of ``rewards`` and ``values``: "float32", "float64".
+    cases : sequence of str, default ("constant", "dones+mask")
+        "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``,
+        ``truncated`` with ``next_values``, and ``mask``), "dones"
+        (``terminated`` only), "mask" (``mask`` only).
+
+    Examples
+    --------
+    >>> import gae_xp
+    >>> gae_xp.warm_up()  # at start-up: the first rollout's gae() calls then compile nothing
+    >>> gae_xp.warm_up(dtypes=("float32", "float64"), cases=("constant", "mask"))
+    """
+    import numpy as np
+
+    if backends.load("numba").unavailable_reason(None, []) is not None:
+        return
+    for dtype in dtypes:
+        rewards = np.zeros((2, 8), dtype=np.dtype(dtype))
+        flags = np.zeros((2, 8), dtype=bool)
+        options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
+                   "dones+mask": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
+        for case in cases:
+            if case not in options:
+                raise ValueError(f"cases must name some of {', '.join(map(repr, options))}, got {case!r}")
+            gae(rewards, rewards, backend="numba", **options[case])
 
 
 def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
@@ -373,7 +438,8 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
            clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
            bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
            terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
-           axis: int = -1, chunk_size: int | None = None, backend: str = "auto") -> tuple[Array, Array]:
+           axis: int = -1, chunk_size: int | None = None, backend: str = "auto",
+           truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""V-trace (IMPALA, Espeholt et al. 2018): ``(vs, pg_advantages)``.
 
     With ``rho_t = exp(log_rhos_t)`` (target over behaviour probability),
@@ -399,8 +465,9 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
         Positive clipping thresholds of rho in the deltas, the trace and the
         policy-gradient target.
-    bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size, backend
-        As in ``gae()``.
+    bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size, backend, truncated_bootstrap
+        As in ``gae()``: ``truncated`` needs ``next_values`` unless
+        ``truncated_bootstrap="next_step"``.
 
     Returns
     -------
@@ -427,7 +494,8 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
                    ("clip_pg_rho_threshold", clip_pg_rho_threshold))}
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
-                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos})
+                            axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos},
+                            truncated_bootstrap=truncated_bootstrap)
     p, solver = call.problem, backends.solver(call)
     if hasattr(solver, "solve_vtrace"):
         vs, pg = solver.solve_vtrace(p, **thresholds)
@@ -507,9 +575,9 @@ def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: f
     if weights is None:
         weights, real = xp.ones_like(values), xp.ones(values.shape, dtype=xp.bool, device=device_of(values))
     count = xp.sum(weights)
-    mean = xp.sum(xp.where(real, weights * values, zero)) / count
+    mean = divide(xp, xp.sum(xp.where(real, weights * values, zero)), count)
     centred = values - mean
-    var = xp.sum(xp.where(real, weights * (centred * centred), zero)) / (count - 1 if call.unbiased else count)
+    var = divide(xp, xp.sum(xp.where(real, weights * (centred * centred), zero)), count - 1 if call.unbiased else count)
     out = centred / xp.sqrt(var + call.eps)
     if not call.shift_mean:
         out = out + mean

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import _prepare as prepare_
-from ._compat import device_of, values_are_readable
+from ._compat import device_of, isdtype, values_are_readable
 
 Array = Any
 
@@ -210,7 +210,7 @@ def _float_dtype(xp, like, dtype):
     if dtype is None:
         return xp.__array_namespace_info__().default_dtypes(device=device_of(like))["real floating"]
     try:
-        floating = xp.isdtype(dtype, "real floating")
+        floating = isdtype(xp, dtype, "real floating")
     except (TypeError, ValueError):
         floating = False
     if not floating:
@@ -231,7 +231,7 @@ def _offsets(xp, cu_seqlens, length, like):
 
 def _checked_lengths(xp, lengths, dtype, offsets):
     prepare_.require_array("lengths", lengths)
-    if not xp.isdtype(lengths.dtype, ("integral", "real floating")):
+    if not isdtype(xp, lengths.dtype, ("integral", "real floating")):
         raise TypeError(f"lengths must be integers or real numbers (counts of steps), got dtype {lengths.dtype}")
     lengths = xp.astype(lengths, dtype)
     if values_are_readable(lengths) and not bool(xp.all(lengths >= 0)):

@@ -35,8 +35,8 @@ Coefficient = Union[float, Array]
 def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
              bootstrap_value: Coefficient | None = None, next_values: Array | None = None,
              terminated: Array | None = None, truncated: Array | None = None, mask: Array | None = None,
-             axis: int = -1, fill_masked: bool = False,
-             critic_lam: Coefficient | None = None) -> tuple[Array, Array]:
+             axis: int = -1, fill_masked: bool = False, critic_lam: Coefficient | None = None,
+             truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""``gae()``'s contract, one step at a time from T-1 down to 0: ``(advantages, returns)``.
 
     For t = T-1 .. 0, with ``done_t = terminated_t or truncated_t``, Vnext_t = ``next_values[t]`` if given, else
@@ -63,7 +63,7 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
         V(s_{t+1}) per step; replaces the shifted values and ``bootstrap_value``.
     terminated, truncated : bool arrays, optional
         The episode ended at t (no bootstrap, the trace cut) / was cut at t (the trace cut, Vnext still
-        bootstrapped).
+        bootstrapped: ``truncated`` needs ``next_values`` unless ``truncated_bootstrap="next_step"``).
     mask : bool array, optional
         True for a real step; a masked step is skipped (no discount across it) and gets 0.
     axis : int, default -1
@@ -72,6 +72,9 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
         verl's convention: a masked step shows the next real step's advantage, and that + its own value.
     critic_lam : float or array, optional
         The returns' lambda (decoupled GAE); None: ``lam``.
+    truncated_bootstrap : {"next_values", "next_step"}, default "next_values"
+        As in ``gae()``: "next_step" lets ``truncated`` go without ``next_values`` (Vnext = V at the next real
+        step, else ``bootstrap_value``); otherwise that is a ValueError.
 
     Returns
     -------
@@ -94,6 +97,7 @@ def gae_loop(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: C
     ...          terminated=np.array([[False, True, False]]))[0]
     array([[-0.5, -0.5,  nan]])
     """
+    _truncation(truncated, next_values, truncated_bootstrap)
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, next_values=next_values,
                           terminated=terminated, truncated=truncated, mask=mask,
                           critic_lam=lam if critic_lam is None else critic_lam)
@@ -237,7 +241,8 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
                 lam: Coefficient = 1.0, clip_rho_threshold: float = 1.0, clip_c_threshold: float = 1.0,
                 clip_pg_rho_threshold: float = 1.0, bootstrap_value: Coefficient | None = None,
                 next_values: Array | None = None, terminated: Array | None = None, truncated: Array | None = None,
-                mask: Array | None = None, axis: int = -1) -> tuple[Array, Array]:
+                mask: Array | None = None, axis: int = -1,
+                truncated_bootstrap: str = "next_values") -> tuple[Array, Array]:
     r"""``vtrace()``'s contract one step at a time: ``(vs, pg_advantages)``.
 
     With ``rho_t = exp(log_rhos_t)`` and Vnext as in ``gae_loop``::
@@ -257,7 +262,7 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
         Numbers or arrays broadcastable to ``rewards``; lam enters the trace coefficient only.
     clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold : float, default 1.0
         The clipping thresholds of rho in the deltas, the trace and the policy-gradient target.
-    bootstrap_value, next_values, terminated, truncated, mask, axis
+    bootstrap_value, next_values, terminated, truncated, mask, axis, truncated_bootstrap
         As in ``gae_loop``.
 
     Returns
@@ -272,6 +277,7 @@ def vtrace_loop(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coeffi
     >>> vtrace_loop(np.zeros(2), np.array([0.0, 1.0]), np.array([0.5, 0.5]), gamma=1.0)
     (array([1., 1.]), array([0.5, 0.5]))
     """
+    _truncation(truncated, next_values, truncated_bootstrap)
     xp, r, at = _per_step(rewards, axis, gamma=gamma, lam=lam, values=values, log_rhos=log_rhos,
                           next_values=next_values, terminated=terminated, truncated=truncated, mask=mask)
     zero = xp.zeros(r.shape[:-1], dtype=r.dtype, device=device_of(r))
@@ -353,7 +359,6 @@ def discounted_cumsum_loop(x: Array, discount: Coefficient, *, axis: int = -1, r
         columns.append(state)
     out = _stack_reversed(xp, columns, y) if reverse else _stack(xp, columns, y)
     return xp.moveaxis(out, -1, axis)
-
 
 
 def group_advantages_loop(scores, group_ids, *, baseline: str | None = "mean", scale: str | None = "group",
@@ -479,6 +484,16 @@ def reinforce_plus_plus_loop(token_rewards, response_mask, *, gamma: float = 1.0
         for b, t in zip(*np.nonzero(real)):
             out[b, t] = (returns[b, t] - mean) / scale
     return out
+
+
+def _truncation(truncated: Array | None, next_values: Array | None, truncated_bootstrap: str) -> None:
+    """The contract's rule: a truncated step's V(s_{t+1}) comes from next_values, unless "next_step" is said."""
+    if truncated_bootstrap not in ("next_values", "next_step"):
+        raise ValueError(f"truncated_bootstrap must be 'next_values' or 'next_step', got {truncated_bootstrap!r}")
+    if truncated_bootstrap == "next_values" and truncated is not None and next_values is None:
+        raise ValueError('truncated needs next_values (or truncated_bootstrap="next_step")')
+    if truncated_bootstrap == "next_step" and next_values is not None:
+        raise ValueError('truncated_bootstrap="next_step" and next_values exclude each other')
 
 
 def _carried(xp: Any, step: dict, coefficient: Array, following: Array, zero: Array) -> Array:

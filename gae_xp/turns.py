@@ -13,11 +13,12 @@ numba kernel on NumPy and torch CPU arrays.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from . import _prepare as prepare_
-from ._compat import device_of, is_array, is_numpy_array, is_torch_array, known_finite, values_are_readable
+from ._compat import device_of, is_array, is_numpy_array, is_torch_array, isdtype, known_finite, values_are_readable
 from ._problem import restore
 from .estimators import gae
 
@@ -160,7 +161,8 @@ def turn_counts(turn_ids: Array, *, mask: Array | None = None, cu_seqlens: Array
     array
         Integer counts: the shape of ``turn_ids`` with ``axis`` of size 1, or,
         with ``cu_seqlens``, the batch shape plus a trailing axis of one per
-        sequence.
+        sequence. An empty time axis gives 0 turns in that shape (every row,
+        and every sequence of ``cu_seqlens=[0, 0, ...]``, has none).
 
     Raises
     ------
@@ -234,7 +236,7 @@ class _Tokens:
     def lay_out(cls, xp, turn_ids, mask, cu_seqlens, shape, axis: int) -> "_Tokens":
         prepare_.require_array("turn_ids", turn_ids)
         prepare_.same_shape("turn_ids", turn_ids, shape)
-        if not xp.isdtype(turn_ids.dtype, "integral"):
+        if not isdtype(xp, turn_ids.dtype, "integral"):
             raise TypeError(f"turn_ids must have an integer dtype (one id per turn), got {turn_ids.dtype}")
         length = shape[axis]
         device = device_of(turn_ids)
@@ -242,7 +244,7 @@ class _Tokens:
         real = ids >= 0 if mask is None else _flat(xp, prepare_.flag(xp, "mask", mask, shape, axis), -1)
         positions = xp.nonzero(real)[0]
         real_ids = xp.take(ids, positions)
-        rows = ids.shape[0] // length if length else 0
+        rows = math.prod(shape[:axis] + shape[axis + 1:])  # from the shape: an empty time axis still has rows
         if cu_seqlens is None:
             inner = xp.zeros(1, dtype=positions.dtype, device=device)
         else:  # every row's sequences start at the same offsets

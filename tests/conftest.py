@@ -17,31 +17,36 @@ its backend is skipped with the reason; the targets and libraries named in
 fail instead. ``numpy/numba-cuda`` is numba's CUDA simulator: it needs
 ``NUMBA_ENABLE_CUDASIM=1`` before numba is imported (its own pytest run, see
 ``.ci/run``).
+
+Two runs share the suite (tests/matrix.py): ``python -m pytest`` is the quick
+run (pyproject's ``-m "not slow"``: each test's parameter grid thinned to a
+covering subset per target, 10 hypothesis examples per property); ``pytest -m
+"slow or hypothesis"`` with ``GAE_XP_HYPOTHESIS_PROFILE=full`` is the rest of
+the full matrix (every case the quick run leaves out, every property again at
+40 examples). A heavy new test takes ``@pytest.mark.slow``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
+from matrix import mark_the_full_matrix
 
 from gae_xp.testing import libraries
 from gae_xp.testing.libraries import Library
 
-settings.register_profile(
-    "default", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
-settings.register_profile(
-    "thorough", deadline=None, max_examples=400,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+#: ``python -m pytest`` (the quick run) draws 10 examples per property; CI's full-matrix step draws 40 and reruns
+#: every property test (``GAE_XP_HYPOTHESIS_PROFILE=full pytest -m "slow or hypothesis"``).
+settings.register_profile("default", max_examples=10, **_SETTINGS)
+settings.register_profile("full", max_examples=40, **_SETTINGS)
+settings.register_profile("thorough", max_examples=400, **_SETTINGS)
 # numba's CUDA simulator runs Python per thread: its CI step draws fewer examples (the CPU targets draw the default).
-settings.register_profile(
-    "simulator", deadline=None, max_examples=10,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
-)
+settings.register_profile("simulator", max_examples=10, **_SETTINGS)
 settings.load_profile(os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default"))
 
 # The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it
@@ -120,3 +125,16 @@ def xp(target):
 @pytest.fixture(scope="session")
 def backend(target) -> str:
     return target.backend
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: ``pytest -m slow`` must see the markers
+def pytest_collection_modifyitems(items):
+    mark_the_full_matrix(items)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """JAX keeps every program it compiled (one per shape and option set) for the life of the process: the suite
+    would grow past 4 GB. Its caches are emptied whenever the next test comes from another module."""
+    jax = sys.modules.get("jax")
+    if jax is not None and (nextitem is None or nextitem.module is not item.module):
+        jax.clear_caches()

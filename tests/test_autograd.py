@@ -340,13 +340,14 @@ def test_torch_func_transforms_take_the_generic_path(monkeypatch):
         return routes[-1]
 
     monkeypatch.setattr(torch_ops.TorchOpBackend, "unavailable_reason", recorded)
-    per_row = torch.func.vmap(lambda r, v, *f: gae_xp.gae(r, v, **dict(zip(flags, f)))[0])(
+    per_row = torch.func.vmap(lambda r, v, *f: gae_xp.gae(r, v, **dict(zip(flags, f)),
+                                                          truncated_bootstrap="next_step")[0])(
         plain["rewards"], plain["values"], *flags.values())
     want = reference.gae_loop(**plain)
     torch.testing.assert_close(per_row, want[0], rtol=1e-12, atol=1e-12)
 
     def loss(r, v):
-        return (gae_xp.gae(r, v, **flags)[0] ** 2).sum()
+        return (gae_xp.gae(r, v, **flags, truncated_bootstrap="next_step")[0] ** 2).sum()
 
     grads = torch.func.grad(loss, argnums=(0, 1))(plain["rewards"], plain["values"])
     leaves = tensors(case)
@@ -411,7 +412,9 @@ def test_compile_fullgraph_calls_the_operator(name, dynamic):
     assert len(graphs) == 1
     targets = graph_targets(graphs[0])
     assert "gae_xp.gae.default" in targets
-    assert targets - {"gae_xp.gae.default"} <= LAYOUT, targets
+    # traced CPU offsets are checked when the graph runs (issue 30, case 1): one more operator, on the offsets
+    operators = {"gae_xp.gae.default"} | ({"gae_xp.checked_offsets.default"} if "cu_seqlens" in call else set())
+    assert targets - operators <= LAYOUT, targets
 
 
 def test_compiled_backward_is_the_backward_operator():

@@ -354,6 +354,10 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
     copies = [row for row in table if row[2] == "copy"]
     assert len(copies) == 4 and all(row[8] == "1x" and row[9] == "-" for row in copies)
     assert all(row[8].endswith("x") for row in table)
+    # the small call against the bare numba loop, each contender a multiple of it
+    if importlib.util.find_spec("numba") is not None:
+        small = out[out.index("the small call against a bare numba loop"):]
+        assert "bare numba loop" in small and small.count("x the bare loop") >= 2
     for symbol in ("~ ", "spread ", "x floor ", "vs loop ", "C "):
         assert any(line.startswith(symbol) for line in lines), symbol
     numba = libraries.target_unavailable("numpy/numba") is None

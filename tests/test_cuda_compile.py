@@ -73,7 +73,8 @@ def _nvvm_missing() -> str | None:
 
 if _unavailable() is not None and os.environ.get("GAE_XP_REQUIRE_PTX") == "1":  # .ci/run, once it installed them
     raise RuntimeError(f"GAE_XP_REQUIRE_PTX=1, but the kernels cannot be compiled here: {_unavailable()}")
-pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+# Minutes of NVVM and ptxas: CI's PTX step runs the whole file (the quick run's venv has no toolkit wheels anyway).
+pytestmark = [pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable())), pytest.mark.slow]
 
 
 def _kernels():

@@ -184,6 +184,25 @@ def test_strided_inputs_and_broadcast_coefficients(view):
         xp_assert_close(np.moveaxis(out, axis, -1), want, like=HOST)
 
 
+@pytest.mark.parametrize("gamma_view", ["strided per-step gamma", "strided per-row lam, time-major"])
+def test_broadcast_views_of_strided_coefficients(gamma_view):
+    """A coefficient broadcast over rows (a zero stride) whose other stride is not contiguous: the simulator
+    copies it in one piece, so it is made contiguous first, the broadcast kept."""
+    rng = np.random.default_rng(12)
+    case = make_case(rng, (3, 20), dones=0.1)
+    if gamma_view == "strided per-step gamma":
+        case["gamma"] = rng.uniform(0.5, 1.0, (1, 40))[:, ::2]  # (1, 20), stride 16: broadcast to (3, 20) inside
+        axis = -1
+    else:
+        case = {k: v.T if isinstance(v, np.ndarray) else v for k, v in case.items()}  # (20, 3), time first
+        case["lam"] = rng.uniform(0.0, 1.0, (1, 6))[:, ::2]  # (1, 3) per row, stride 16
+        axis = 0
+    got = gae_xp.gae(**case, axis=axis, backend=BACKEND)
+    moved = {k: np.moveaxis(v, axis, -1) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+    for out, want in zip(got, float64_loop(**moved)):
+        xp_assert_close(np.moveaxis(out, axis, -1), want, like=HOST)
+
+
 def test_batch_of_several_axes():
     case = make_case(np.random.default_rng(12), (2, 3, 25), axis=1, holes=0.2, dones=0.1, bootstrap=True)
     got = gae_xp.gae(**case, axis=1, backend=BACKEND)
@@ -302,8 +321,9 @@ def test_estimators_on_the_scan_kernels():
     xp_assert_close(gae_xp.lambda_returns(case["rewards"], next_values, gamma=0.9, lam=0.8, **flags, backend=BACKEND),
                     reference.lambda_returns_loop(case["rewards"], next_values, gamma=0.9, lam=0.8, **flags),
                     like=HOST)
-    for got, want in zip(gae_xp.vtrace(log_rhos, case["rewards"], case["values"], gamma=0.9, **flags, backend=BACKEND),
-                         reference.vtrace_loop(log_rhos, case["rewards"], case["values"], gamma=0.9, **flags)):
+    nearby = {"gamma": 0.9, "truncated_bootstrap": "next_step"}  # random truncations, no final observations
+    for got, want in zip(gae_xp.vtrace(log_rhos, case["rewards"], case["values"], **nearby, **flags, backend=BACKEND),
+                         reference.vtrace_loop(log_rhos, case["rewards"], case["values"], **nearby, **flags)):
         xp_assert_close(got, want, like=HOST)
 
 
@@ -366,7 +386,7 @@ def test_vtrace_fused(option, length):
     rng = np.random.default_rng(length)
     case = make_case(rng, (2, length), bootstrap=option == "plain", **{k: v for k, v in OPTIONS[option].items()})
     log_rhos = rng.normal(0, 0.5, (2, length))
-    keys = ("gamma", "lam", "terminated", "truncated", "mask", "next_values", "bootstrap_value")
+    keys = ("gamma", "lam", "terminated", "truncated", "mask", "next_values", "bootstrap_value", "truncated_bootstrap")
     kw = {k: case[k] for k in keys if k in case}
     kw["lam"] = 0.9
     got = gae_xp.vtrace(log_rhos, case["rewards"], case["values"], clip_rho_threshold=1.2, clip_c_threshold=0.9,
@@ -590,6 +610,35 @@ def test_gradcheck_on_the_simulator(name):
     assert torch.autograd.gradcheck(Gae.apply, inputs, fast_mode=True)
 
 
+@pytest.mark.parametrize("offsets", [[0, 5, 13], [2, 5, 13], [0, 5, 9], [0, 5, 1000], [0, 9, 4, 13], [0, -3, 13]])
+def test_unread_device_offsets_are_checked_on_the_device(offsets):
+    """Device offsets that nobody read (``host_offsets`` None: traced, or given to the operator directly) are
+    checked by the kernels' caller on the device: valid ones exact, others NaN in every output and gradient, and
+    no kernel reads or writes outside its arrays (issue 30, case 1)."""
+    from gae_xp import backends
+    from gae_xp._problem import GaeProblem
+
+    xp = gae_xp._prepare.namespace_of({"x": np.zeros(1)})
+    rng = np.random.default_rng(len(offsets))
+    r, v = rng.standard_normal((2, 13)), rng.standard_normal((2, 13))
+    problem = GaeProblem(xp=xp, rewards=r, values=v, gamma=0.9, lam=0.8, bootstrap=np.zeros((2, len(offsets) - 1)),
+                         offsets=np.asarray(offsets, dtype=np.int64))
+    backend = backends.load(BACKEND)
+    advantages, returns = backend.gae(problem, chunk_size=None)
+    grads = backend.gae_backward(problem, np.ones_like(r), np.ones_like(r))
+    valid = offsets[0] == 0 and offsets[-1] == 13 and all(a <= b for a, b in zip(offsets, offsets[1:]))
+    if not valid:
+        for out in (advantages, returns, grads["rewards"], grads["values"], grads["bootstrap"]):
+            assert np.all(np.isnan(out))
+        return
+    for row in range(2):
+        want = [np.concatenate(parts) for parts in zip(*(reference.gae_loop(r[row, lo:hi], v[row, lo:hi], gamma=0.9,
+                                                                             lam=0.8)
+                                                        for lo, hi in zip(offsets, offsets[1:])))]
+        np.testing.assert_allclose(advantages[row], want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(returns[row], want[1], rtol=1e-12, atol=1e-12)
+
+
 def test_group_moments_kernels_equal_the_segmented_sums():
     """backends/_cuda_groups.py's two launches (group_advantages' moments on CUDA arrays) against the library's
     segmented sums: shuffled hostile ids, NaN scores, equal groups exactly (v, 0), an index outside skipped."""
@@ -612,3 +661,101 @@ def test_group_moments_kernels_equal_the_segmented_sums():
         assert got[1][equal] == np.float64(dtype(0.1)) and got[2][equal] == 0.0
     count, _, _ = _segments.cuda_group_moments(xp, np.ones(4), np.array([0, -1, 5, 1]), 2)
     assert count.tolist() == [1.0, 1.0]
+
+
+# --- the arrays' own device: every allocation and launch of a call inside its context ---------------------------
+
+
+def test_every_allocation_is_made_on_the_arrays_device(monkeypatch):
+    """CuPy (and torch) allocate on their *current* device, whatever ``device=`` says once array-api-compat has
+    checked it: a CuPy array on device 1 with device 0 current must get its outputs and scratch on device 1. A
+    stand-in CuPy array (a NumPy subclass whose ``.device`` is a stand-in ``cupy.cuda.Device``) and a stand-in
+    namespace record the current device at every allocation of every entry point."""
+    import array_api_compat.numpy as base
+
+    from gae_xp import _prepare
+    from gae_xp.backends import numba_cuda
+
+    current = ["device 0"]
+
+    class Device:  # a stand-in cupy.cuda.Device: a context manager that makes it current
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            self.saved, current[0] = current[0], self.name
+            return self
+
+        def __exit__(self, *exc):
+            current[0] = self.saved
+
+    class OnDevice1(np.ndarray):  # a stand-in CuPy array on device 1
+        @property
+        def device(self):
+            return Device("device 1")
+
+    allocations = []
+    MAKERS = {"empty", "zeros", "ones", "full", "asarray", "empty_like", "zeros_like", "ones_like", "full_like",
+              "astype", "concat", "stack", "where", "reshape"}
+
+    class Recording:  # the namespace, recording the current device at every call that makes an array
+        def __getattr__(self, name):
+            function = getattr(base, name)
+            if name not in MAKERS:
+                return function
+
+            def recorded(*args, **kwargs):
+                allocations.append((name, current[0]))
+                return function(*args, **kwargs)
+
+            return recorded
+
+    monkeypatch.setattr(numba_cuda, "is_cupy_array", lambda a: isinstance(a, OnDevice1))
+    rng = np.random.default_rng(5)
+    case = make_case(rng, (2, 37), holes=0.2, dones=0.1, bootstrap=True)
+    p = _prepare.prepare(**case, critic_lam=0.5, backend=BACKEND).problem
+    p = p.replace(xp=Recording(), rewards=p.rewards.view(OnDevice1), critic_lam=None)
+    kernels = numba_cuda.BACKEND
+    grads = rng.standard_normal((2, 2, 37))
+    calls = {
+        "gae": lambda: kernels.gae(p),
+        "pieces": lambda: kernels.pieces(p).finish(rng.standard_normal((2, 1)), rng.standard_normal((2, 1))),
+        "vtrace": lambda: kernels.solve_vtrace(p.replace(extra={"log_rhos": np.zeros((2, 37))}), clip_rho_threshold=1.0,
+                                               clip_c_threshold=1.0, clip_pg_rho_threshold=1.0),
+        "gae_backward with critic_lam": lambda: kernels.gae_backward(p.replace(critic_lam=0.5), *grads),
+        "forward scan": lambda: kernels.scan(Recording(), p.rewards, rng.uniform(0, 1, (2, 37)), reverse=False),
+    }
+    for name, call in calls.items():
+        allocations.clear()
+        call()
+        assert allocations, name
+        assert all(where == "device 1" for _, where in allocations), (name, allocations)
+        assert current[0] == "device 0", name  # the caller's current device is given back
+
+
+def test_pieces_finish_waits_for_the_summary_and_keeps_its_maps(monkeypatch):
+    """Pieces.finish may run on another stream than summarize: summarize records an event after its last launch,
+    finish's launches wait on it first, and the maps they read are handed over as in use on the reading stream. The
+    simulator has one stream, so stand-ins record the calls and their order."""
+    from gae_xp import _prepare
+    from gae_xp.backends import numba_cuda
+
+    calls = []
+    launch_kernel = numba_cuda._Launch.__call__
+    monkeypatch.setattr(numba_cuda._Launch, "record", lambda self: calls.append("record") or "summary event")
+    monkeypatch.setattr(numba_cuda._Launch, "wait", lambda self, event: calls.append(("wait", event)))
+    monkeypatch.setattr(numba_cuda._Launch, "__call__",
+                        lambda self, *args: calls.append("launch") or launch_kernel(self, *args))
+    monkeypatch.setattr(numba_cuda, "_release_after_reading",
+                        lambda owner, stream: calls.append(("release", owner is pieces._owner, stream)))
+    case = make_case(np.random.default_rng(6), (2, 37), holes=0.2, dones=0.1)
+    case.pop("truncated_bootstrap"), case.pop("truncated")
+    p = _prepare.prepare(**case, backend=BACKEND).problem
+    pieces = numba_cuda.BACKEND.pieces(p)
+    assert calls == ["launch", "launch", "record"]  # tiles, carries, then the event
+    calls.clear()
+    b, c = np.zeros((2, 1)), np.zeros((2, 1))
+    got = pieces.finish(b, c)
+    assert calls == [("wait", "summary event"), "launch", ("release", True, 0)]
+    for out, want in zip(got, numba_cuda.BACKEND.gae(p.replace(bootstrap=b, carry=c))):
+        xp_assert_close(out, want, like=HOST)

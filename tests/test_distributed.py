@@ -76,6 +76,8 @@ def make_case(seed, world, name, *, batch=3, per_chunk=37, dtype=np.float64):
         case["lam"] = rng.uniform(0.0, 1.0, (batch, 1))
     if options.get("next_values"):
         case["next_values"] = rng.standard_normal(shape)
+    elif "truncated" in case:  # random truncations, no final observations
+        case["truncated_bootstrap"] = "next_step"
     if options.get("bootstrap"):
         case["bootstrap_value"] = rng.standard_normal(batch)
     if options.get("fill_masked"):
@@ -281,6 +283,8 @@ def scenario_hostile(check, rank, world):
                  call(gamma=1.5 if rank == last else 0.99))
     check.raises("a NumPy array on rank 0", TypeError, "torch tensors" if rank == 0 else "rank 0 of",
                  call(rewards=mine["rewards"].numpy() if rank == 0 else mine["rewards"]))
+    check.raises("truncated without next_values", ValueError, "truncated is given without next_values",
+                 call(truncated_bootstrap="next_values"))
     check.raises("an unknown option on rank 0", TypeError, "unexpected keyword" if rank == 0 else "rank 0 of",
                  lambda: cp.gae(**mine, context=context, **({"gama": 0.9} if rank == 0 else {})))
     # ranks that disagree: batch size, dtype, critic_lam, Context
@@ -354,6 +358,18 @@ def scenario_whiten(check, rank, world):
                  lambda: cp.whiten(x, torch.ones(x.shape[0] + (rank == 0), x.shape[1], dtype=torch.bool)))
     check.close("whiten after the errors", cp.whiten(x, torch.from_numpy(masks[rank])),
                 mine(gae_xp.whiten(everyone, np.concatenate(masks, axis=-1))), 1e-12)
+    # x that requires grad: the same numbers, and a gradient through x with the statistics held constant
+    clean = [np.where(np.isnan(part), 0.0, part) for part in xs]
+    together, real = np.concatenate(clean, axis=-1), np.concatenate(masks, axis=-1)
+    scale = np.sqrt(np.var(together[real], ddof=1) + 1e-8)
+    for fill in (0.0, None):
+        leaf = torch.from_numpy(clean[rank]).requires_grad_()
+        out = cp.whiten(leaf, torch.from_numpy(masks[rank]), masked_fill=fill)
+        check.close(f"whiten requiring grad, masked_fill={fill}", out.detach(),
+                    mine(gae_xp.whiten(together, real, masked_fill=fill)), 1e-12)
+        out.sum().backward()
+        due = (masks[rank] if fill is not None else np.ones(shape)) / scale
+        check.close(f"whiten's gradient, masked_fill={fill}", leaf.grad, due, 1e-12)
 
 
 # --- the harness ------------------------------------------------------------------------------------------------------

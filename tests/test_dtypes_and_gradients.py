@@ -38,6 +38,43 @@ def test_low_precision_is_computed_in_float32(name, dtype):
     xp_assert_close(returns, want_r, like=arrays["rewards"])
 
 
+@pytest.mark.parametrize("backend", ["auto", "xp", "numba"])
+def test_numpy_bfloat16_is_computed_in_float32(backend):
+    """ml_dtypes' bfloat16 NumPy arrays, in every estimator: computed in float32, returned as bfloat16."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if backend == "numba":
+        load_target("numpy/numba")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(9)
+    case = make_case(rng, (2, 300), dones=0.02, holes=0.1)
+    narrow = {k: v.astype(bf16) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v for k, v in case.items()}
+    exact = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype == bf16 else v for k, v in narrow.items()}
+    r, v, rr = narrow["rewards"], narrow["values"], exact["rewards"]
+    flags = {k: case[k] for k in ("terminated", "truncated", "mask")}
+    log_rhos = rng.normal(0, 0.3, r.shape).astype(bf16)
+    nearby = {"truncated_bootstrap": "next_step"}
+    checks = [
+        (gae_xp.gae(**narrow, backend=backend), reference.gae_loop(**exact)),
+        (gae_xp.gae(r, v, cu_seqlens=[0, 100, 300], backend=backend)[0],
+         np.concatenate([reference.gae_loop(rr[:, s], exact["values"][:, s])[0] for s in (slice(0, 100),
+                                                                                        slice(100, 300))], -1)),
+        (gae_xp.discounted_cumsum(r, 0.9, backend=backend), reference.discounted_cumsum_loop(rr, 0.9)),
+        (gae_xp.discounted_returns(r, **flags, backend=backend), reference.discounted_returns_loop(rr, **flags)),
+        (gae_xp.lambda_returns(r, v, **flags, backend=backend),
+         reference.lambda_returns_loop(rr, exact["values"], **flags)),
+        (gae_xp.vtrace(log_rhos, r, v, **flags, **nearby, backend=backend),
+         reference.vtrace_loop(log_rhos.astype(np.float64), rr, exact["values"], **flags, **nearby)),
+        (gae_xp.whiten(r, case["mask"]), gae_xp.whiten(rr, case["mask"])),
+        (gae_xp.turn_gae(r, v, np.repeat(np.arange(150), 2)[None].repeat(2, 0)),
+         gae_xp.turn_gae(rr, exact["values"], np.repeat(np.arange(150), 2)[None].repeat(2, 0))),
+    ]
+    for got, want in checks:
+        for out, exact_out in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else
+                                  (want,)):
+            assert out.dtype == bf16
+            xp_assert_close(out, exact_out, like=r)
+
+
 def test_integer_rewards_give_the_default_float(library, backend):
     rewards = library.asarray(np.arange(12, dtype=np.int32).reshape(2, 6))
     values = library.asarray(np.zeros((2, 6), dtype=np.int32))
@@ -67,7 +104,8 @@ def test_torch_gradcheck(options):
     values = torch.from_numpy(case["values"]).requires_grad_()
 
     def advantages_and_returns(r, v):
-        return gae_xp.gae(r, v, gamma=gamma, lam=case["lam"], chunk_size=8, **flags)
+        return gae_xp.gae(r, v, gamma=gamma, lam=case["lam"], chunk_size=8, **flags,
+                          truncated_bootstrap=case.get("truncated_bootstrap", "next_values"))
 
     assert torch.autograd.gradcheck(advantages_and_returns, (rewards, values))
     advantages, _ = advantages_and_returns(rewards, values)

@@ -102,6 +102,50 @@ def test_bad_input_names_the_argument(call, error, name):
         call()
 
 
+#: (what, call, the message says): a likely mistake, named with its fix.
+LIKELY_MISTAKES = [
+    ("values one step longer (V(s_T) last)", _gae(values=np.zeros((2, 11))),
+     r"values has 11 steps along the time axis \(axis=1\), one more than rewards' 10: if its last entry is the value "
+     r"after the last step, pass values=values\[\.\.\., :-1\] and bootstrap_value=values\[\.\.\., -1\]"),
+    ("values one step longer, time first", _gae(rewards=R.T, values=np.zeros((11, 2)), axis=0),
+     r"pass values=values\[:-1\] and bootstrap_value=values\[-1\]"),
+    ("vtrace's values one step longer", lambda: gae_xp.vtrace(R, R, np.zeros((2, 11))),
+     r"bootstrap_value=values\[\.\.\., -1\]"),
+    ("episode lengths as cu_seqlens", _gae(cu_seqlens=[3, 3, 4]),
+     r"cu_seqlens \[3, 3, 4\] looks like sequence lengths \(they sum to the time axis' 10\), not offsets: pass the "
+     r"cumulative sum with a leading 0, e\.g\. np\.concatenate\(\[\[0\], np\.cumsum\(lengths\)\]\)"),
+    ("episode lengths with an empty first one", _gae(cu_seqlens=np.array([0, 6, 4])), "looks like sequence lengths"),
+    ("time-first data without axis=0", _gae(rewards=np.zeros((10, 2)), values=np.zeros((10, 2)),
+                                             bootstrap_value=np.zeros(2)),
+     r"bootstrap_value of shape \(2,\) does not broadcast to the batch shape \(10,\).*if time is axis 0 "
+     r"\(time-first data, \[T, B\]\), pass axis=0"),
+]
+
+
+@pytest.mark.parametrize("call, message", [pytest.param(c, m, id=what) for what, c, m in LIKELY_MISTAKES])
+def test_a_likely_mistake_is_named_with_its_fix(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("call, plain", [
+    (_gae(values=np.zeros((3, 10))), "values must have the shape of rewards"),  # a batch axis differs: no guess
+    (_gae(values=np.zeros((2, 12))), "values must have the shape of rewards"),  # two steps longer
+    (_gae(cu_seqlens=[0, 3, 9]), "cu_seqlens must end at the length of the time axis"),  # sums to 12, not 10
+    (_gae(bootstrap_value=np.zeros(3)), "does not broadcast to the batch shape"),
+], ids=["batch axis", "two steps", "offsets not lengths", "another bootstrap"])
+def test_no_fix_is_guessed_where_the_mistake_is_another(call, plain):
+    with pytest.raises(ValueError, match=plain) as raised:
+        call()
+    assert "pass" not in str(raised.value) or "axis=" not in str(raised.value)
+
+
+def test_lengths_as_torch_cu_seqlens_get_the_torch_fix():
+    torch = _torch()
+    with pytest.raises(ValueError, match=r"torch\.nn\.functional\.pad\(lengths\.cumsum\(0\), \(1, 0\)\)"):
+        gae_xp.gae(torch.zeros(2, 10), torch.zeros(2, 10), cu_seqlens=torch.tensor([4, 6]))
+
+
 def _torch():
     load_target("torch:cpu/auto")
     import torch

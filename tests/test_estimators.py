@@ -65,6 +65,8 @@ def test_vtrace(library, backend, drawn, clip, boundary):
     log_rhos, values = rng.normal(0, 0.7, shape), rng.standard_normal(shape)
     extra = {"bootstrap_value": rng.standard_normal(batch)} if boundary == "bootstrap" else {
         "next_values": rng.standard_normal(shape)}
+    if "truncated" in case and boundary == "bootstrap":  # random truncations, no final observations
+        extra["truncated_bootstrap"] = "next_step"
     options = dict(gamma=gamma, lam=lam, clip_rho_threshold=clip, clip_c_threshold=1.0, clip_pg_rho_threshold=clip)
     want_vs, want_pg = reference.vtrace_loop(log_rhos, case["rewards"], values, **options, **extra,
                                              **{k: v for k, v in case.items() if k != "rewards"})

@@ -25,7 +25,7 @@ def test_peak_memory_is_a_small_multiple_of_one_input(backend, time_varying):
     options = {}
     if time_varying:
         options = {"terminated": rng.random(shape) < 0.01, "truncated": rng.random(shape) < 0.01,
-                   "mask": rng.random(shape) >= 0.2}
+                   "mask": rng.random(shape) >= 0.2, "truncated_bootstrap": "next_step"}
     tracemalloc.start()
     try:
         advantages, returns = gae_xp.gae(rewards, values, backend=backend, **options)

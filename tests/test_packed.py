@@ -52,6 +52,8 @@ def make_packed(rng, batch, total, count, *, holes=0.0, dones=0.0, per_step_gamm
         case["next_values"] = rng.standard_normal(shape)
     else:
         case["bootstrap_value"] = rng.standard_normal((*batch, count))
+        if dones:  # random truncations, no final observations
+            case["truncated_bootstrap"] = "next_step"
     return offsets, case
 
 
@@ -151,7 +153,7 @@ def test_discounted_returns_packed(library, backend, holes):
     packed_backend(library, backend)
     rng = np.random.default_rng(7)
     offsets, case = make_packed(rng, (2,), 250, 10, holes=holes, dones=0.03)
-    case.pop("values"), case.pop("lam")
+    case.pop("values"), case.pop("lam"), case.pop("truncated_bootstrap")
     want = per_sequence(discounted_returns_loop, offsets, case)[0]
     arrays = converted(library, case)
     got = gae_xp.discounted_returns(**arrays, cu_seqlens=library.asarray(offsets), backend=backend)

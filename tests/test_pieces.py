@@ -24,6 +24,7 @@ def make_case(name, rng, batch=3):
         case["terminated"] = rng.random((batch, T)) < 0.03
         case["terminated"][:, 16] = True
         case["truncated"] = rng.random((batch, T)) < 0.03
+        case["truncated_bootstrap"] = "next_step"  # random truncations, no final observations
         case["gamma"] = rng.uniform(0.5, 1, (1, T))
         case["lam"] = rng.uniform(0, 1, (batch, 1))
     if name == "next_values":

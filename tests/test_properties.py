@@ -42,6 +42,8 @@ def gae_cases(draw):
         case["bootstrap_value"] = draw(st.one_of(st.floats(-2, 2), st.just(rng.standard_normal(batch))))
     elif boundary == "next_values":
         case["next_values"] = rng.standard_normal(shape)
+    if dones and boundary != "next_values":  # random truncations, no final observations
+        case["truncated_bootstrap"] = "next_step"
     poison = draw(st.sampled_from([None, np.nan, np.inf, -np.inf]))
     if poison is not None and length:
         case["rewards"][tuple(rng.integers(0, n) for n in shape)] = poison

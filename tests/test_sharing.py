@@ -107,7 +107,7 @@ def test_the_backward_kernel_on_shared_units_equals_the_calling_threads(numba_cp
     rng = np.random.default_rng(4)
     case = make_case(rng, (5, 3000), dones=0.01, holes=0.1)
     call = _prepare.prepare(**{k: case[k] for k in ("rewards", "values", "terminated", "truncated", "mask")},
-                            gamma=0.99, lam=0.95, critic_lam=0.5)
+                            gamma=0.99, lam=0.95, critic_lam=0.5, truncated_bootstrap="next_step")
     grads = rng.standard_normal((2, *case["rewards"].shape))
     monkeypatch.setattr(numba_cpu, "_threads_for", lambda size, units: 1)
     alone = _numba_backward.gae_backward(call.problem, *grads)

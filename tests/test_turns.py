@@ -327,6 +327,20 @@ def test_turn_counts_count_the_turns_of_the_loop(library, layout):
     np.testing.assert_array_equal(got, want)
 
 
+def test_turn_counts_on_an_empty_time_axis(library):
+    """No tokens: every row (every sequence) has 0 turns, in the shape turn_gae's inputs would give."""
+    for shape, axis, options, want in [((3, 0), -1, {}, (3, 1)), ((2, 0, 4), 1, {}, (2, 1, 4)),
+                                       ((0,), -1, {}, (1,)), ((0, 5), 0, {}, (1, 5)), ((0, 4), -1, {}, (0, 1)),
+                                       ((3, 0), -1, {"cu_seqlens": [0, 0]}, (3, 1)),
+                                       ((3, 0), -1, {"cu_seqlens": [0, 0, 0]}, (3, 2))]:
+        ids = library.asarray(np.zeros(shape, dtype=np.int64))
+        got = gae_xp.turn_counts(ids, axis=axis, **options)
+        assert tuple(got.shape) == want, (shape, options)
+        np.testing.assert_array_equal(to_numpy(got), np.zeros(want, dtype=np.int64))
+        zeros = library.asarray(np.zeros(shape))
+        assert tuple(gae_xp.turn_gae(zeros, zeros, ids, axis=axis, **options)[0].shape) == shape
+
+
 def test_turn_counts_keep_the_time_axis():
     ids = np.array([[0, 0, 1], [-1, -1, -1]]).T  # time first
     np.testing.assert_array_equal(gae_xp.turn_counts(ids, axis=0), [[2, 0]])

@@ -66,7 +66,7 @@ def compute_gae(rewards: Array, values: Array, dones: Array, next_value: Array, 
     Returns
     -------
     advantages, returns : arrays, shape ``(num_steps, *envs)``
-        Of the inputs' library, device and floating dtype.
+        Of the inputs' library, device and floating dtype (empty for num_steps = 0, as CleanRL's loop gives).
 
     Raises
     ------
@@ -96,8 +96,8 @@ def compute_gae(rewards: Array, values: Array, dones: Array, next_value: Array, 
     if tuple(next_value.shape) not in (envs, (1, *envs)):
         raise ShapeError(f"next_value must have the env shape {envs} or (1, *{envs}), got {tuple(next_value.shape)}")
     with no_grad(values):
-        # Step t's own done flag is the one stored before step t + 1.
-        step_done = xp.concat([dones[1:, ...], next_done[None, ...]], axis=0) != 0
+        # Step t's own done flag is the one stored before step t + 1 (no steps: none, as CleanRL's loop runs none).
+        step_done = (xp.concat([dones[1:, ...], next_done[None, ...]], axis=0) if shape[0] else dones) != 0
         return gae_xp.gae(rewards, values, gamma=gamma, lam=gae_lambda, terminated=step_done,
                           bootstrap_value=xp.reshape(next_value, envs), axis=0)
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import gae_xp
 from gae_xp import _prepare as prepare_
-from gae_xp._compat import array_namespace, device_of, values_are_readable
+from gae_xp._compat import array_namespace, device_of, divide, values_are_readable
 from gae_xp.adapters._util import Array, float_dtype, no_grad
 
 #: GRPOConfig's ``scale_rewards`` values (True and False are its legacy spellings) and the core's scale for each.
@@ -122,7 +122,7 @@ def masked_mean(values: Array, mask: Array, axis: int | None = None) -> Array:
     xp = array_namespace(values, mask)
     m = xp.astype(mask, float_dtype(xp, values))
     zero = xp.zeros((), dtype=m.dtype, device=device_of(m))
-    return xp.sum(xp.where(m != 0, values * m, zero), axis=axis) / xp.sum(m, axis=axis)
+    return divide(xp, xp.sum(xp.where(m != 0, values * m, zero), axis=axis), xp.sum(m, axis=axis))
 
 
 def masked_var(values: Array, mask: Array, unbiased: bool = True) -> Array:

@@ -100,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--no-first-call", dest="first_call", action="store_false",
                         help="do not measure the first call of a fresh process (a subprocess per library and case, "
                              "at the largest shape, after the sweep) (default: measured)")
+    parser.add_argument("--no-small-call", dest="small_call", action="store_false",
+                        help="do not time the small call (B=8, T=128 float32) against a bare numba loop of the same "
+                             "work, side by side, after the sweep (default: timed where numba is installed)")
     parser.add_argument("--profile", action="store_true",
                         help="instead of the sweep, profile backend='auto' calls of every library, case and shape "
                              "asked for (e.g. --B 8 --T 128): where each microsecond of a call goes "
@@ -208,6 +211,13 @@ def execute(options: argparse.Namespace, argv: list[str], prog: str = "python -m
     if not options.profile:
         report.print_report(results, stream, auto_paths=auto, missing_extras=missing_extras(loaded),
                             notes=sweep.skipped_sizes(), first_calls=first_calls, conditions=conditions)
+        if options.small_call and importlib.util.find_spec("numba") is not None:
+            from gae_xp.bench import small_calls
+
+            print("\nthe small call against a bare numba loop of the same work (python -m gae_xp.bench.small_calls "
+                  "--ratio; targets: 3x NumPy, 4x torch CPU):", file=stream)
+            for line in small_calls.ratio_lines(small_calls.ratios(number=500, repeat=5)):
+                print(f"  {line}", file=stream)
     elapsed = time.perf_counter() - started
     if options.json:
         report.write_json(results, options.json, [*prog.split(), *argv], loaded, machine, elapsed, load=load,
@@ -291,7 +301,8 @@ def _print_profile(library, workload, auto_path: str, stream) -> None:
     arrays = {k: library.asarray(v) for k, v in workload.arrays().items()}
 
     def call():
-        library.synchronize(gae_xp.gae(**arrays, gamma=workload.gamma, lam=workload.lam))
+        library.synchronize(gae_xp.gae(**arrays, gamma=workload.gamma, lam=workload.lam,
+                                       truncated_bootstrap="next_step"))  # the workload's truncations
 
     call()  # compilation and caches, outside the profile
     timing, profiled, lines = runner.profile(call)

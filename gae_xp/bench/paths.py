@@ -91,7 +91,7 @@ def exact_advantages(workload: Workload) -> np.ndarray:
     arrays = workload.arrays("float64")
     if not workload.time_varying:  # the same numbers, from the leaner loop
         return baselines.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)[0]
-    return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)[0]
+    return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam, truncated_bootstrap="next_step")[0]
 
 
 #: The cases a workload can be, and the probabilities they use (``--dones``, ``--mask-holes``).
@@ -156,8 +156,10 @@ def _gae_xp_path(backend: str) -> Path:
     @functools.lru_cache(maxsize=64)
     def compiled(library, workload, chunk):
         def call(rewards, values, terminated, truncated, mask):
+            # the workload's truncations have no final observations: the next step's value bootstraps them
             return gae_xp.gae(rewards, values, gamma=workload.gamma, lam=workload.lam, terminated=terminated,
-                              truncated=truncated, mask=mask, chunk_size=chunk, backend=backend)
+                              truncated=truncated, mask=mask, chunk_size=chunk, backend=backend,
+                              truncated_bootstrap="next_step")
 
         return library.compile(call)
 
@@ -204,7 +206,7 @@ def loop_baseline(library_name: str) -> str:
 
 def _serial_run(arrays, workload, chunk, library):
     if workload.time_varying:
-        return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam)
+        return reference.gae_loop(**arrays, gamma=workload.gamma, lam=workload.lam, truncated_bootstrap="next_step")
     return baselines.slime_serial_gae(arrays["rewards"], arrays["values"], workload.gamma, workload.lam)
 
 

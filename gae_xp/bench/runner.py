@@ -475,7 +475,8 @@ if spec["threads"] is not None:
     set_threads(spec["threads"])
 arrays = {k: library.asarray(v) for k, v in Workload(**spec["workload"]).arrays().items()}
 def call():
-    result = gae_xp.gae(**arrays, gamma=spec["workload"]["gamma"], lam=spec["workload"]["lam"])
+    result = gae_xp.gae(**arrays, gamma=spec["workload"]["gamma"], lam=spec["workload"]["lam"],
+                        truncated_bootstrap="next_step")
     library.synchronize(result)
 ready = time.perf_counter()
 call()

@@ -1,6 +1,7 @@
 """``python -m gae_xp.bench.small_calls``: where the microseconds of a small ``gae()`` call go, stage by stage.
 
     python -m gae_xp.bench.small_calls [--B 8] [--T 128] [--cases constant,dones+mask] [--number 2000]
+    python -m gae_xp.bench.small_calls --ratio        (gae() against a bare numba loop, side by side)
     valgrind --tool=callgrind python -m gae_xp.bench.small_calls --calls N     (instructions, see below)
 
 Each stage of ``gae_xp.gae(rewards, values, ...)`` on NumPy arrays with
@@ -18,6 +19,13 @@ with the arguments the backend gives it), and the restoring of the
 caller's dtype and axis. docs/small-calls.md has the figures and what was
 cut.
 
+``--ratio`` times, in turns in one run (a busy machine slows each alike),
+``gae()`` on NumPy arrays and on torch CPU tensors against a bare numba loop
+that does the same work on the same arrays (allocates its two outputs, one
+pass from the last step; with dones and a mask, the cut and the skip), and
+prints each as a multiple of the bare loop: what the call costs beyond its
+arithmetic (the issue's targets: at most 3x for NumPy, 4x for torch).
+
 ``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
 the first case, for an instruction count that no other work on the machine
 changes: the difference between ``valgrind --tool=callgrind`` runs with two
@@ -29,6 +37,7 @@ valgrind's CPU and caches it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import timeit
@@ -43,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--number", type=int, default=2000, help="calls per batch")
     parser.add_argument("--repeat", type=int, default=7, help="batches; the best is kept")
     parser.add_argument("--calls", type=int, default=None, help="only make this many calls (for valgrind)")
+    parser.add_argument("--ratio", action="store_true", help="only gae() against a bare numba loop, side by side")
     return parser
 
 
@@ -123,11 +133,135 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
     return stages
 
 
+#: The cases of ``--ratio``: constant discount, and terminations (1 %) with a mask (20 % holes).
+RATIO_CASES = ("constant", "dones+mask")
+
+
+def _bare_loops():
+    """The bare numba loops a user would write for the two cases (compiled on first use)."""
+    import numba
+    import numpy as np
+
+    @numba.njit(cache=True)
+    def constant(rewards, values, gamma, lam):
+        advantages, returns = np.empty_like(rewards), np.empty_like(rewards)
+        for row in range(rewards.shape[0]):
+            following = next_value = 0.0
+            for t in range(rewards.shape[1] - 1, -1, -1):
+                following = rewards[row, t] + gamma * next_value - values[row, t] + gamma * lam * following
+                next_value = values[row, t]
+                advantages[row, t] = following
+                returns[row, t] = following + next_value
+        return advantages, returns
+
+    @numba.njit(cache=True)
+    def dones_mask(rewards, values, terminated, mask, gamma, lam):
+        advantages, returns = np.empty_like(rewards), np.empty_like(rewards)
+        for row in range(rewards.shape[0]):
+            following = next_value = 0.0
+            for t in range(rewards.shape[1] - 1, -1, -1):
+                if not mask[row, t]:
+                    advantages[row, t] = returns[row, t] = 0.0
+                    continue
+                if terminated[row, t]:
+                    following = rewards[row, t] - values[row, t]
+                else:
+                    following = rewards[row, t] + gamma * next_value - values[row, t] + gamma * lam * following
+                next_value = values[row, t]
+                advantages[row, t] = following
+                returns[row, t] = following + next_value
+        return advantages, returns
+
+    return constant, dones_mask
+
+
+def ratio_case(case_name: str, B: int, T: int, seed: int = 0):
+    """(gae()'s keyword arguments as NumPy arrays, the bare loop's call) for a case of ``--ratio``."""
+    import numpy as np
+
+    from gae_xp.testing import make_case
+
+    extra = {} if case_name == "constant" else {"dones": 0.01, "holes": 0.2}
+    case = make_case(np.random.default_rng(seed), (B, T), dtype=np.float32, **extra)
+    case.pop("truncated", None)  # the bare loop's dones are terminations
+    constant, dones_mask = _bare_loops()
+    if case_name == "constant":
+        return case, lambda c: constant(c["rewards"], c["values"], c["gamma"], c["lam"])
+    return case, lambda c: dones_mask(c["rewards"], c["values"], c["terminated"], c["mask"], c["gamma"], c["lam"])
+
+
+def ratios(B: int = 8, T: int = 128, number: int = 2000, repeat: int = 7, cases=RATIO_CASES) -> list[dict]:
+    """Per case, microseconds per call (CPU time of the calling thread, the best of ``repeat`` rounds of
+    ``number`` calls, the contenders timed in turns within each round) of the bare numba loop, of ``gae()`` on
+    NumPy arrays and (where torch is installed) on torch CPU tensors, and the multiples of the bare loop. The
+    results are compared first: the bare loop does the same work."""
+    import importlib.util
+
+    import numpy as np
+
+    import gae_xp
+
+    out = []
+    for case_name in cases:
+        case, bare = ratio_case(case_name, B, T)
+        contenders = {"bare numba loop": lambda: bare(case), "gae() NumPy": lambda: gae_xp.gae(**case)}
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            tensors = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in case.items()}
+            contenders["gae() torch CPU"] = lambda: gae_xp.gae(**tensors)
+        expected = bare(case)
+        for name, call in contenders.items():
+            for got, want in zip(call(), expected):
+                np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4, err_msg=name)
+        best = dict.fromkeys(contenders, float("inf"))
+        for _ in range(repeat):
+            for name, call in contenders.items():
+                best[name] = min(best[name], timeit.timeit(call, number=number, timer=time.thread_time))
+        us = {name: seconds / number * 1e6 for name, seconds in best.items()}
+        base = us["bare numba loop"]
+        out.append({"case": case_name, "B": B, "T": T, "us": us,
+                    "ratio": {name: value / base for name, value in us.items() if name != "bare numba loop"}})
+    return out
+
+
+def ratio_lines(measured: list[dict]) -> list[str]:
+    """What ``ratios`` measured, one line per contender."""
+    lines = []
+    for m in measured:
+        lines.append(f"{m['case']} (B={m['B']}, T={m['T']}, float32):")
+        for name, us in m["us"].items():
+            ratio = m["ratio"].get(name)
+            lines.append(f"  {name:18s} {us:7.2f} us" + ("" if ratio is None else f"   {ratio:5.2f}x the bare loop"))
+    return lines
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main(argv=None) -> int:
     options = build_parser().parse_args(argv)
     import numpy as np
 
     from gae_xp.testing import make_case
+
+    if options.ratio:
+        print(f"CPU: {_cpu_name()}, {os.cpu_count()} logical cores; CPU time of the calling thread per call, the "
+              f"best of {options.repeat} rounds of {options.number} calls, the contenders in turns\n")
+        cases = [c for c in options.cases.split(",") if c]
+        for line in ratio_lines(ratios(options.B, options.T, options.number, options.repeat, cases)):
+            print(line)
+        return 0
 
     if options.calls is not None:
         import gae_xp

@@ -55,7 +55,13 @@ def whiten(x: Array, mask: Array | None = None, *, group=None, unbiased: bool = 
     Returns
     -------
     array like x
-        In x's floating dtype (float16/bfloat16 computed in float32).
+        In x's floating dtype (float16/bfloat16 computed in float32). For an
+        ``x`` that requires grad, the gradient flows through ``x`` with the
+        statistics held constant: the mean and variance are computed from
+        detached entries (as a gathered batch statistic, like a running
+        normaliser), so ``d out / d x = 1 / sqrt(var + eps)`` elementwise on
+        the real entries. Single-process ``gae_xp.whiten`` differentiates
+        through its statistics too.
 
     Raises
     ------
@@ -117,20 +123,22 @@ class _Entries:
         self.weights, self.real = call.weights(call.xp.float64)
 
     def row(self, world: int):
-        """The 8 numbers this rank sends: header, then (n, mean, M2) of its entries in float64 (on its device)."""
+        """The 8 numbers this rank sends: header, then (n, mean, M2) of its entries in float64 (on its device).
+        Computed from detached entries: the statistics carry no gradient (see ``whiten``)."""
         xp = self.xp
-        x = xp.astype(self.values, xp.float64)
+        x = xp.astype(self.values.detach(), xp.float64)
+        weights = None if self.weights is None else self.weights.detach()
         zero = xp.asarray(0.0, dtype=xp.float64, device=device_of(x))
-        if self.weights is None:
+        if weights is None:
             count = xp.asarray(float(math.prod(x.shape)), dtype=xp.float64, device=device_of(x))
             weighted = x
         else:
-            count = xp.sum(self.weights)
-            weighted = xp.where(self.real, self.weights * x, zero)
+            count = xp.sum(weights)
+            weighted = xp.where(self.real, weights * x, zero)
         mean = xp.sum(weighted) / xp.where(count != 0, count, xp.ones_like(count))
         centred = x - mean
         squares = centred * centred
-        m2 = xp.sum(squares if self.weights is None else xp.where(self.real, self.weights * squares, zero))
+        m2 = xp.sum(squares if weights is None else xp.where(self.real, weights * squares, zero))
         head = xp.asarray([_exchange.PROTOCOL, _exchange.OK, world, _exchange.dtype_code(self.out_dtype)],
                           dtype=xp.float64, device=device_of(x))
         return xp.concat([head, xp.stack([count, mean, m2, zero])])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gae_xp._compat import array_namespace, device_of
+from gae_xp._compat import array_namespace, device_of, is_extension_float
 
 from .libraries import to_numpy
 
@@ -34,6 +34,10 @@ def tolerance(xp, dtype) -> float:
     >>> tolerance(xp, xp.float32)
     2e-05
     """
+    if is_extension_float(dtype):  # NumPy's bfloat16 (ml_dtypes), which np.finfo does not know
+        import ml_dtypes
+
+        return _TOLERANCES[float(ml_dtypes.finfo(dtype).eps)]
     return _TOLERANCES[float(xp.finfo(dtype).eps)]
 
 

@@ -20,7 +20,9 @@ def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float =
     axis : int, default -1
         The time axis.
     dones : float, default 0
-        The probability of terminated and, independently, of truncated at each step.
+        The probability of terminated and, independently, of truncated at each step. Without ``next_values``
+        the case says ``truncated_bootstrap="next_step"`` (its truncations have no final observations: the
+        next step's value bootstraps them), which ``gae()`` otherwise refuses.
     holes, padding : float and int, default 0
         The probability that a step is masked out, and a count of last steps masked in every row.
     per_step_gamma, per_row_lam : bool, default False
@@ -45,7 +47,7 @@ def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float =
     >>> from gae_xp.testing import make_case
     >>> case = make_case(np.random.default_rng(0), (2, 5), dones=0.1)
     >>> sorted(case)
-    ['gamma', 'lam', 'rewards', 'terminated', 'truncated', 'values']
+    ['gamma', 'lam', 'rewards', 'terminated', 'truncated', 'truncated_bootstrap', 'values']
     """
     shape = tuple(shape)
     axis = axis % len(shape)
@@ -55,6 +57,8 @@ def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float =
     if dones:
         case["terminated"] = rng.random(shape) < dones
         case["truncated"] = rng.random(shape) < dones
+        if not next_values:
+            case["truncated_bootstrap"] = "next_step"
     if holes or padding:
         mask = rng.random(shape) >= holes
         if padding:

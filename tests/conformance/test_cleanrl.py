@@ -32,7 +32,8 @@ def _rollout(rng, num_steps, envs, dtype=np.float64, done_rate=0.1, flat_next_va
     return rewards, values, dones, next_value, next_done
 
 
-@pytest.mark.parametrize("num_steps,envs", [(128, (4,)), (1, (4,)), (1, (1,)), (37, (1,)), (16, (3, 2))])
+@pytest.mark.parametrize("num_steps,envs", [(128, (4,)), (1, (4,)), (1, (1,)), (37, (1,)), (16, (3, 2)), (0, (4,)),
+                                            (0, (3, 2))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("flat_next_value", [False, True], ids=["next_value(1,N)", "next_value(N)"])
 def test_against_cleanrl_loop(library, num_steps, envs, dtype, flat_next_value):

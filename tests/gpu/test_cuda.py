@@ -206,9 +206,10 @@ def test_every_estimator_on_the_kernels(gpu, length):
     gpu_flags = {k: arrays[k] for k in flags}
     log_rhos, next_values = rng.normal(0, 0.5, (3, length)), rng.standard_normal((3, length))
     got = gae_xp.vtrace(gpu.asarray(log_rhos), arrays["rewards"], arrays["values"], lam=0.9, **gpu_flags,
-                        bootstrap_value=arrays["bootstrap_value"], backend="numba-cuda")
+                        bootstrap_value=arrays["bootstrap_value"], backend="numba-cuda",
+                        truncated_bootstrap="next_step")
     want = reference.vtrace_loop(log_rhos, case["rewards"], case["values"], lam=0.9, **flags,
-                                 bootstrap_value=case["bootstrap_value"])
+                                 bootstrap_value=case["bootstrap_value"], truncated_bootstrap="next_step")
     for out, exact in zip(got, want):
         xp_assert_close(out, exact, like=like(gpu))
     xp_assert_close(gae_xp.lambda_returns(arrays["rewards"], gpu.asarray(next_values), **gpu_flags,

@@ -1,0 +1,194 @@
+"""The steady-state fast path of ``gae()``: a plan per layout, so that a repeated call skips the layout's checks.
+
+RL calls GAE at the same shapes every step, and at those shapes a call is
+mostly its checks and its layout. A **key** says everything the checks that
+depend only on the layout read: the arrays' library, dtypes, shapes,
+strides and device (and, for torch, whether they require grad), which
+options are there, the scalar coefficients' values, ``axis``,
+``chunk_size``, ``backend`` and ``fill_masked``. A **plan** is made from a
+call with that key that went through every check (``gae_xp._prepare``) and
+was solved; it holds what the call worked out (the backend chosen, and for
+the numba kernels the layout, the kernel and its constant arguments). A later
+call with the same key is served by the plan, which still runs every check
+that reads the data: the value range of an array ``gamma``, ``lam`` or
+``critic_lam`` (its errors are ``_prepare``'s own), and whatever the kernels
+check themselves.
+
+Never wrong, by construction: a call whose arguments have no key (another
+library, a tensor subclass, ``cu_seqlens``, a NumPy scalar coefficient,
+tracing under ``torch.compile``/``torch.func``, a forward-mode AD level) takes the full path and makes
+no plan; a call that fails a check raises before a plan exists, so no
+plan is ever made for a key whose layout is refused; and a plan serves only
+its own key. The cache is bounded (least recently used plans go first) and
+thread-safe (one lock around the lookups; a plan itself holds no per-call
+state). ``tests/test_plans.py`` draws sequences of layouts and checks every
+served call against an uncached one and the float64 reference.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+#: Plans kept: more layouts than a trainer uses (one or two per batch shape), few enough to stay small.
+MAX_PLANS = 128
+
+
+class PlanCache:
+    """A bounded, thread-safe least-recently-used map from a call's key to its plan.
+
+    A lookup takes no lock: ``dict.get`` and ``OrderedDict.move_to_end`` are
+    each one atomic operation (C code under the GIL; a critical section of
+    their own in free-threaded builds), and a key evicted between the two is
+    simply not moved. Adding and evicting hold the lock.
+    """
+
+    def __init__(self, maxsize: int = MAX_PLANS):
+        self.maxsize = maxsize
+        self._plans: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        """The plan for ``key`` (now the most recently used), or None."""
+        plan = self._plans.get(key)
+        if plan is not None:
+            try:
+                self._plans.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile: it still serves this call
+                pass
+        return plan
+
+    def put(self, key, plan) -> None:
+        """Keep ``plan`` for ``key``, dropping the least recently used plans beyond ``maxsize``."""
+        with self._lock:
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.maxsize:
+                self._plans.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+
+#: The plans of ``gae()``.
+PLANS = PlanCache()
+
+
+def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size,
+            backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap):
+    """The key of a ``gae()`` call (see the module docstring), or None when the call takes the full path.
+
+    A Python float or int coefficient enters with its value (its range
+    check is then part of the layout); a Python float ``bootstrap_value``
+    with its type only (it is read on every call, and has no range).
+    """
+    if (cu_seqlens is not None or type(axis) is not int or type(backend) is not str
+            or type(fill_masked) is not bool or not (chunk_size is None or type(chunk_size) is int)
+            or not (truncated_bootstrap is None or type(truncated_bootstrap) is str)):
+        return None
+    kind = type(rewards)
+    if kind is np.ndarray:
+        layout = _numpy_layout
+    elif kind is _torch_tensor():
+        if _TORCH.is_compiling() or _TORCH.forward_ad._current_level >= 0:  # traced, or dual tensors may come
+            return None
+        layout = _torch_layout
+    else:
+        return None
+    try:
+        return (axis, chunk_size, backend, fill_masked, truncated_bootstrap, layout(rewards), layout(values),
+                None if next_values is None else layout(next_values),
+                None if terminated is None else layout(terminated),
+                None if truncated is None else layout(truncated),
+                None if mask is None else layout(mask),
+                _coefficient_key(gamma, layout), _coefficient_key(lam, layout),
+                None if critic_lam is None else _coefficient_key(critic_lam, layout),
+                type(bootstrap_value) if bootstrap_value is None or type(bootstrap_value) is float
+                else layout(bootstrap_value))
+    except _NoKey:
+        return None
+
+
+class _NoKey(Exception):
+    """An argument that a key cannot describe (another kind of array, a NumPy scalar, ...)."""
+
+
+def _coefficient_key(value, layout):
+    if type(value) is float or type(value) is int:
+        return type(value), value
+    return layout(value)
+
+
+def _numpy_layout(a):
+    """dtype, shape and strides of an exact ``numpy.ndarray``."""
+    if type(a) is not np.ndarray:
+        raise _NoKey
+    return a.dtype, a.shape, a.strides
+
+
+def _torch_layout(t):
+    """dtype, shape, strides, device and whether it requires grad, of an exact ``torch.Tensor`` that no
+    ``torch.func`` transform wraps."""
+    if type(t) is not _TORCH.tensor or _TORCH.wrapped(t):
+        raise _NoKey
+    return t.dtype, t.shape, t.stride(), t.device, t.requires_grad
+
+
+class _Torch:
+    """torch's names that a key reads, looked up once torch is imported (``gae_key`` never imports it)."""
+
+    tensor = None
+
+    def load(self) -> None:
+        torch = sys.modules["torch"]
+        self.wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+        self.is_compiling = torch.compiler.is_compiling
+        self.forward_ad = torch.autograd.forward_ad
+        self.tensor = torch.Tensor
+
+
+_TORCH = _Torch()
+
+
+def _torch_tensor():
+    """``torch.Tensor`` once torch is imported (an array of a library not imported cannot be a tensor), else None."""
+    if _TORCH.tensor is None and "torch" in sys.modules:
+        _TORCH.load()
+    return _TORCH.tensor
+
+
+def make_plan(call, solver, arguments: dict):
+    """The plan of a checked, solved ``gae()`` call (``arguments``: its own, by name): the backend's own
+    (``Backend.make_plan``) where it has one that serves this call, else a plan that runs the checks and the
+    layout again on the backend chosen."""
+    make = getattr(solver, "make_plan", None)
+    plan = None if make is None else make(call, arguments)
+    return plan if plan is not None else ChosenBackendPlan(call, solver)
+
+
+class ChosenBackendPlan:
+    """A plan that keeps the backend chosen for the key (``backends.solver``'s answer) and runs every check and
+    the layout of ``gae_xp._prepare`` again: for backends without a plan of their own (the generic scan, lax.scan,
+    numba-CUDA for now)."""
+
+    def __init__(self, call, solver):
+        self.solver = solver
+        self.options = {"axis": call.axis, "chunk_size": call.chunk_size, "backend": call.backend,
+                        "fill_masked": call.problem.fill_masked}
+
+    def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                 critic_lam):
+        from . import _prepare, backends
+
+        call = _prepare.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
+                                next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
+                                critic_lam=critic_lam, **self.options)
+        advantages, returns = backends.solve_gae(call.problem, self.solver, call.chunk_size)
+        return call.restore(advantages), call.restore(returns)

@@ -1,0 +1,345 @@
+"""The plan cache of ``gae()`` (``gae_xp/_plans.py``, ``backends/_numba_plan.py``): never wrong, bounded, thread-safe.
+
+The property draws sequences of calls of random layouts (library, dtype,
+shape, time axis, strides, options, coefficients), repeating earlier
+layouts with new data, and checks every call against the same call without
+the cache and against the float64 reference; a spy on the cache checks
+that a plan serves only calls of the layout it was made from.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gae_xp
+from gae_xp import _plans
+from gae_xp.reference import gae_loop
+
+torch = pytest.importorskip("torch")
+
+OPTIONS = ("next_values", "terminated", "truncated", "mask")
+
+
+@contextmanager
+def uncached():
+    """Within this block every gae() call takes the full path (no key, so no plan is looked up or made)."""
+    with mock.patch.object(_plans, "gae_key", lambda *args: None):
+        yield
+
+
+@contextmanager
+def spied():
+    """Records, per call, the plan that served it (``served``) and the plan it made (``made``)."""
+    events = {"served": [], "made": []}
+    get, put = _plans.PLANS.get, _plans.PLANS.put
+
+    def spy_get(key):
+        plan = get(key)
+        if plan is not None:
+            events["served"].append(plan)
+        return plan
+
+    def spy_put(key, plan):
+        events["made"].append(plan)
+        put(key, plan)
+
+    with mock.patch.object(_plans.PLANS, "get", spy_get), mock.patch.object(_plans.PLANS, "put", spy_put):
+        yield events
+
+
+@st.composite
+def layouts(draw, full: bool = True):
+    """A call's layout: everything but the data. ``full=False`` draws from fewer kernel types (each new one
+    compiles for seconds), for the quick test; the slow one draws from all."""
+    def one_of(everything, quick):
+        return draw(st.sampled_from(everything if full else quick))
+
+    ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    axis = draw(st.integers(-ndim, ndim - 1) if full else st.sampled_from([-1, 0]))
+    options = st.sets(st.sampled_from(OPTIONS)) if full else st.sampled_from([(), ("mask", "terminated")])
+    return {
+        "library": draw(st.sampled_from(["numpy", "torch"])),
+        "dtype": draw(st.sampled_from(["float32", "float64"])),
+        "shape": shape,
+        "axis": axis,
+        "strides": one_of(["contiguous", "strided", "broadcast-values"], ["contiguous", "strided"]),
+        "options": tuple(sorted(draw(options))),
+        "gamma": one_of([0.99, 1.0, 0.0, 1, "array"], [0.99, 0.0, 1, "array"]),
+        "lam": one_of([0.95, 0.5, "array"], [0.95, 0.5]),
+        "critic_lam": one_of([None, 1.0, "array"], [None]),
+        "bootstrap": one_of([None, 0.25, "array"], [None, 0.25]),
+        "fill_masked": draw(st.booleans()),
+        "backend": one_of(["auto", "numba", "xp"], ["auto"]),
+    }
+
+
+def make_call(layout, rng):
+    """(gae()'s keyword arguments, the same as float64 NumPy arrays for the reference) for a layout, new data."""
+    shape, axis = layout["shape"], layout["axis"]
+    dtype = np.dtype(layout["dtype"])
+    coefficient_shape = tuple(1 if i == axis % len(shape) else n for i, n in enumerate(shape))
+
+    def floats(base_shape=shape):
+        if layout["strides"] == "strided":  # every other element of a longer last axis (a view, not contiguous)
+            return rng.standard_normal((*base_shape[:-1], 2 * base_shape[-1])).astype(dtype)[..., ::2]
+        return rng.standard_normal(base_shape).astype(dtype)
+
+    host = {"rewards": floats()}
+    if layout["strides"] == "broadcast-values":  # values with a stride 0 on the time axis
+        host["values"] = np.broadcast_to(np.take(floats(), [0], axis=axis), shape)
+    else:
+        host["values"] = floats()
+    options = layout["options"]
+    if "next_values" in options:
+        host["next_values"] = floats()
+    for name, p in (("terminated", 0.2), ("truncated", 0.2), ("mask", 0.8)):
+        if name in options:
+            host[name] = rng.random(shape) < p
+    for name in ("gamma", "lam", "critic_lam"):
+        if layout[name] == "array":
+            host[name] = rng.uniform(0.0, 1.0, coefficient_shape).astype(dtype)
+        elif layout[name] is not None:
+            host[name] = layout[name]
+    batch = tuple(n for i, n in enumerate(shape) if i != axis % len(shape))
+    if layout["bootstrap"] == "array":
+        host["bootstrap_value"] = rng.standard_normal(batch).astype(dtype)
+    elif layout["bootstrap"] is not None and "next_values" not in options:
+        host["bootstrap_value"] = layout["bootstrap"]
+    if "next_values" in options:
+        host.pop("bootstrap_value", None)
+    if "truncated" in options and "next_values" not in options:
+        host.pop("truncated")
+    def to_library(a):
+        if layout["library"] != "torch":
+            return a
+        if not a.flags.writeable:  # the broadcast values: torch's own stride-0 view
+            return torch.from_numpy(np.ascontiguousarray(np.take(a, [0], axis=axis))).expand(a.shape)
+        return torch.from_numpy(a)
+
+    kwargs = {name: to_library(value) if isinstance(value, np.ndarray) else value for name, value in host.items()}
+    kwargs.update(axis=axis, fill_masked=layout["fill_masked"], backend=layout["backend"])
+    reference = {name: value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype != bool else value
+                 for name, value in host.items()}
+    reference.update(axis=axis, fill_masked=layout["fill_masked"])
+    return kwargs, reference
+
+
+def description(kwargs):
+    """What the test itself reads as a call's layout (independent of ``gae_key``)."""
+    def one(value):
+        if isinstance(value, np.ndarray):
+            return "numpy", str(value.dtype), value.shape, value.strides
+        if isinstance(value, torch.Tensor):
+            return "torch", str(value.dtype), tuple(value.shape), value.stride()
+        return type(value).__name__, value if type(value) is not float or value != value else "nan"
+    return tuple(sorted((name, one(value) if name != "bootstrap_value" or not isinstance(value, float) else "float")
+                        for name, value in kwargs.items()))
+
+
+def as_numpy(x):
+    return x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+def check_call(kwargs, reference, events, made_by):
+    served_before, made_before = len(events["served"]), len(events["made"])
+    got = gae_xp.gae(**kwargs)
+    with uncached():
+        fresh = gae_xp.gae(**kwargs)
+    for g, f in zip(got, fresh):
+        assert type(g) is type(f) and g.dtype == f.dtype and tuple(g.shape) == tuple(f.shape)
+        np.testing.assert_array_equal(as_numpy(g), as_numpy(f))
+        for name, value in kwargs.items():
+            if isinstance(value, (np.ndarray, torch.Tensor)):
+                assert not np.shares_memory(as_numpy(g), as_numpy(value)), name
+    expected = gae_loop(**reference)
+    tolerance = 1e-4 if kwargs["rewards"].dtype in (np.float32, torch.float32) else 1e-9
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(as_numpy(g).astype(np.float64), e, rtol=tolerance, atol=tolerance)
+    layout = description(kwargs)
+    for plan in events["served"][served_before:]:
+        assert made_by[id(plan)] == layout, "a plan served a call of another layout"
+    for plan in events["made"][made_before:]:
+        made_by[id(plan)] = layout
+    return len(events["served"]) > served_before
+
+
+def check_sequence(steps, seed):
+    """Each step is a new layout, an earlier one again, or an earlier one with one field changed (new data each
+    time: the integer and the field name say which); every call must equal
+    the uncached call bit for bit and the float64 loop within float tolerance, and the second call of a layout is
+    served by a plan made from that layout."""
+    rng = np.random.default_rng(seed)
+    _plans.PLANS.clear()
+    seen, made_by, hits = [], {}, 0
+    with spied() as events:
+        for layout, repeat, field in steps:
+            if seen and repeat < 2:  # an earlier layout again
+                layout = seen[repeat % len(seen)]
+            elif seen and repeat < 9:  # an earlier layout with one thing changed (the shape and axis go together)
+                changed = ("shape", "axis") if field in ("shape", "axis") else (field,)
+                layout = {**seen[repeat % len(seen)], **{name: layout[name] for name in changed}}
+            seen.append(layout)
+            for _ in range(2):
+                kwargs, reference = make_call(layout, rng)
+                hits += check_call(kwargs, reference, events, made_by)
+    assert hits >= len(steps)
+
+
+def sequences(full: bool, max_size: int):
+    fields = st.sampled_from(["library", "dtype", "shape", "strides", "options", "gamma", "lam", "critic_lam",
+                              "bootstrap", "fill_masked", "backend"])
+    return st.lists(st.tuples(layouts(full), st.integers(0, 9), fields), min_size=1, max_size=max_size)
+
+
+@given(sequences(full=False, max_size=5), st.integers(0, 2**32 - 1))
+def test_every_call_of_a_random_sequence_equals_the_uncached_call_and_the_reference(steps, seed):
+    check_sequence(steps, seed)
+
+
+@pytest.mark.slow
+@given(sequences(full=True, max_size=8), st.integers(0, 2**32 - 1))
+def test_every_call_of_a_random_sequence_of_every_layout_equals_the_uncached_call_and_the_reference(steps, seed):
+    check_sequence(steps, seed)
+
+
+def test_a_plan_keeps_the_checks_that_read_the_data():
+    """An array gamma/lam/critic_lam is range-checked on every call; its error is the full path's."""
+    rewards = np.zeros((4, 16), np.float32)
+    good = np.full((4, 1), 0.9, np.float32)
+    for name in ("gamma", "lam", "critic_lam"):
+        _plans.PLANS.clear()
+        gae_xp.gae(rewards, rewards, **{name: good})
+        gae_xp.gae(rewards, rewards, **{name: good})
+        assert len(_plans.PLANS) == 1
+        for bad in (good * 2, good * np.nan, -good):
+            with pytest.raises(ValueError, match=f"{name} must hold values in"):
+                gae_xp.gae(rewards, rewards, **{name: bad})
+
+
+def test_a_refused_layout_makes_no_plan_and_raises_every_time():
+    rewards = np.zeros((4, 16), np.float32)
+    _plans.PLANS.clear()
+    gae_xp.gae(rewards, rewards, gamma=0.99)  # a plan for gamma 0.99 is not one for 1.5
+    for _ in range(2):
+        with pytest.raises(ValueError, match="gamma must be in"):
+            gae_xp.gae(rewards, rewards, gamma=1.5)
+        with pytest.raises(ValueError, match="values must have the shape of rewards"):
+            gae_xp.gae(rewards, rewards[:, :8])
+        with pytest.raises(TypeError, match="terminated must have dtype bool"):
+            gae_xp.gae(rewards, rewards, terminated=np.zeros((4, 16), np.float32))
+    assert len(_plans.PLANS) == 1
+
+
+def test_a_plan_made_with_truncated_bootstrap_next_step_never_serves_a_call_without_it():
+    """truncated_bootstrap is part of the layout: a plan made by an opted-in call must not let a later call with
+    truncated and no next_values skip its ValueError (the option was missing from the key at first)."""
+    _plans.PLANS.clear()
+    rewards = np.ones((2, 8), np.float32)
+    truncated = np.zeros((2, 8), bool)
+    truncated[:, 3] = True
+    gae_xp.gae(rewards, rewards, truncated=truncated, truncated_bootstrap="next_step")
+    gae_xp.gae(rewards, rewards, truncated=truncated, truncated_bootstrap="next_step")
+    with pytest.raises(ValueError, match="next_values"):
+        gae_xp.gae(rewards, rewards, truncated=truncated)
+
+
+def test_calls_without_a_key_take_the_full_path():
+    """Another library or kind of argument, packed sequences, traced or wrapped tensors: no key."""
+    rewards = np.zeros((2, 8), np.float32)
+    args = dict(gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
+                mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None,
+                critic_lam=None, truncated_bootstrap="next_values")
+    assert _plans.gae_key(rewards, rewards, **args) is not None
+    for change in ({"cu_seqlens": [0, 8]}, {"gamma": np.float32(0.9)}, {"bootstrap_value": np.float64(1.0)},
+                   {"axis": np.int64(-1)}, {"mask": rewards.tolist()}, {"fill_masked": np.bool_(False)}):
+        assert _plans.gae_key(rewards, rewards, **{**args, **change}) is None, change
+    assert _plans.gae_key(rewards.view(np.ma.MaskedArray), rewards, **args) is None
+    tensor = torch.zeros(2, 8)
+    assert _plans.gae_key(tensor, rewards, **args) is None  # two libraries
+    assert _plans.gae_key(torch.nn.Parameter(tensor), tensor, **args) is None  # a subclass
+    assert torch.func.vmap(lambda t: torch.tensor(_plans.gae_key(t, t, **args) is None))(tensor).all()
+
+
+def test_requires_grad_and_the_generic_backend_are_served_on_the_backend_chosen():
+    """A tensor that requires grad keeps its gradient through a plan (the custom operator's backend)."""
+    rewards = torch.randn(3, 10, dtype=torch.float64)
+    _plans.PLANS.clear()
+    grads = []
+    for _ in range(2):
+        values = torch.randn(3, 10, dtype=torch.float64, requires_grad=True)
+        advantages, _ = gae_xp.gae(rewards, values)
+        advantages.sum().backward()
+        with uncached():
+            again = values.detach().requires_grad_()
+            gae_xp.gae(rewards, again)[0].sum().backward()
+        torch.testing.assert_close(values.grad, again.grad)
+        grads.append(values.grad)
+    assert len(_plans.PLANS) == 1
+
+
+def test_the_cache_is_bounded_and_least_recently_used():
+    cache = _plans.PlanCache(maxsize=2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # now "b" is the least recently used
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (1, None, 3)
+    assert len(cache) == 2
+
+
+def test_threads_calling_with_many_layouts_at_once_get_their_own_results():
+    _plans.PLANS.clear()
+    rng = np.random.default_rng(0)
+    calls = []
+    for shape in [(2, 8), (3, 8), (2, 9), (8,), (2, 2, 5)]:
+        for options in ({}, {"mask": rng.random(shape) < 0.8}):
+            r, v = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+            with uncached():
+                calls.append(((r, v, options), gae_xp.gae(r, v, **options)))
+    errors = []
+
+    def work(offset):
+        try:
+            for i in range(200):
+                (r, v, options), expected = calls[(i + offset) % len(calls)]
+                got = gae_xp.gae(r, v, **options)
+                for g, e in zip(got, expected):
+                    np.testing.assert_array_equal(g, e)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    with mock.patch.object(_plans.PLANS, "maxsize", 3):  # plans are evicted while others are served
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors[0]
+
+
+def test_dual_tensors_keep_their_tangents_after_a_plan_was_made():
+    """Inside ``forward_ad.dual_level()`` no call gets a key: a dual tensor of a layout that has a plan still takes
+    the path that carries its tangent."""
+    from torch.autograd import forward_ad
+
+    rewards, values = torch.randn(3, 10, dtype=torch.float64), torch.randn(3, 10, dtype=torch.float64)
+    _plans.PLANS.clear()
+    gae_xp.gae(rewards, values)
+    gae_xp.gae(rewards, values)
+    tangent = torch.randn(3, 10, dtype=torch.float64)
+    with forward_ad.dual_level():
+        advantages, _ = gae_xp.gae(rewards, forward_ad.make_dual(values, tangent))
+        got = forward_ad.unpack_dual(advantages).tangent
+    with uncached(), forward_ad.dual_level():
+        advantages, _ = gae_xp.gae(rewards, forward_ad.make_dual(values, tangent))
+        want = forward_ad.unpack_dual(advantages).tangent
+    assert got is not None
+    torch.testing.assert_close(got, want)
