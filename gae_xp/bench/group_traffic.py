@@ -12,7 +12,7 @@ cache, where atomics resolve, keeps the (n_groups,) arrays). ``ptx_launches`` ru
 CPU for every block of the grid (``gae_xp.bench.ptx``) and counts the distinct bytes each argument moves;
 ``tests/test_traffic.py`` checks the two agree.
 
-``route_rows`` counts a layout's whole route at N scores, as on a GPU, on torch CPU tensors (the rule of
+``route_row`` counts a layout's whole route at N scores, as on a GPU, on torch CPU tensors (the rule of
 ``gae_xp.bench.traffic.record_torch``: every operator one launch, its tensors read and written once):
 
 * consecutive groups of k: ``_segments.consecutive_moments``, a reshape and reductions (library operators);
