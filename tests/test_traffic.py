@@ -226,6 +226,7 @@ def test_group_routes_count_their_launches():
     """The arbitrary-ids route makes exactly the two kernel launches (recorded, not run) besides its library
     operators; the consecutive layout none; neither reads a value back to the host."""
     pytest.importorskip("torch")
+    pytest.importorskip("numba.cuda", reason="the route imports backends/_cuda_groups.py (numba-cuda)")
     from gae_xp.bench import group_traffic
 
     consecutive, ids = (group_traffic.route_row(layout, 4096) for layout in ("consecutive", "ids"))
