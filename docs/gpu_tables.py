@@ -3,11 +3,12 @@
     python docs/gpu_tables.py traffic      # launches and bytes per element per case (numba_cuda.traffic)
     python docs/gpu_tables.py arguments    # arrays, absent arrays and scalars per launch (the kernels' signatures)
     python docs/gpu_tables.py registers    # registers and shared memory per kernel (ptxas, numba-cuda[cu12])
+    python docs/gpu_tables.py groups       # group_advantages' moments: launches and bytes per score per layout
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
     python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
 
-``traffic`` and ``arguments`` are deterministic (``check()`` compares them with
-the page); ``registers`` takes the compile test's time; ``host`` is a timing.
+``traffic``, ``arguments`` and ``groups`` (torch records the route) are deterministic (``check()`` compares
+them with the page); ``registers`` takes the compile test's time; ``host`` is a timing.
 
 ``arguments`` and ``host`` run the backend with its launches recorded instead
 of made (``gae_xp.bench.traffic.LaunchRecorder``): every array view, plan and kernel choice happens as on
@@ -160,6 +161,12 @@ def host_table(repeat: int = 2000) -> str:
     return "\n".join(lines)
 
 
+def groups_table() -> str:
+    from gae_xp.bench import group_traffic
+
+    return group_traffic.table()
+
+
 def registers_table() -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     import test_cuda_compile
@@ -170,7 +177,8 @@ def registers_table() -> str:
     return test_cuda_compile.table()
 
 
-TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table}
+TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table,
+          "groups": groups_table}
 PAGE = Path(__file__).resolve().parent / "gpu.md"
 
 

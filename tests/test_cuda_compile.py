@@ -132,6 +132,8 @@ def compile_kernel(io: str, spec, arch: str) -> dict:
         "shared_stores": count(r"st\.shared\."),
         "shared_loads": count(r"ld\.shared\."),
         "barriers": count(r"bar\.sync"),
+        "float64_atomic_adds": count(r"\b(?:atom|red)\.global\.add\.f64\b"),
+        "compare_and_swaps": count(r"\batom\.(?:global\.)?cas\b"),
         "ptxas": info,
     }
 
@@ -203,7 +205,9 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("io", ["float32", "float64"])
 def test_group_moments_kernels_compile_without_spills(io, arch):
-    """group_advantages' two launches (backends/_cuda_groups.py): no spills, no local memory, few registers."""
+    """group_advantages' two launches (backends/_cuda_groups.py): no spills, no local memory, few registers, and
+    their float64 atomics native adds (sm_60 and later), two per score and launch, never a compare-and-swap loop
+    (what the traffic model, gae_xp.bench.group_traffic, counts: one read and write of each group's slot)."""
     from gae_xp.backends import _cuda_groups
 
     for spec in _cuda_groups.specs(io):
@@ -211,3 +215,4 @@ def test_group_moments_kernels_compile_without_spills(io, arch):
         assert result["spill_stores"] == 0 and result["spill_loads"] == 0 and result["stack"] == 0, result["ptxas"]
         assert 0 < result["registers"] <= 64, result["ptxas"]
         assert result["smem"] == 0, result["ptxas"]
+        assert result["float64_atomic_adds"] == 2 and result["compare_and_swaps"] == 0, spec.name

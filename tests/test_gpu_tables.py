@@ -18,3 +18,14 @@ def test_gpu_page_holds_the_generated_tables():
     finally:
         sys.path.pop(0)
     assert gpu_tables.check() == [], "docs/gpu.md is stale: python docs/gpu_tables.py --write traffic arguments"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("numba") is None,
+                    reason="the groups table records the route on torch, with backends/_cuda_groups.py's launches")
+def test_gpu_page_holds_the_generated_groups_table():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs"))
+    try:
+        import gpu_tables
+    finally:
+        sys.path.pop(0)
+    assert gpu_tables.check(("groups",)) == [], "docs/gpu.md is stale: python docs/gpu_tables.py --write groups"

@@ -192,3 +192,45 @@ def test_committed_pages_hold_the_generated_tables():
     for document, names in traffic.DOCUMENTS.items():
         text = (root / document).read_text()
         assert traffic.fill(text, tables, names) == text, f"{document} is stale: python -m gae_xp.bench.traffic --write"
+
+
+# ------------------------------------------------------------------ group_advantages' moments (backends/_cuda_groups)
+
+@pytest.mark.parametrize("io", ["float32", "float64"])
+@pytest.mark.parametrize("layout", ["consecutive", "ids"])
+@needs_ptx
+def test_group_ptx_traffic_matches_the_model(layout, io):
+    """Every block of both launches run from their PTX: each argument moves exactly the model's distinct bytes
+    (scores and index once per launch, each group's float64 slots once, read and written by the atomics)."""
+    from gae_xp.bench import group_traffic
+
+    n, k = 2048, 16
+    launches = group_traffic.ptx_launches(layout, n, k=k, io=io)
+    model = group_traffic.model(n, n // k, np.dtype(io).itemsize)
+    assert [launch.kernel for launch in launches] == [f"groups_{name}[{io}]" for name in model]
+    for launch, arguments in zip(launches, model.values()):
+        assert set(launch.read) | set(launch.written) == set(arguments)
+        assert {name: (launch.read.get(name, 0), launch.written.get(name, 0)) for name in arguments} == arguments
+
+
+def test_group_model_counts_scores_index_and_slots():
+    from gae_xp.bench import group_traffic
+
+    model = group_traffic.model(16384, 1024)
+    assert list(model) == ["count_and_sum", "centred_sums"]
+    per_score = {launch: sum(r + w for r, w in arguments.values()) / 16384 for launch, arguments in model.items()}
+    assert per_score == {"count_and_sum": 4 + 8 + 4 * 8 * 1024 / 16384, "centred_sums": 4 + 8 + 6 * 8 * 1024 / 16384}
+
+
+def test_group_routes_count_their_launches():
+    """The arbitrary-ids route makes exactly the two kernel launches (recorded, not run) besides its library
+    operators; the consecutive layout none; neither reads a value back to the host."""
+    pytest.importorskip("torch")
+    pytest.importorskip("numba.cuda", reason="the route imports backends/_cuda_groups.py (numba-cuda)")
+    from gae_xp.bench import group_traffic
+
+    consecutive, ids = (group_traffic.route_row(layout, 4096) for layout in ("consecutive", "ids"))
+    assert (consecutive.kernels, ids.kernels) == (0, 2)
+    assert consecutive.host_syncs == ids.host_syncs == 0
+    assert ids.launches > ids.kernels and consecutive.launches > 0
+    assert ids.bytes_per_element > 2 * (4 + 8)  # both launches read the scores and the index
