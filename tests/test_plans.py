@@ -251,6 +251,24 @@ def test_a_plan_made_with_truncated_bootstrap_next_step_never_serves_a_call_with
         gae_xp.gae(rewards, rewards, truncated=truncated)
 
 
+@pytest.mark.parametrize("backend", ["xp", "auto"])
+def test_a_plan_serves_an_opted_in_truncated_call_again_with_the_next_steps_value(backend):
+    """The plan that runs the checks again (the xp backend's) keeps truncated_bootstrap="next_step": the second
+    opted-in call equals the first and the reference instead of raising the ValueError of a call without it."""
+    _plans.PLANS.clear()
+    rng = np.random.default_rng(3)
+    rewards, values = rng.standard_normal((2, 2, 16))
+    truncated = rng.random((2, 16)) < 0.2
+    want = gae_loop(rewards, values, truncated=truncated, gamma=0.9, lam=0.8, truncated_bootstrap="next_step")
+    with spied() as events:
+        for _ in range(2):
+            got = gae_xp.gae(rewards, values, gamma=0.9, lam=0.8, truncated=truncated, backend=backend,
+                             truncated_bootstrap="next_step")
+            for array, reference in zip(got, want):
+                np.testing.assert_allclose(array, reference, rtol=1e-12, atol=1e-12)
+    assert len(events["made"]) == 1 and len(events["served"]) == 1
+
+
 def test_calls_without_a_key_take_the_full_path():
     """Another library or kind of argument, packed sequences, traced or wrapped tensors: no key."""
     rewards = np.zeros((2, 8), np.float32)
