@@ -105,8 +105,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "work, side by side, after the sweep (default: timed where numba is installed)")
     parser.add_argument("--profile", action="store_true",
                         help="instead of the sweep, profile backend='auto' calls of every library, case and shape "
-                             "asked for (e.g. --B 8 --T 128): where each microsecond of a call goes "
-                             "(default: off)")
+                             "asked for (e.g. --B 8 --T 128): where each microsecond of a repeated call goes, after an "
+                             "untimed first call has compiled and made the call's plan (default: off)")
     parser.add_argument("--paths", type=_path_names, default=None, metavar="LIST",
                         help="comma-separated paths to run, from " + ", ".join(p.name for p in paths.all_paths())
                              + " (default: all that apply to each library and case, but "
