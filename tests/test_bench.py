@@ -1036,6 +1036,29 @@ def test_asv_takes_its_targets_from_the_registry_and_skips_cleanly():
     assert 0 <= accuracy.track_max_abs_error("numpy/xp", "gamma=0.99 lam=0.95") < 1e-4
 
 
+def test_asv_without_gae_xp_gives_every_benchmark_parameters_to_skip_on(monkeypatch):
+    """asv's runner strips sys.path: in an environment without gae_xp the registry's import fails. Every
+    parameter list must still be non-empty (asv rejects an empty one: "Invalid benchmark parameter permutation
+    index: 0") and each benchmark's setup must skip (NotImplementedError) at its first permutation."""
+    for name in ("gae_xp", "gae_xp.bench", "gae_xp.bench.paths", "gae_xp.bench.libraries", "gae_xp.testing",
+                 "gae_xp.testing.libraries", "gae_xp.bench.groups"):
+        monkeypatch.setitem(sys.modules, name, None)
+    checked = 0
+    for module_name in ("common", "bench_gae", "bench_groups", "bench_small_calls"):
+        monkeypatch.setitem(sys.modules, f"asv_benchmarks.{module_name}", None)
+        module = _load_asv_module(module_name)
+        for benchmark in vars(module).values():
+            if not (isinstance(benchmark, type) and benchmark.__module__ == module.__name__
+                    and hasattr(benchmark, "params")):
+                continue
+            params = benchmark.params if isinstance(benchmark.params[0], list) else [benchmark.params]
+            assert all(len(values) > 0 for values in params), (benchmark.__name__, params)
+            with pytest.raises(NotImplementedError):
+                benchmark().setup(*(values[0] for values in params))
+            checked += 1
+    assert checked >= 10
+
+
 def test_asv_tracks_gae_as_a_multiple_of_a_copy_of_the_same_bytes():
     common = _load_asv_module("common")
     bench = _load_asv_module("bench_gae")

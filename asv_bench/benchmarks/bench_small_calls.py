@@ -9,6 +9,7 @@ cache for the first call.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -80,7 +81,10 @@ class TrackSmallCallRatio:
     def setup(self, library, case):
         if numba is None:
             raise NotImplementedError("numba is not installed")
-        import gae_xp
+        try:
+            import gae_xp
+        except ImportError as error:
+            raise NotImplementedError(f"gae_xp is not installed in this environment: {error}") from None
 
         arrays = _arrays(case)
         constant, dones_mask = _bare_loops()
@@ -145,6 +149,8 @@ class TrackFirstCall:
     def setup(self, case):
         if numba is None:
             raise NotImplementedError("numba is not installed")
+        if importlib.util.find_spec("gae_xp") is None:
+            raise NotImplementedError("gae_xp is not installed in this environment")
 
     def track_first_call_cold_cache(self, case):
         with tempfile.TemporaryDirectory() as cache:
