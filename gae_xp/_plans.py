@@ -178,7 +178,7 @@ class ChosenBackendPlan:
     the layout of ``gae_xp._prepare`` again: for backends without a plan of their own (the generic scan, lax.scan,
     numba-CUDA for now)."""
 
-    def __init__(self, call, solver, truncated_bootstrap):
+    def __init__(self, call, solver, truncated_bootstrap: str):
         self.solver = solver
         self.options = {"axis": call.axis, "chunk_size": call.chunk_size, "backend": call.backend,
                         "fill_masked": call.problem.fill_masked, "truncated_bootstrap": truncated_bootstrap}

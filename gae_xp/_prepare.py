@@ -413,17 +413,21 @@ def time_first_hint(bootstrap_value, shape, axis: int) -> None:
     ``axis`` but does fit it for another axis: time-first data (``[T, B]``) passed without ``axis=0``."""
     got = tuple(bootstrap_value.shape)
     batch = shape[:axis] + shape[axis + 1:]
-    try:
-        np.broadcast_shapes(got, batch)
+    if broadcastable(got, batch):
         return
-    except ValueError:
-        pass
     for other in range(len(shape)):
         if other != axis and got == shape[:other] + shape[other + 1:]:
             raise ValueError(
                 f"bootstrap_value of shape {got} does not broadcast to the batch shape {batch} (rewards' shape {shape} "
                 f"without the time axis {axis}), but it is that shape without axis {other}: if time is axis {other} "
                 f"(time-first data, [T, B]), pass axis={other}")
+
+
+def broadcastable(a: tuple, b: tuple) -> bool:
+    """Whether shapes ``a`` and ``b`` broadcast together (``np.broadcast_shapes`` would not raise), in plain Python
+    on their sizes: under ``torch.compile`` with dynamic shapes ``np.broadcast_shapes`` on symbolic sizes would
+    be traced into the graph as an operation of its own."""
+    return all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(b)))
 
 
 def same_shape(name: str, value, shape, anchor: str = "rewards") -> None:

@@ -325,7 +325,7 @@ def test_12_torch_vmap_matches_the_loop(options):
 
     case = _rows_apart(make_case(np.random.default_rng(5), (3, 120), **options))
     arrays = converted(library, case)
-    per_row = {k: v for k, v in arrays.items() if not isinstance(v, float) and v.shape[:1] == (3,)}
+    per_row = {k: v for k, v in arrays.items() if not isinstance(v, (float, str)) and v.shape[:1] == (3,)}
     rest = {k: v for k, v in arrays.items() if k not in per_row}
     names = list(per_row)
     got_a, got_r = torch.func.vmap(lambda *rows: gae_xp.gae(**dict(zip(names, rows)), **rest))(*per_row.values())
@@ -342,7 +342,7 @@ def test_12_jax_jit_and_vmap_match_the_loop(options):
     case = _rows_apart(make_case(np.random.default_rng(6), (3, 120), **options))
     case["rewards"][2, 30] = np.nan
     arrays = converted(library, case)
-    per_row = {k: v for k, v in arrays.items() if not isinstance(v, float) and v.shape[:1] == (3,)}
+    per_row = {k: v for k, v in arrays.items() if not isinstance(v, (float, str)) and v.shape[:1] == (3,)}
     rest = {k: v for k, v in arrays.items() if k not in per_row}
     names = list(per_row)
     want_a, want_r = expected(case)

@@ -269,6 +269,28 @@ def test_a_plan_serves_an_opted_in_truncated_call_again_with_the_next_steps_valu
     assert len(events["made"]) == 1 and len(events["served"]) == 1
 
 
+@pytest.mark.parametrize("kind", ["requires grad", "xp backend"])
+def test_a_plan_on_the_backend_chosen_keeps_truncated_bootstrap(kind):
+    """A plan that runs the checks again (``ChosenBackendPlan``) runs them with the call's truncated_bootstrap:
+    the second opted-in call is served like the first, not refused (it ran them with the default at first)."""
+    _plans.PLANS.clear()
+    rng = np.random.default_rng(5)
+    truncated = rng.random((2, 9)) < 0.3
+    for _ in range(2):
+        rewards, values = rng.standard_normal((2, 9)), rng.standard_normal((2, 9))
+        expected = gae_loop(rewards, values, truncated=truncated, truncated_bootstrap="next_step")
+        if kind == "requires grad":
+            arguments = dict(rewards=torch.from_numpy(rewards), values=torch.from_numpy(values).requires_grad_(),
+                             truncated=torch.from_numpy(truncated))
+        else:
+            arguments = dict(rewards=rewards, values=values, truncated=truncated, backend="xp")
+        out = gae_xp.gae(**arguments, truncated_bootstrap="next_step")
+        for got, want in zip(out, expected):
+            np.testing.assert_allclose(np.asarray(got.detach() if kind == "requires grad" else got), want,
+                                       rtol=1e-12, atol=1e-12)
+    assert len(_plans.PLANS) == 1
+
+
 def test_calls_without_a_key_take_the_full_path():
     """Another library or kind of argument, packed sequences, traced or wrapped tensors: no key."""
     rewards = np.zeros((2, 8), np.float32)
