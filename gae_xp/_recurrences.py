@@ -72,17 +72,18 @@ class Picker:
         return self.xp.where(flag, x, self.zero) if self.exact else times(x, self.factor(flag), owned=owned)
 
     def real(self, mask, x):
-        """x with its masked steps made 0 before any arithmetic, on the route that multiplies (x itself on the
-        exact route, which zeroes results with ``where``).
+        """x with its masked steps made 0 before any arithmetic (x itself when mask is None).
 
-        A masked step is absent whatever finite values it holds: ``r - V`` of a
-        masked r = 3e38 and V = -3e38 overflows to inf, and ``inf * 0`` is
-        NaN, which would spread to every earlier step. Zeroed first, a masked
-        step only ever meets finite neighbours.
+        A masked step is absent whatever values it holds: ``r - V`` of a
+        masked r = 3e38 and V = -3e38 overflows to inf (and warns), and
+        ``inf * 0`` is NaN, which would spread to every earlier step. Zeroed
+        first, a masked step only ever meets finite neighbours. The exact
+        route zeroes with ``where``, so a masked NaN or inf never enters the
+        arithmetic either.
         """
-        if mask is None or self.exact:
+        if mask is None:
             return x
-        return x * self.factor(mask)
+        return self.xp.where(mask, x, self.zero) if self.exact else x * self.factor(mask)
 
     def unless(self, flag, x, *, owned: bool = False):
         """0 where flag is True, x elsewhere (x itself when flag is None)."""
