@@ -170,7 +170,7 @@ def make_plan(call, solver, arguments: dict):
     layout again on the backend chosen."""
     make = getattr(solver, "make_plan", None)
     plan = None if make is None else make(call, arguments)
-    return plan if plan is not None else ChosenBackendPlan(call, solver)
+    return plan if plan is not None else ChosenBackendPlan(call, solver, arguments["truncated_bootstrap"])
 
 
 class ChosenBackendPlan:
@@ -178,10 +178,10 @@ class ChosenBackendPlan:
     the layout of ``gae_xp._prepare`` again: for backends without a plan of their own (the generic scan, lax.scan,
     numba-CUDA for now)."""
 
-    def __init__(self, call, solver):
+    def __init__(self, call, solver, truncated_bootstrap):
         self.solver = solver
         self.options = {"axis": call.axis, "chunk_size": call.chunk_size, "backend": call.backend,
-                        "fill_masked": call.problem.fill_masked}
+                        "fill_masked": call.problem.fill_masked, "truncated_bootstrap": truncated_bootstrap}
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
                  critic_lam):

@@ -205,7 +205,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
     if key is not None:
         _plans.PLANS.put(key, _plans.make_plan(call, solver, {"rewards": rewards, "values": values,
-                                                              "next_values": next_values}))
+                                                              "next_values": next_values,
+                                                              "truncated_bootstrap": truncated_bootstrap}))
     return call.restore(advantages), call.restore(returns)
 
 
