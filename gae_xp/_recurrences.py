@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._compat import device_of, is_numpy_array, known_finite, owned_copy, writes_through_views
+from ._compat import device_of, ieee_overflow_allowed, is_numpy_array, known_finite, owned_copy, writes_through_views
 from ._scan import fold_boundary, neighbour
 
 if TYPE_CHECKING:
@@ -192,8 +192,10 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     segments = Segments(p)
     v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
     real_v = pick.real(m, v)
-    # A new array at every step (NumPy writes a chain of operators on a temporary into it).
-    delta = pick.unless(p.terminated, p.gamma * v_next, owned=True) + pick.real(m, r) - real_v
+    # A new array at every step (NumPy writes a chain of operators on a temporary into it). A real step's inf or
+    # NaN gives inf - inf = NaN here and below: IEEE's answer, which the contract keeps inside its episode.
+    with ieee_overflow_allowed(r):
+        delta = pick.unless(p.terminated, p.gamma * v_next, owned=True) + pick.real(m, r) - real_v
     if not p.is_constant:
         delta = pick.only(m, delta, owned=True)
 
@@ -208,10 +210,13 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     own_v = v if p.fill_masked else real_v  # verl's convention adds a masked step's own value
     if p.critic_lam is None:
         advantages = advantages_at(p.lam, delta)
-        returns = advantages + own_v
+        with ieee_overflow_allowed(advantages):
+            returns = advantages + own_v
     else:
         advantages = advantages_at(p.lam, owned_copy(xp, delta))
-        returns = advantages_at(p.critic_lam, delta) + own_v
+        critic = advantages_at(p.critic_lam, delta)
+        with ieee_overflow_allowed(critic):
+            returns = critic + own_v
     if not p.fill_masked:  # both this call's own: the scan's result and a sum
         advantages, returns = pick.only(m, advantages, owned=True), pick.only(m, returns, owned=True)
     return advantages, returns
