@@ -237,6 +237,7 @@ def problems(draw):
     return case, offsets, call, seed
 
 
+@pytest.mark.slow  # minutes of compilation; the quick run has gradcheck and opcheck
 @given(problems())
 def test_forward_and_backward_match_autograd_through_the_loop(problem):
     case, offsets, call, seed = problem

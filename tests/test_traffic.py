@@ -183,6 +183,7 @@ def test_fill_replaces_between_the_markers():
 
 
 @needs_ptx
+@pytest.mark.slow  # regenerates every table (tens of seconds); CI's full matrix runs it
 def test_committed_pages_hold_the_generated_tables():
     """README.md and docs/gpu.md quote `python -m gae_xp.bench.traffic --write` of this commit (about a minute:
     the generic path is recorded on torch, the fused path's PTX run on the CPU)."""
