@@ -30,8 +30,8 @@ from array_api_compat import device as device_of
 
 __all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
            "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "is_torch_namespace", "add_at",
-           "known_finite", "owned_copy", "values_are_readable", "values_are_cheap_to_read", "on_cpu",
-           "calling_thread_only", "isdtype", "is_extension_float"]
+           "known_finite", "ieee_overflow_allowed", "owned_copy", "values_are_readable", "values_are_cheap_to_read",
+           "on_cpu", "calling_thread_only", "isdtype", "is_extension_float"]
 
 
 def is_array(value) -> bool:
@@ -110,7 +110,20 @@ def known_finite(xp, x) -> bool:
         return False
     if getattr(x, "requires_grad", False):
         x = x.detach()
-    return math.isfinite(float(xp.sum(x)))
+    with ieee_overflow_allowed(x):  # a sum that overflows is the answer "not known finite", not an error
+        return math.isfinite(float(xp.sum(x)))
+
+
+def ieee_overflow_allowed(x):
+    """A context in which NumPy computes on x to IEEE's inf or NaN without a RuntimeWarning.
+
+    Only for arithmetic whose inf or NaN is the intended result (a finiteness probe's sum, ``exp`` of a log
+    ratio that a threshold clips next); NumPy's ``errstate`` for a NumPy array, nothing for other libraries
+    (they do not warn).
+    """
+    if is_numpy_array(x):
+        return np.errstate(over="ignore", invalid="ignore")
+    return contextlib.nullcontext()
 
 
 def to_device(xp, host: np.ndarray, like):

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._compat import device_of, is_numpy_array, known_finite, owned_copy, writes_through_views
+from ._compat import device_of, ieee_overflow_allowed, is_numpy_array, known_finite, owned_copy, writes_through_views
 from ._scan import fold_boundary, neighbour
 
 if TYPE_CHECKING:
@@ -72,17 +72,18 @@ class Picker:
         return self.xp.where(flag, x, self.zero) if self.exact else times(x, self.factor(flag), owned=owned)
 
     def real(self, mask, x):
-        """x with its masked steps made 0 before any arithmetic, on the route that multiplies (x itself on the
-        exact route, which zeroes results with ``where``).
+        """x with its masked steps made 0 before any arithmetic (x itself when mask is None).
 
-        A masked step is absent whatever finite values it holds: ``r - V`` of a
-        masked r = 3e38 and V = -3e38 overflows to inf, and ``inf * 0`` is
-        NaN, which would spread to every earlier step. Zeroed first, a masked
-        step only ever meets finite neighbours.
+        A masked step is absent whatever values it holds: ``r - V`` of a
+        masked r = 3e38 and V = -3e38 overflows to inf (and warns), and
+        ``inf * 0`` is NaN, which would spread to every earlier step. Zeroed
+        first, a masked step only ever meets finite neighbours. The exact
+        route zeroes with ``where``, so a masked NaN or inf never enters the
+        arithmetic either.
         """
-        if mask is None or self.exact:
+        if mask is None:
             return x
-        return x * self.factor(mask)
+        return self.xp.where(mask, x, self.zero) if self.exact else x * self.factor(mask)
 
     def unless(self, flag, x, *, owned: bool = False):
         """0 where flag is True, x elsewhere (x itself when flag is None)."""
@@ -191,8 +192,10 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     segments = Segments(p)
     v_next = next_real_values(p, pick, solve=solve, chunk_size=chunk_size, segments=segments)
     real_v = pick.real(m, v)
-    # A new array at every step (NumPy writes a chain of operators on a temporary into it).
-    delta = pick.unless(p.terminated, p.gamma * v_next, owned=True) + pick.real(m, r) - real_v
+    # A new array at every step (NumPy writes a chain of operators on a temporary into it). A real step's inf or
+    # NaN gives inf - inf = NaN here and below: IEEE's answer, which the contract keeps inside its episode.
+    with ieee_overflow_allowed(r):
+        delta = pick.unless(p.terminated, p.gamma * v_next, owned=True) + pick.real(m, r) - real_v
     if not p.is_constant:
         delta = pick.only(m, delta, owned=True)
 
@@ -207,10 +210,13 @@ def gae_on_scan(p: GaeProblem, *, solve, chunk_size: int | None):
     own_v = v if p.fill_masked else real_v  # verl's convention adds a masked step's own value
     if p.critic_lam is None:
         advantages = advantages_at(p.lam, delta)
-        returns = advantages + own_v
+        with ieee_overflow_allowed(advantages):
+            returns = advantages + own_v
     else:
         advantages = advantages_at(p.lam, owned_copy(xp, delta))
-        returns = advantages_at(p.critic_lam, delta) + own_v
+        critic = advantages_at(p.critic_lam, delta)
+        with ieee_overflow_allowed(critic):
+            returns = critic + own_v
     if not p.fill_masked:  # both this call's own: the scan's result and a sum
         advantages, returns = pick.only(m, advantages, owned=True), pick.only(m, returns, owned=True)
     return advantages, returns

@@ -14,7 +14,7 @@ from typing import Any, Sequence, Union
 
 from . import _plans, backends
 from . import _prepare as prepare_
-from ._compat import device_of, divide
+from ._compat import device_of, divide, ieee_overflow_allowed
 from ._recurrences import (
     Picker,
     Segments,
@@ -505,7 +505,11 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
     if p.rewards.shape[-1] == 0:
         return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
     pick = Picker(p, p.rewards, v, p.next_values, p.bootstrap, p.extra["log_rhos"])
-    rho = xp.exp(p.extra["log_rhos"])
+    # A masked log ratio never enters exp (3e38 there would overflow); a real one that overflows gives rho = inf,
+    # which every threshold clips next: IEEE's answer, computed without NumPy's warning.
+    log_rhos = pick.only(p.mask, p.extra["log_rhos"])
+    with ieee_overflow_allowed(log_rhos):
+        rho = xp.exp(log_rhos)
     v_next = next_real_values(p, pick, solve=solver.scan, chunk_size=call.chunk_size)
     clipped = {name: xp.minimum(rho, xp.asarray(value, dtype=rho.dtype, device=device_of(rho)))
                for name, value in thresholds.items()}
