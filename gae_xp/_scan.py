@@ -75,6 +75,7 @@ from . import _compat
 from ._compat import (
     add_at,
     device_of,
+    ieee_overflow_allowed,
     is_jax_array,
     is_numpy_array,
     is_torch_array,
@@ -316,8 +317,9 @@ class InPlaceSequentialLocal(_RowsLocal):
         for j in order:
             if previous is not None:
                 y, coefficient = x[..., j, :], a[..., j, :]  # views: written in place
-                if self.exact:
-                    y += cut_product(self.xp, coefficient, x[..., previous, :])
+                if self.exact:  # a real step's inf meets -inf inside its episode: IEEE's NaN, without a warning
+                    with ieee_overflow_allowed(y):
+                        y += cut_product(self.xp, coefficient, x[..., previous, :])
                     a[..., j, :] = nonzero_product(self.xp, coefficient, a[..., previous, :])
                 else:
                     y += coefficient * x[..., previous, :]
@@ -328,8 +330,9 @@ class InPlaceSequentialLocal(_RowsLocal):
     def fix_up(self, chunked, incoming, length):
         solved, decay = chunked.state
         incoming = incoming[..., None, :]
-        if self.exact:
-            solved += cut_product(self.xp, decay, incoming)
+        if self.exact:  # as in ``local``: inf + -inf inside an episode is IEEE's NaN
+            with ieee_overflow_allowed(solved):
+                solved += cut_product(self.xp, decay, incoming)
         else:
             decay *= incoming
             solved += decay
