@@ -675,19 +675,30 @@ def _jit(spec):
 
 
 class _Launch(contextlib.AbstractContextManager):
-    """Launches on the arrays' device and the caller's current stream; arrays go to numba zero-copy."""
+    """Launches on the arrays' device and the caller's current stream; arrays go to the kernels zero-copy.
+
+    On a GPU the kernels are launched through the driver with their argument blocks packed by
+    ``_cuda_launch.Launcher`` (arrays as ``_cuda_launch.Descriptor``: pointer, shape, strides); with ``driver``
+    False, by numba's own launcher (arrays as numba device arrays), which the GPU tests compare it with. The
+    simulator has no driver: numba's launch, on NumPy arrays.
+    """
+
+    #: launch through the driver with packed argument blocks (False: numba's dispatcher)
+    driver = True
 
     def __init__(self, like):
         self._sim = simulated()
         self._like = like
         self._context = contextlib.nullcontext()
+        self._device = 0
         self.stream = 0
 
     def __enter__(self):
         if not self._sim:
             from ._cuda_import import cuda
 
-            self._context = cuda.gpus[_device_index(self._like)]
+            self._device = _device_index(self._like)
+            self._context = cuda.gpus[self._device]
             self._context.__enter__()
             self.stream = _current_stream(self._like)
         return self
@@ -696,7 +707,8 @@ class _Launch(contextlib.AbstractContextManager):
         return self._context.__exit__(*exc)
 
     def array(self, array, *, written: bool = False):
-        """A numba device array on the same memory, without synchronizing any stream (None stays None).
+        """The array as the kernels take it, on the same memory, without synchronizing any stream (None stays
+        None): a ``Descriptor`` (or a numba device array, ``driver`` False).
 
         Under the simulator: the NumPy array itself if the kernels write it, else marked as input only (the
         simulator copies every other argument back, which a read-only broadcast view refuses). The simulator
@@ -706,10 +718,10 @@ class _Launch(contextlib.AbstractContextManager):
         """
         if array is None:
             return None
+        if not self._sim:
+            return _descriptor(array) if self.driver else _device_array(array)
         from ._cuda_import import cuda
 
-        if not self._sim:
-            return _device_array(array)
         if written:
             return array
         return cuda.In(_one_piece(array))
@@ -733,8 +745,18 @@ class _Launch(contextlib.AbstractContextManager):
     def __call__(self, kernel, grid, threads: int, *args):
         if self._sim:
             kernel[grid, threads](*args)
+        elif self.driver:
+            _launcher(kernel)(self._device, self.stream, grid, threads, args)
         else:
             kernel[grid, threads, self.stream](*args)
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher(kernel):
+    """The driver launcher of a compiled kernel (one per kernel, like the kernels themselves)."""
+    from ._cuda_launch import Launcher
+
+    return Launcher(kernel)
 
 
 def _one_piece(array):
@@ -766,6 +788,23 @@ def _device_array(array):
                        "version": 3}
         return cuda.from_cuda_array_interface(description, owner=array, sync=False)
     return cuda.as_cuda_array(array, sync=False)
+
+
+def _descriptor(array):
+    """A CUDA array's pointer, shape, strides (bytes) and item size, for the driver launch: a torch tensor's
+    from the tensor itself, others' from ``__cuda_array_interface__`` (C-contiguous when it gives no strides)."""
+    from ._cuda_launch import Descriptor
+
+    if is_torch_array(array):
+        item = array.element_size()
+        return Descriptor(array.data_ptr(), tuple(array.shape), tuple(s * item for s in array.stride()), item, array)
+    interface = array.__cuda_array_interface__
+    shape = tuple(interface["shape"])
+    item = np.dtype(interface["typestr"]).itemsize
+    strides = interface.get("strides")
+    if strides is None:
+        strides = tuple(math.prod(shape[axis + 1:]) * item for axis in range(len(shape)))
+    return Descriptor(interface["data"][0], shape, tuple(strides), item, array)
 
 
 def _device_index(array) -> int:

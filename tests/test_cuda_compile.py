@@ -32,6 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_cuda_launch import ptx_parameters
 
 ARCHS = {"sm_80": (8, 0), "sm_90": (9, 0)}
 
@@ -135,6 +136,7 @@ def compile_kernel(io: str, spec, arch: str) -> dict:
         "float64_atomic_adds": count(r"\b(?:atom|red)\.global\.add\.f64\b"),
         "compare_and_swaps": count(r"\batom\.(?:global\.)?cas\b"),
         "ptxas": info,
+        "ptx_parameters": ptx_parameters(ptx),
     }
 
 
@@ -175,6 +177,16 @@ def test_tile_kernels_load_and_store_coalesced(io, spec):
         assert result["stores_once"] >= ITEMS * outputs, result
     else:
         assert result["stores_once"] == 0, "launch 1 writes the tiles' maps only"
+
+
+@pytest.mark.parametrize("io, spec", KERNELS, ids=[f"{io}-{spec.name}" for io, spec in KERNELS])
+def test_packed_arguments_match_the_ptx_parameters(io, spec):
+    """The driver launch's argument block (``_cuda_launch.layout``) has the kernel's ``.param`` list: as many
+    parameters, in order, each of its type and size (tests/test_cuda_launch.py: and the values numba's launcher
+    would pass)."""
+    from test_cuda_launch import check_parameters
+
+    check_parameters(spec.signature.args, compile_kernel(io, spec, "sm_90")["ptx_parameters"])
 
 
 #: The per-step arrays a tile kernel's name may list: each is streamed in with ITEMS striped loads per thread.
