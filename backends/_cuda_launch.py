@@ -117,8 +117,8 @@ def _values_of(kind: tuple, value, out: list) -> None:
             raise TypeError(f"expected None for an absent array, got {type(value).__name__}")
         out.append(0)
     elif tag == "tuple":
-        if len(value) != len(kind[1]):
-            raise TypeError(f"expected a tuple of {len(kind[1])}, got {len(value)} elements")
+        if not isinstance(value, tuple) or len(value) != len(kind[1]):
+            raise TypeError(f"expected a tuple of {len(kind[1])} elements, got {value!r}")
         for element_kind, element in zip(kind[1], value):
             _values_of(element_kind, element, out)
     elif kind[2] == "float16":
@@ -152,6 +152,9 @@ class Launcher:
         (self._kernel,) = dispatcher.overloads.values()
         self.argtypes = tuple(self._kernel.argument_types)
         self._kinds = tuple(_kind(ty) for ty in self.argtypes)
+        #: tuples of scalars that pack as they are (no float16 among them)
+        self._plain_tuples = {k for k in self._kinds if k[0] == "tuple" and all(e[0] == "scalar" and e[2] != "float16"
+                                                                                for e in k[1])}
         self._format = struct.Struct(block_format(self.argtypes))
         self._block = ctypes.create_string_buffer(max(self._format.size, 1))
         base = ctypes.addressof(self._block)
@@ -169,16 +172,36 @@ class Launcher:
 
     def __call__(self, device: int, stream, grid: int, threads: int, args) -> None:
         """Launch on ``stream`` (a numba stream) of the current context (device index ``device``)."""
-        flat: list = []
-        for kind, value in zip(self._kinds, args):
-            _values_of(kind, value, flat)
-        function = self._function(device)
-        with self._lock:
-            self._format.pack_into(self._block, 0, *flat)
-            (error,) = _driver().cuLaunchKernel(function, grid, 1, 1, threads, 1, 1, 0, stream.handle,
-                                                self._params_address, 0)
+        try:
+            if len(args) != len(self._kinds):
+                raise TypeError
+            flat = self._flat(args)
+            function = self._function(device)
+            with self._lock:
+                self._format.pack_into(self._block, 0, *flat)
+                (error,) = _driver().cuLaunchKernel(function, grid, 1, 1, threads, 1, 1, 0, stream.handle,
+                                                    self._params_address, 0)
+        except (AttributeError, TypeError, struct.error):
+            values(self.argtypes, args)  # raises naming what does not fit the signature
+            raise
         if error != _SUCCESS[0]:
             raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
+
+    def _flat(self, args) -> list:
+        """``values(self.argtypes, args)`` without its checks (the launch checks when packing fails)."""
+        flat: list = []
+        for kind, value in zip(self._kinds, args):
+            tag = kind[0]
+            if tag == "array":
+                shape = value.shape
+                flat += (0, 0, math.prod(shape), value.itemsize, value.pointer, *shape, *value.strides)
+            elif tag == "none":
+                flat.append(0 if value is None else value)  # anything else fails to pack: the check names it
+            elif kind in self._plain_tuples:
+                flat += value
+            else:
+                _values_of(kind, value, flat)
+        return flat
 
 
 _SUCCESS: list = []

@@ -55,6 +55,7 @@ from gae_xp._pieces import identity_map
 from gae_xp._prepare import fill_invalid, guarded_offsets
 
 from . import _cuda_plan
+from ._cuda_launch import Descriptor
 
 NAME = "numba-cuda"
 #: The slots of a map that launch 1 writes per tile (see ``_cuda_kernels.Fields``), by (value chain, critic);
@@ -793,11 +794,10 @@ def _device_array(array):
 def _descriptor(array):
     """A CUDA array's pointer, shape, strides (bytes) and item size, for the driver launch: a torch tensor's
     from the tensor itself, others' from ``__cuda_array_interface__`` (C-contiguous when it gives no strides)."""
-    from ._cuda_launch import Descriptor
-
-    if is_torch_array(array):
+    pointer = getattr(array, "data_ptr", None)  # a torch tensor
+    if pointer is not None:
         item = array.element_size()
-        return Descriptor(array.data_ptr(), tuple(array.shape), tuple(s * item for s in array.stride()), item, array)
+        return Descriptor(pointer(), tuple(array.shape), tuple([s * item for s in array.stride()]), item, array)
     interface = array.__cuda_array_interface__
     shape = tuple(interface["shape"])
     item = np.dtype(interface["typestr"]).itemsize

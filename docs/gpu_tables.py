@@ -5,6 +5,7 @@
     python docs/gpu_tables.py registers    # registers and shared memory per kernel (ptxas, numba-cuda[cu12])
     python docs/gpu_tables.py groups       # group_advantages' moments: launches and bytes per score per layout
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
+    python docs/gpu_tables.py launch       # ... up to the driver call: numba's launcher's part, the driver launch
     python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
 
 ``traffic``, ``arguments`` and ``groups`` (torch records the route) are deterministic (``check()`` compares
@@ -97,9 +98,11 @@ def recorded():
             + "]"
 
     Recorder.launches = []
+    numba_cuda._forward_kernels.cache_clear()
     with mock.patch.object(numba_cuda, "_Launch", Recorder), mock.patch.object(numba_cuda, "_compiled", compiled), \
             mock.patch.object(numba_cuda, "_carry", carry):
         yield
+    numba_cuda._forward_kernels.cache_clear()
 
 
 def _problem(xp, shape, dones_mask: bool, dtype=np.float32):
@@ -161,6 +164,144 @@ def host_table(repeat: int = 2000) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def driven():
+    """The backend's own launch path (``_Launch``: descriptors, the packed argument blocks of
+    ``_cuda_launch.Launcher``) with stand-ins below it: kernels that carry their real signatures but no code, a
+    context and stream that do nothing, and a ``cuLaunchKernel`` that returns success. ``Recorder.launches``
+    counts the driver calls."""
+    from unittest import mock
+
+    from gae_xp.backends import _cuda_launch, numba_cuda
+    from gae_xp.backends._cuda_kernels import Fields, carry_kernel
+
+    class Kernel:  # a dispatcher compiled for one signature, without code
+        def __init__(self, spec):
+            overload = SimpleNamespace(argument_types=spec.signature.args,
+                                       _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=0)))
+            self.overloads = {spec.signature.args: overload}
+
+    kernel = Kernel
+
+    @functools.cache
+    def compiled(module, io, structure):
+        from gae_xp.backends import _cuda_backward, _cuda_gae
+
+        return kernel((_cuda_gae if module == "gae" else _cuda_backward).forward_kernel(io, structure))
+
+    @functools.cache
+    def carry(io, value_chain, critic, reverse, complete):
+        return kernel(carry_kernel(io, Fields(value_chain, critic, True), reverse=reverse, complete=complete))
+
+    success = _cuda_launch._driver().CUresult.CUDA_SUCCESS
+    stub = SimpleNamespace(cuLaunchKernel=lambda *args: Recorder.launches.append(args) or (success,))
+    Recorder.launches = []
+    numba_cuda._launcher.cache_clear()
+    numba_cuda._forward_kernels.cache_clear()
+    with mock.patch.object(numba_cuda, "_compiled", compiled), mock.patch.object(numba_cuda, "_carry", carry), \
+            mock.patch.object(numba_cuda, "_device_index", lambda array: 0), \
+            mock.patch.object(numba_cuda, "_current_stream", lambda array: SimpleNamespace(handle=0)), \
+            mock.patch("gae_xp.backends._cuda_import.cuda.gpus", {0: contextlib.nullcontext()}), \
+            mock.patch.object(_cuda_launch, "_driver", lambda: stub):
+        yield
+    numba_cuda._launcher.cache_clear()
+    numba_cuda._forward_kernels.cache_clear()
+
+
+def _numba_flattening(recorded_launches, item: int):
+    """A function that flattens the recorded launches' arguments as numba-cuda's launcher does
+    (``_Kernel._prepare_args`` with the backend's extension, then cuda.core's ``ParamHolder``, as its ``launch``
+    does before the driver call), arrays given as what numba reads of a device array."""
+    from cuda.core._kernel_arg_handler import ParamHolder
+    from numba.cuda.cudadrv import devicearray
+    from numba.cuda.dispatcher import _Kernel
+
+    from gae_xp.backends import numba_cuda
+
+    class Kernel:
+        extensions = numba_cuda._EXTENSIONS
+        _prepare_args = _Kernel._prepare_args
+
+    def device(a):
+        strides = tuple(int(s) * item for s in a.stride())
+        view = devicearray._StridedMemoryViewShim(
+            ptr=a.data_ptr(), shape=tuple(a.shape), dtype=np.dtype(np.float32), size=a.numel(),
+            _layout=devicearray._StridedLayoutShim(strides_in_bytes=strides, is_contiguous_c=False,
+                                                   is_contiguous_f=False, is_contiguous_any=False))
+        return SimpleNamespace(__cuda_memory__=True, _strided_memory_view_shim=view)
+
+    launches = [(spec.signature.args, [device(a) if hasattr(a, "data_ptr") else a for a in args])
+                for spec, _, _, args in recorded_launches]
+    kernel = Kernel()
+
+    def flatten():
+        for argtypes, args in launches:
+            kernelargs: list = []
+            for ty, value in zip(argtypes, args):
+                kernel._prepare_args(ty, value, 0, [], kernelargs)
+            ParamHolder(kernelargs)
+
+    return flatten
+
+
+def launch_table(batches: int = 30, calls: int = 100) -> str:
+    """Microseconds of Python per call up to the driver call, torch CPU tensors standing in for CUDA ones: the
+    mean of ``calls`` calls in the fastest of ``batches`` batches (the least disturbed by other work on a busy
+    machine): ``prepare``; the backend up to its launches (recorded); numba's launcher's flattening of
+    those launches' arguments (the part of its per-call work that runs without a GPU: its per-argument typing,
+    its device-array objects and cuda.core's launch call are not included); and the backend through
+    ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``."""
+    import torch
+
+    from gae_xp import _prepare
+    from gae_xp.backends import _cuda_gae, _cuda_kernels, numba_cuda
+
+    def fastest(function):
+        function()
+        best = math.inf
+        for _ in range(batches):
+            start = time.perf_counter()
+            for _ in range(calls):
+                function()
+            best = min(best, (time.perf_counter() - start) / calls)
+        return best * 1e6
+
+    def specs(module, io, structure):
+        return _cuda_gae.forward_kernel(io, structure)
+
+    def carry_specs(io, value_chain, critic, reverse, complete):
+        return _cuda_kernels.carry_kernel(io, _cuda_kernels.Fields(value_chain, critic, True), reverse=reverse,
+                                          complete=complete)
+
+    lines = ["| case (torch CPU stand-ins) | prepare | backend, launches recorded | + numba's argument flattening "
+             "(lower bound) | = before (numba's launcher, lower bound) | backend through the driver launch "
+             "(stand-in driver) | = after | launches |", "|---|---|---|---|---|---|---|---|"]
+    for case, shape, dones_mask in (("plain, 4096 x 32", (4096, 32), False),
+                                    ("dones+mask, 4096 x 32", (4096, 32), True),
+                                    ("plain, 256 x 131072", (256, 131072), False)):
+        arrays, p = _problem(torch, shape, dones_mask)
+        prepare = fastest(lambda: _prepare.prepare(**arrays, backend="xp"))
+        with recorded():
+            recorded_backend = fastest(lambda: numba_cuda.BACKEND.gae(p))
+        from unittest import mock
+
+        with mock.patch.object(numba_cuda, "_Launch", Recorder), mock.patch.object(numba_cuda, "_compiled", specs), \
+                mock.patch.object(numba_cuda, "_carry", carry_specs):
+            Recorder.launches = []
+            numba_cuda._forward_kernels.cache_clear()
+            numba_cuda.BACKEND.gae(p)
+            numba_cuda._forward_kernels.cache_clear()
+            flattening = fastest(_numba_flattening(list(Recorder.launches), 4))
+        with driven():
+            Recorder.launches = []
+            driver = fastest(lambda: numba_cuda.BACKEND.gae(p))
+            launches = len(Recorder.launches) // (batches * calls + 1)
+        before = prepare + recorded_backend + flattening
+        lines.append(f"| {case} | {prepare:.1f} | {recorded_backend:.1f} | {flattening:.1f} | {before:.1f} | "
+                     f"{driver:.1f} | {prepare + driver:.1f} | {launches} |")
+    return "\n".join(lines)
+
+
 def groups_table() -> str:
     from gae_xp.bench import group_traffic
 
@@ -178,7 +319,7 @@ def registers_table() -> str:
 
 
 TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table,
-          "groups": groups_table}
+          "groups": groups_table, "launch": launch_table}
 PAGE = Path(__file__).resolve().parent / "gpu.md"
 
 

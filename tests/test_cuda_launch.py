@@ -192,3 +192,34 @@ def test_values_name_the_wrong_argument():
         _cuda_launch.values(argtypes, [_cuda_launch.Descriptor(0, (1,), (4,), 4), None])
     with pytest.raises(TypeError, match="None for an absent array"):
         _cuda_launch.values(argtypes, [_cuda_launch.Descriptor(0, (1, 1), (4, 4), 4), 3])
+
+
+def test_launcher_packs_what_values_gives_and_calls_the_driver_once(monkeypatch):
+    """``Launcher`` (its fast flattening) packs the block ``values`` describes, hands the driver the addresses of
+    its parameters, and names a wrong argument; no GPU: a stand-in kernel and driver."""
+    from gae_xp.backends import _cuda_catalog, _cuda_launch
+
+    calls = []
+    success = _cuda_launch._driver().CUresult.CUDA_SUCCESS
+    monkeypatch.setattr(_cuda_launch, "_driver", lambda: SimpleNamespace(
+        cuLaunchKernel=lambda *args: calls.append(args) or (success,)))
+    for io, spec in list(_cuda_catalog.all_kernels())[::7]:
+        argtypes = spec.signature.args
+        overload = SimpleNamespace(argument_types=argtypes,
+                                   _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle="f")))
+        launcher = _cuda_launch.Launcher(SimpleNamespace(overloads={argtypes: overload}))
+        ours, _ = arguments(argtypes, np.random.default_rng(3))
+        launcher(0, SimpleNamespace(handle="s"), 7, 128, ours)
+        function, grid, _, _, threads, _, _, shared, stream, params, extra = calls.pop()
+        assert (function, grid, threads, shared, stream, extra) == ("f", 7, 128, 0, "s", 0)
+        count = len(_cuda_launch.layout(argtypes))
+        addresses = list((ctypes.c_void_p * count).from_address(params))
+        got = [ctypes.string_at(address, p.size) for address, p in zip(addresses, _cuda_launch.layout(argtypes))]
+        assert got == packed(argtypes, ours), spec.name
+        wrong = list(ours)
+        wrong[1] = None if wrong[1] is not None else _cuda_launch.Descriptor(0, (1, 1), (4, 4), 4)
+        with pytest.raises(TypeError, match="expected"):
+            launcher(0, SimpleNamespace(handle="s"), 7, 128, wrong)
+        with pytest.raises(TypeError, match="args: the kernel takes"):
+            launcher(0, SimpleNamespace(handle="s"), 7, 128, ours[:-1])
+    assert not calls

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 from conftest import load_target
-from helpers import converted, expected, like, make_case, xp_assert_close
+from helpers import converted, expected, like, make_case, to_numpy, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
@@ -310,3 +310,29 @@ def test_dask_arrays_of_gpu_blocks_use_the_kernels(gpu):
     got = gae_xp.gae(**lazy)
     for out, want in zip(got, reference.gae_loop(**case)):
         xp_assert_close(out.compute(), want, like=like(gpu))
+
+
+@pytest.mark.parametrize("option", range(len(OPTIONS)))
+@pytest.mark.parametrize("length", [31, 65537])
+def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, monkeypatch):
+    """The launches through the driver with packed argument blocks (``_cuda_launch``) give the same bits as
+    numba's own launcher of the same kernels, and the float64 loop's answer; every launch went through the driver,
+    none through numba's dispatcher."""
+    from gae_xp.backends import _cuda_launch, numba_cuda
+
+    require_kernels(gpu)
+    case, (want_a, want_r) = case_and_answer(option, length)
+    arrays = converted(gpu, case)
+    driven = []
+    launch = _cuda_launch.Launcher.__call__
+    monkeypatch.setattr(_cuda_launch.Launcher, "__call__",
+                        lambda self, *args: driven.append(self.argtypes) or launch(self, *args))
+    ours = gae_xp.gae(**arrays, backend="numba-cuda")
+    assert driven, "no launch went through the driver"
+    monkeypatch.setattr(numba_cuda._Launch, "driver", False)
+    count = len(driven)
+    theirs = gae_xp.gae(**arrays, backend="numba-cuda")
+    assert len(driven) == count, "numba's launcher was asked for, the driver launched"
+    for a, b, want in zip(ours, theirs, (want_a, want_r)):
+        xp_assert_close(a, want, like=arrays["rewards"])
+        assert np.array_equal(to_numpy(a), to_numpy(b), equal_nan=True)
