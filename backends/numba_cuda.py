@@ -36,7 +36,9 @@ synchronizing any stream; kernels run on the caller's current CuPy or torch
 stream, on the arrays' device; no host synchronization, no copy to the host.
 Kernels compile on first use per (dtype, structure) with explicit signatures
 and are cached on disk; absent arrays are passed as ``None`` (one integer
-parameter, nothing to marshal). With ``NUMBA_ENABLE_CUDASIM=1`` (set before
+parameter, nothing to marshal). They are launched through the driver with
+argument blocks laid out once per kernel (``_cuda_launch``), not by numba's
+per-call dispatcher. With ``NUMBA_ENABLE_CUDASIM=1`` (set before
 numba is imported) the same kernels run in numba's simulator on NumPy arrays.
 """
 

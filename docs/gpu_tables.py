@@ -246,10 +246,11 @@ def _numba_flattening(recorded_launches, item: int):
 
 def launch_table(batches: int = 30, calls: int = 100) -> str:
     """Microseconds of Python per call up to the driver call, torch CPU tensors standing in for CUDA ones: the
-    mean of ``calls`` calls in the fastest of ``batches`` batches (the least disturbed by other work on a busy
-    machine): ``prepare``; the backend up to its launches (recorded); numba's launcher's flattening of
-    those launches' arguments (the part of its per-call work that runs without a GPU: its per-argument typing,
-    its device-array objects and cuda.core's launch call are not included); and the backend through
+    calling thread's CPU time (``time.thread_time``: not the time other work on a busy machine holds the core)
+    per call, the mean of ``calls`` calls in the fastest of ``batches`` batches: ``prepare``; the backend up to
+    its launches (recorded); numba's launcher's flattening of those launches' arguments (the part of its
+    per-call work that runs without a GPU: its per-argument typing, its device-array objects and cuda.core's
+    launch call are not included); and the backend through
     ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``."""
     import torch
 
@@ -260,10 +261,10 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
         function()
         best = math.inf
         for _ in range(batches):
-            start = time.perf_counter()
+            start = time.thread_time()
             for _ in range(calls):
                 function()
-            best = min(best, (time.perf_counter() - start) / calls)
+            best = min(best, (time.thread_time() - start) / calls)
         return best * 1e6
 
     def specs(module, io, structure):
