@@ -11,7 +11,7 @@ and writes ``A = centred / (std + eps)`` (or ``centred``) for its k members, wit
 (a NaN score gets 0; M2 = 0 gives 0 under a scale; leave-one-out's factor n / (n - 1), 0 for a group of one).
 
 * ``scale="group"`` or ``None``: one launch, ``advantages``;
-* ``scale="batch"``: two launches. ``statistics`` writes every group's (n, mean, M2) and, per block, the block's
+* ``scale="batch"``: two launches. ``statistics`` writes every group's (n, mean) and, per block, the block's
   (n, mean, M2) over its groups (the corrected two-pass sum over the groups, two tree reductions in shared
   memory); ``batch_advantages`` has every block merge all blocks' partials the same way (Chan's merge:
   ``M2 = sum M2_b + sum n_b d_b^2 - (sum n_b d_b)^2 / n``, ``d_b = mean_b - m0``) and write its groups'
@@ -128,7 +128,6 @@ def statistics_kernel(x, stats, partials, k):
         count, mean, m2 = _moments(x, g * k, k)
         stats[0, g] = count
         stats[1, g] = mean
-        stats[2, g] = m2
     total, block_mean, block_m2 = _merged(shared, t, count, mean, m2)
     if t == 0:
         partials[0, cuda.blockIdx.x] = total
@@ -201,7 +200,7 @@ def advantages(xp, scores, k: int, *, baseline, scale, eps: float, unbiased: boo
         if scale != "batch":
             launch(fused, blocks, THREADS, x, written, k, code, scale == "group", unbiased, float(eps))
             return out
-        stats = xp.empty((3, groups), dtype=xp.float64, device=device)
+        stats = xp.empty((2, groups), dtype=xp.float64, device=device)
         partials = xp.empty((3, blocks), dtype=xp.float64, device=device)
         stats_, partials_ = launch.array(stats, written=True), launch.array(partials, written=True)
         launch(statistics, blocks, THREADS, x, stats_, partials_, k)
