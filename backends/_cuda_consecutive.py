@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import math
 
+from ._cuda_groups import THREADS
 from ._cuda_import import cuda, types
 from ._cuda_kernels import KernelSpec
-from ._cuda_groups import IO_DTYPES, THREADS
 from .numba_cuda import _Launch
 
-__all__ = ["advantages", "IO_DTYPES", "THREADS", "BASELINE_CODES", "specs"]
+__all__ = ["advantages", "THREADS", "BASELINE_CODES", "specs"]
 
 #: baseline -> the kernels' code.
 BASELINE_CODES = {None: 0, "mean": 1, "leave_one_out": 2}
