@@ -723,6 +723,23 @@ def test_consecutive_route_widens_float16_and_casts_back():
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
+def test_consecutive_route_on_infinite_scores_is_the_librarys():
+    """An infinite score: the kernels give what the library's own route gives (NaN where it gives NaN), every
+    baseline x scale."""
+    import itertools
+
+    import array_api_compat.numpy as xp
+
+    from gae_xp.backends import _cuda_consecutive
+
+    scores = np.array([1.0, np.inf, 0.5, 2.0, -np.inf, 3.0, 0.25, np.nan])
+    for baseline, scale in itertools.product(gae_xp.groups.BASELINES, gae_xp.groups.SCALES):
+        options = dict(baseline=baseline, scale=scale, eps=1e-6, unbiased=True)
+        got = _cuda_consecutive.advantages(xp, scores, 2, device="cpu", **options)
+        np.testing.assert_allclose(got, gae_xp.group_advantages(scores, 2, **options), rtol=1e-12, atol=1e-12,
+                                   err_msg=str(options))
+
+
 # --- the arrays' own device: every allocation and launch of a call inside its context ---------------------------
 
 
