@@ -740,6 +740,31 @@ def test_consecutive_route_on_infinite_scores_is_the_librarys():
                                    err_msg=str(options))
 
 
+def test_consecutive_kernels_property():
+    """Any k, any number of groups, scores drawn from few values (ties, equal groups) with NaN, any options: the
+    kernels equal the float64 loop (hypothesis, few examples: the simulator runs every thread in Python)."""
+    import array_api_compat.numpy as xp
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gae_xp.backends import _cuda_consecutive
+
+    values = st.sampled_from([0.1, -0.1, 7.77, 1e6 + 0.5, 0.0, float("nan")])
+
+    @settings(max_examples=15, deadline=None, database=None)
+    @given(k=st.integers(1, 5), data=st.data(), baseline=st.sampled_from(gae_xp.groups.BASELINES),
+           scale=st.sampled_from(gae_xp.groups.SCALES), unbiased=st.booleans(), eps=st.sampled_from([0.0, 1e-6]))
+    def check(k, data, baseline, scale, unbiased, eps):
+        groups = data.draw(st.integers(1, 12))
+        scores = np.array(data.draw(st.lists(values, min_size=k * groups, max_size=k * groups)))
+        options = dict(baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
+        got = _cuda_consecutive.advantages(xp, scores, k, device="cpu", **options)
+        want = reference.group_advantages_loop(scores, np.arange(k * groups) // k, **options)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=str(options))
+
+    check()
+
+
 # --- the arrays' own device: every allocation and launch of a call inside its context ---------------------------
 
 
