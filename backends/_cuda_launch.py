@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 SLOT = 8
 #: The struct codes of the scalar types, by numba type name (float16: its bits).
 _CODES = {"float16": "H", "float32": "f", "float64": "d", "int8": "b", "uint8": "B", "int16": "h", "uint16": "H",
-          "int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "boolean": "B"}
+          "int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "bool": "?"}
 #: The members of a flattened array, before its shape and strides.
 ARRAY_HEAD = ("meminfo", "parent", "nitems", "itemsize", "data")
 

@@ -33,10 +33,12 @@ pytestmark = pytest.mark.skipif(
 def _signatures():
     if pytestmark.args[0]:
         return []
-    from gae_xp.backends import _cuda_catalog, _cuda_groups
+    from gae_xp.backends import _cuda_catalog, _cuda_consecutive, _cuda_groups
 
     found = [(f"{io}-{spec.name}", spec.signature) for io, spec in _cuda_catalog.all_kernels()]
     found += [(spec.name, spec.signature) for io in ("float32", "float64") for spec in _cuda_groups.specs(io)]
+    found += [(spec.name, spec.signature) for io in ("float16", "float32", "float64")
+              for spec in _cuda_consecutive.specs(io)]
     return found
 
 
@@ -79,6 +81,8 @@ def arguments(argtypes, rng):
 
 
 def _scalar(ty, rng):
+    if str(ty) == "bool":
+        return bool(rng.integers(0, 2))
     if isinstance(ty, __import__("numba").types.Integer):
         return int(rng.integers(-(2**40), 2**40)) if ty.bitwidth == 64 else int(rng.integers(0, 100))
     return float(np.dtype(str(ty)).type(rng.standard_normal()))
@@ -128,7 +132,7 @@ def test_packed_arguments_equal_numbas_flattening(signature):
 
 #: PTX parameter types by struct code of ours (an 8-byte member, a float of its width, an integer of its width).
 _PTX_TYPES = {"q": {"u64", "b64", "s64"}, "Q": {"u64", "b64", "s64"}, "f": {"f32"}, "d": {"f64"},
-              "H": {"b16", "u16", "f16"}, "B": {"u8", "b8", "s8"}, "i": {"u32", "s32", "b32"}}
+              "H": {"b16", "u16", "f16"}, "B": {"u8", "b8", "s8"}, "?": {"u8", "b8", "s8"}, "i": {"u32", "s32", "b32"}}
 
 
 def ptx_parameters(ptx: str) -> list[str]:
@@ -167,17 +171,20 @@ def _compile_ptx(function, signature):
 def test_layout_matches_the_ptx_of_every_argument_kind():
     """A kernel taking each kind of argument the catalog's kernels take: 1-, 2- and 3-d arrays of every element
     type (float16/bfloat16 bits as uint16/int16, uint8 flags, int64 offsets), an absent array, the float32,
-    float64 and int64 tuples; every argument read, so that none is optimised away."""
+    float64 and int64 tuples, an integer, a boolean and a float (group_advantages' kernels); every argument
+    read, so that none is optimised away."""
     from gae_xp.backends._cuda_import import types
 
-    def kernel(a, b, none, c, d, e, f, g, s32, s64, geometry, out):
-        if none is None:
-            out[0] = a[0, 0] + b[0] + c[0, 0, 0] + d[0, 0] + e[0] + f[0, 0] + g[0, 0] + s32[5] + s64[5] + geometry[5]
+    def kernel(a, b, none, c, d, e, f, g, s32, s64, geometry, k, flag, eps, out):
+        if none is None and flag:
+            out[0] = a[0, 0] + b[0] + c[0, 0, 0] + d[0, 0] + e[0] + f[0, 0] + g[0, 0] + s32[5] + s64[5] + geometry[5] \
+                + k + eps
 
     signature = types.void(types.float32[:, :], types.float64[:], types.none, types.float32[:, :, ::1],
                            types.uint16[:, :], types.int64[:], types.uint8[:, :], types.int16[:, :],
                            types.UniTuple(types.float32, 6), types.UniTuple(types.float64, 6),
-                           types.UniTuple(types.int64, 6), types.float64[::1])
+                           types.UniTuple(types.int64, 6), types.int64, types.boolean, types.float64,
+                           types.float64[::1])
     check_parameters(signature.args, ptx_parameters(_compile_ptx(kernel, signature)))
 
 
