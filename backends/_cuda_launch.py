@@ -167,7 +167,8 @@ class Launcher:
     def _function(self, device: int):
         handle = self._functions.get(device)
         if handle is None:
-            handle = self._functions[device] = self._kernel._codelibrary.get_cufunc().handle
+            # cuda.core loads a library: its CUkernel, passed as the CUfunction that cuLaunchKernel takes
+            handle = self._functions[device] = int(self._kernel._codelibrary.get_cufunc().handle)
         return handle
 
     def __call__(self, device: int, stream, grid: int, threads: int, args) -> None:

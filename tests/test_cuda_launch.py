@@ -213,12 +213,12 @@ def test_launcher_packs_what_values_gives_and_calls_the_driver_once(monkeypatch)
     for io, spec in list(_cuda_catalog.all_kernels())[::7]:
         argtypes = spec.signature.args
         overload = SimpleNamespace(argument_types=argtypes,
-                                   _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle="f")))
+                                   _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=0xF00)))
         launcher = _cuda_launch.Launcher(SimpleNamespace(overloads={argtypes: overload}))
         ours, _ = arguments(argtypes, np.random.default_rng(3))
         launcher(0, SimpleNamespace(handle="s"), 7, 128, ours)
         function, grid, _, _, threads, _, _, shared, stream, params, extra = calls.pop()
-        assert (function, grid, threads, shared, stream, extra) == ("f", 7, 128, 0, "s", 0)
+        assert (function, grid, threads, shared, stream, extra) == (0xF00, 7, 128, 0, "s", 0)
         count = len(_cuda_launch.layout(argtypes))
         addresses = list((ctypes.c_void_p * count).from_address(params))
         got = [ctypes.string_at(address, p.size) for address, p in zip(addresses, _cuda_launch.layout(argtypes))]
