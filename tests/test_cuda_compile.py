@@ -143,7 +143,14 @@ def compile_kernel(io: str, spec, arch: str) -> dict:
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("io, spec", KERNELS, ids=[f"{io}-{spec.name}" for io, spec in KERNELS])
 def test_kernel_compiles_without_spills(io, spec, arch):
+    """ptxas's verdict on every catalog kernel; on sm_90 also its ``.param`` list against the driver launch's
+    argument block (``_cuda_launch.layout``: as many parameters, in order, each of its type and size;
+    tests/test_cuda_launch.py checks the values numba's launcher would pass), from the same compilation."""
+    from test_cuda_launch import check_parameters
+
     result = compile_kernel(io, spec, arch)
+    if arch == "sm_90":
+        check_parameters(spec.signature.args, result["ptx_parameters"])
     assert result["spill_stores"] == 0 and result["spill_loads"] == 0, result["ptxas"]
     assert result["stack"] == 0, f"local memory in use (a local array indexed at run time?): {result['ptxas']}"
     threads, blocks = spec.launch_bounds or (128, 1)
@@ -177,16 +184,6 @@ def test_tile_kernels_load_and_store_coalesced(io, spec):
         assert result["stores_once"] >= ITEMS * outputs, result
     else:
         assert result["stores_once"] == 0, "launch 1 writes the tiles' maps only"
-
-
-@pytest.mark.parametrize("io, spec", KERNELS, ids=[f"{io}-{spec.name}" for io, spec in KERNELS])
-def test_packed_arguments_match_the_ptx_parameters(io, spec):
-    """The driver launch's argument block (``_cuda_launch.layout``) has the kernel's ``.param`` list: as many
-    parameters, in order, each of its type and size (tests/test_cuda_launch.py: and the values numba's launcher
-    would pass)."""
-    from test_cuda_launch import check_parameters
-
-    check_parameters(spec.signature.args, compile_kernel(io, spec, "sm_90")["ptx_parameters"])
 
 
 #: The per-step arrays a tile kernel's name may list: each is streamed in with ITEMS striped loads per thread.
