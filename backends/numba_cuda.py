@@ -677,6 +677,14 @@ def _jit(spec):
     return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS, **bounds)(spec.function)
 
 
+def _launch_through_the_driver(choice: str) -> bool:
+    """``GAE_XP_CUDA_LAUNCH``: ``driver`` (the default: packed argument blocks, ``cuLaunchKernel``) or ``numba``
+    (numba-cuda's own launcher, a way back should the driver launch misbehave on some setup)."""
+    if choice not in ("driver", "numba"):
+        raise ValueError(f"GAE_XP_CUDA_LAUNCH must be 'driver' or 'numba', got {choice!r}")
+    return choice == "driver"
+
+
 class _Launch(contextlib.AbstractContextManager):
     """Launches on the arrays' device and the caller's current stream; arrays go to the kernels zero-copy.
 
@@ -686,8 +694,9 @@ class _Launch(contextlib.AbstractContextManager):
     simulator has no driver: numba's launch, on NumPy arrays.
     """
 
-    #: launch through the driver with packed argument blocks (False: numba's dispatcher)
-    driver = True
+    #: launch through the driver with packed argument blocks (False: numba's dispatcher, which
+    #: ``GAE_XP_CUDA_LAUNCH=numba`` in the environment chooses at import)
+    driver = _launch_through_the_driver(os.environ.get("GAE_XP_CUDA_LAUNCH", "driver"))
 
     def __init__(self, like):
         self._sim = simulated()

@@ -230,3 +230,12 @@ def test_launcher_packs_what_values_gives_and_calls_the_driver_once(monkeypatch)
         with pytest.raises(TypeError, match="args: the kernel takes"):
             launcher(0, SimpleNamespace(handle="s"), 7, 128, ours[:-1])
     assert not calls
+
+
+def test_the_launch_is_chosen_by_its_environment_variable():
+    """GAE_XP_CUDA_LAUNCH: 'driver' (the default) or 'numba'; anything else is refused, naming the variable."""
+    numba_cuda = pytest.importorskip("gae_xp.backends.numba_cuda")
+    assert numba_cuda._launch_through_the_driver("driver") is True
+    assert numba_cuda._launch_through_the_driver("numba") is False
+    with pytest.raises(ValueError, match="GAE_XP_CUDA_LAUNCH"):
+        numba_cuda._launch_through_the_driver("cuda")
