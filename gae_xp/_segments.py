@@ -151,16 +151,16 @@ def group_moments(scores: Array, index: Array, n_groups: int, dtype=None) -> tup
     return generic_group_moments(xp, scores, index, n_groups, dtype)
 
 
-def _cuda_kernels_serve(xp, scores, index) -> bool:
-    """True for CuPy arrays and torch CUDA tensors that do not require grad, outside tracing, with numba-cuda and a
-    GPU (``backends.numba_cuda``'s own test of the arrays)."""
+def _cuda_kernels_serve(xp, scores, *others) -> bool:
+    """True for CuPy arrays and torch CUDA tensors (``scores`` and ``others``) that do not require grad, outside
+    tracing, with numba-cuda and a GPU (``backends.numba_cuda``'s own test of the arrays)."""
     if not (is_cupy_array(scores) or is_torch_array(scores) and scores.device.type == "cuda"):
         return False
     if not values_are_readable(scores):  # torch.compile, torch.func: the segmented sums trace, a kernel does not
         return False
     from . import backends
 
-    return backends.load("numba-cuda").unavailable_reason(xp, [scores, index], forced=True) is None
+    return backends.load("numba-cuda").unavailable_reason(xp, [scores, *others], forced=True) is None
 
 
 def cuda_group_moments(xp, scores, index, n_groups: int):

@@ -112,6 +112,8 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
     xp = call.xp
     if scores.shape[0] == 0:
         return xp.zeros(0, dtype=call.out_dtype, device=device_of(scores))
+    if call.k is not None and _segments._cuda_kernels_serve(xp, scores):
+        return _cuda_consecutive(call, baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
     return advantages_of(call, call.moments(), baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
 
 
@@ -141,6 +143,19 @@ def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbias
         return xp.astype(xp.where(valid, centred, zero), call.out_dtype, copy=False)
     some = spread > 0
     out = xp.where(some & valid, centred / xp.where(some, std + eps, xp.ones_like(std)), zero)
+    return xp.astype(out, call.out_dtype, copy=False)
+
+
+def _cuda_consecutive(call: "_Call", **options) -> Array:
+    """Consecutive groups of k on CUDA arrays: the fused launches of ``backends/_cuda_consecutive.py`` (one, two for
+    ``scale="batch"``); other dtypes are widened first (float16 and bfloat16 to float32) and the answer cast back."""
+    from .backends import _cuda_consecutive
+
+    xp, scores = call.xp, call.scores
+    if scores.dtype not in (xp.float32, xp.float64):
+        wide = call.out_dtype if call.out_dtype in (xp.float32, xp.float64) else xp.float32
+        scores = xp.astype(scores, wide)
+    out = _cuda_consecutive.advantages(xp, scores, call.k, device=device_of(scores), **options)
     return xp.astype(out, call.out_dtype, copy=False)
 
 

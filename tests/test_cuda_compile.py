@@ -216,3 +216,21 @@ def test_group_moments_kernels_compile_without_spills(io, arch):
         assert 0 < result["registers"] <= 64, result["ptxas"]
         assert result["smem"] == 0, result["ptxas"]
         assert result["float64_atomic_adds"] == 2 and result["compare_and_swaps"] == 0, spec.name
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("io", ["float32", "float64"])
+def test_consecutive_group_kernels_compile_without_spills(io, arch):
+    """group_advantages(scores, k)'s fused launches (backends/_cuda_consecutive.py): no spills, no local memory,
+    few registers, no atomics; the batch's two launches hold their tree of (3, THREADS) float64 sums in shared
+    memory, the one-launch kernel none."""
+    from gae_xp.backends import _cuda_consecutive
+
+    tree = 3 * _cuda_consecutive.THREADS * 8
+    for spec, smem in zip(_cuda_consecutive.specs(io), (0, tree, tree)):
+        result = compile_kernel(io, spec, arch)
+        assert result["spill_stores"] == 0 and result["spill_loads"] == 0 and result["stack"] == 0, result["ptxas"]
+        assert 0 < result["registers"] <= 64, result["ptxas"]
+        assert result["smem"] == smem, result["ptxas"]
+        assert result["float64_atomic_adds"] == 0 and result["compare_and_swaps"] == 0, spec.name
+        assert (result["barriers"] > 0) == (smem > 0), spec.name

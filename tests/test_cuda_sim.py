@@ -663,6 +663,108 @@ def test_group_moments_kernels_equal_the_segmented_sums():
     assert count.tolist() == [1.0, 1.0]
 
 
+def test_consecutive_advantages_kernels_equal_the_float64_loop():
+    """backends/_cuda_consecutive.py (group_advantages(scores, k) on CUDA arrays: one launch, two for
+    scale="batch") against the float64 loop, every baseline x scale x unbiased: NaN scores, an equal group and
+    a group of NaN exactly 0, groups of one, more groups than a block has threads (the batch's partials merged)."""
+    import itertools
+
+    import array_api_compat.numpy as xp
+
+    from gae_xp.backends import _cuda_consecutive
+
+    rng = np.random.default_rng(62)
+    for k, groups, dtype in [(3, 300, np.float64), (1, 7, np.float64), (5, 40, np.float32)]:
+        scores = rng.normal(0, 1, k * groups).astype(dtype)
+        scores[rng.random(k * groups) < 0.1] = np.nan
+        scores[:k] = dtype(0.1)  # a group of equal scores
+        scores[-k:] = np.nan  # a group of NaN scores
+        for baseline, scale, unbiased in itertools.product(gae_xp.groups.BASELINES, gae_xp.groups.SCALES,
+                                                           [True, False]):
+            options = dict(baseline=baseline, scale=scale, eps=1e-6, unbiased=unbiased)
+            got = _cuda_consecutive.advantages(xp, scores, k, device="cpu", **options)
+            want = reference.group_advantages_loop(scores.astype(np.float64), np.arange(k * groups) // k, **options)
+            assert got.dtype == dtype
+            rtol = 1e-12 if dtype == np.float64 else 1e-6
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol, err_msg=str(options))
+            assert np.all(got[-k:] == 0), options
+            if baseline is not None and (k > 1 or scale != "batch"):
+                assert np.all(got[:k] == 0), options
+
+
+def test_consecutive_batch_scale_of_equal_scores_is_exactly_zero():
+    """All N scores equal (0.1, not dyadic) over several blocks: the batch's M2 is exactly 0, so every baseline
+    gives exactly 0 under scale="batch", as on every other route."""
+    import array_api_compat.numpy as xp
+
+    from gae_xp.backends import _cuda_consecutive
+
+    for dtype in (np.float32, np.float64):
+        scores = np.full(2 * 600, 0.1, dtype=dtype)
+        for baseline in gae_xp.groups.BASELINES:
+            got = _cuda_consecutive.advantages(xp, scores, 2, baseline=baseline, scale="batch", eps=1e-6,
+                                               unbiased=True, device="cpu")
+            assert np.all(got == 0), (dtype, baseline)
+
+
+def test_consecutive_route_widens_float16_and_casts_back():
+    """groups._cuda_consecutive (what group_advantages(scores, k) calls on CUDA arrays): float16 scores computed
+    in float32 by the kernels, the answer float16, the input untouched and not shared."""
+    from gae_xp import groups
+
+    scores = np.random.default_rng(63).normal(0, 1, 4 * 9).astype(np.float16)
+    scores[5] = np.nan
+    before = scores.copy()
+    options = dict(baseline="leave_one_out", scale="group", eps=1e-6, unbiased=True)
+    got = groups._cuda_consecutive(groups._Call.prepare(scores, 4), **options)
+    want = reference.group_advantages_loop(scores.astype(np.float64), np.arange(36) // 4, **options)
+    assert got.dtype == np.float16 and not np.shares_memory(got, scores)
+    np.testing.assert_array_equal(scores, before)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_consecutive_route_on_infinite_scores_is_the_librarys():
+    """An infinite score: the kernels give what the library's own route gives (NaN where it gives NaN), every
+    baseline x scale."""
+    import itertools
+
+    import array_api_compat.numpy as xp
+
+    from gae_xp.backends import _cuda_consecutive
+
+    scores = np.array([1.0, np.inf, 0.5, 2.0, -np.inf, 3.0, 0.25, np.nan])
+    for baseline, scale in itertools.product(gae_xp.groups.BASELINES, gae_xp.groups.SCALES):
+        options = dict(baseline=baseline, scale=scale, eps=1e-6, unbiased=True)
+        got = _cuda_consecutive.advantages(xp, scores, 2, device="cpu", **options)
+        np.testing.assert_allclose(got, gae_xp.group_advantages(scores, 2, **options), rtol=1e-12, atol=1e-12,
+                                   err_msg=str(options))
+
+
+def test_consecutive_kernels_property():
+    """Any k, any number of groups, scores drawn from few values (ties, equal groups) with NaN, any options: the
+    kernels equal the float64 loop (hypothesis, few examples: the simulator runs every thread in Python)."""
+    import array_api_compat.numpy as xp
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from gae_xp.backends import _cuda_consecutive
+
+    values = st.sampled_from([0.1, -0.1, 7.77, 1e6 + 0.5, 0.0, float("nan")])
+
+    @settings(max_examples=15, deadline=None, database=None)
+    @given(k=st.integers(1, 5), data=st.data(), baseline=st.sampled_from(gae_xp.groups.BASELINES),
+           scale=st.sampled_from(gae_xp.groups.SCALES), unbiased=st.booleans(), eps=st.sampled_from([0.0, 1e-6]))
+    def check(k, data, baseline, scale, unbiased, eps):
+        groups = data.draw(st.integers(1, 12))
+        scores = np.array(data.draw(st.lists(values, min_size=k * groups, max_size=k * groups)))
+        options = dict(baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
+        got = _cuda_consecutive.advantages(xp, scores, k, device="cpu", **options)
+        want = reference.group_advantages_loop(scores, np.arange(k * groups) // k, **options)
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=str(options))
+
+    check()
+
+
 # --- the arrays' own device: every allocation and launch of a call inside its context ---------------------------
 
 

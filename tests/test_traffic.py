@@ -224,14 +224,35 @@ def test_group_model_counts_scores_index_and_slots():
 
 
 def test_group_routes_count_their_launches():
-    """The arbitrary-ids route makes exactly the two kernel launches (recorded, not run) besides its library
-    operators; the consecutive layout none; neither reads a value back to the host."""
+    """The consecutive layout is exactly its fused launches (one; two for scale="batch"), no library operator;
+    the arbitrary-ids route makes the two kernel launches (recorded, not run) besides its library operators;
+    none reads a value back to the host."""
     pytest.importorskip("torch")
-    pytest.importorskip("numba.cuda", reason="the route imports backends/_cuda_groups.py (numba-cuda)")
+    pytest.importorskip("numba.cuda", reason="the routes import backends/_cuda_*.py (numba-cuda)")
     from gae_xp.bench import group_traffic
 
-    consecutive, ids = (group_traffic.route_row(layout, 4096) for layout in ("consecutive", "ids"))
-    assert (consecutive.kernels, ids.kernels) == (0, 2)
-    assert consecutive.host_syncs == ids.host_syncs == 0
-    assert ids.launches > ids.kernels and consecutive.launches > 0
+    consecutive, batch, ids = (group_traffic.route_row(layout, 4096) for layout in
+                               ("consecutive", "consecutive-batch", "ids"))
+    assert (consecutive.launches, consecutive.kernels, batch.launches, batch.kernels) == (1, 1, 2, 2)
+    assert consecutive.bytes_per_element == 8  # float32 scores read once, advantages written once
+    assert batch.bytes_per_element == 8 + 4 + 16 * 2 / 16 + 48 / 4096  # scores twice, (n, mean) per group
+    assert (ids.kernels, consecutive.host_syncs, batch.host_syncs, ids.host_syncs) == (2, 0, 0, 0)
+    assert ids.launches > ids.kernels
     assert ids.bytes_per_element > 2 * (4 + 8)  # both launches read the scores and the index
+
+
+@pytest.mark.parametrize("scale", ["group", pytest.param("batch", marks=pytest.mark.slow)])
+@needs_ptx
+def test_consecutive_ptx_traffic_matches_the_model(scale):
+    """Every block of the consecutive route's launches run from their PTX, more groups than a block has threads:
+    each argument moves exactly the model's distinct bytes (the scores once per launch, the advantages written
+    once, each group's (n, mean) and each block's partials once)."""
+    from gae_xp.bench import group_traffic
+
+    n, k = 600, 2
+    launches = group_traffic.consecutive_ptx_launches(n, k, scale=scale)
+    model = group_traffic.consecutive_model(n, k, 4, scale)
+    assert [launch.kernel for launch in launches] == [f"groups_consecutive_{name}[float32]" for name in model]
+    for launch, arguments in zip(launches, model.values()):
+        got = {name: (launch.read.get(name, 0), launch.written.get(name, 0)) for name in arguments}
+        assert got == arguments and set(launch.read) | set(launch.written) == set(arguments)

@@ -310,3 +310,31 @@ def test_dask_arrays_of_gpu_blocks_use_the_kernels(gpu):
     got = gae_xp.gae(**lazy)
     for out, want in zip(got, reference.gae_loop(**case)):
         xp_assert_close(out.compute(), want, like=like(gpu))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("k", [1, 16])
+def test_consecutive_group_advantages_on_the_fused_kernels(gpu, dtype, k, monkeypatch):
+    """group_advantages(scores, k) on CUDA arrays takes backends/_cuda_consecutive.py (one launch, two for
+    scale="batch") and equals the float64 loop, every baseline x scale x unbiased: NaN scores, a group of equal
+    scores, more groups than a block has threads."""
+    import itertools
+
+    from gae_xp.backends import _cuda_consecutive
+
+    require_kernels(gpu)
+    calls = []
+    fused = _cuda_consecutive.advantages
+    monkeypatch.setattr(_cuda_consecutive, "advantages", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
+    rng = np.random.default_rng(k)
+    scores = rng.normal(0, 1, 16 * 1000).astype(dtype).astype(np.float64)  # the dtype's values, exactly
+    scores[rng.random(scores.shape[0]) < 0.05] = np.nan
+    scores[:k] = 0.5  # a group of equal scores
+    device = gpu.xp.astype(gpu.asarray(scores), getattr(gpu.xp, dtype))
+    for baseline, scale, unbiased in itertools.product(gae_xp.groups.BASELINES, gae_xp.groups.SCALES,
+                                                       [True, False]):
+        options = dict(baseline=baseline, scale=scale, eps=1e-6, unbiased=unbiased)
+        want = reference.group_advantages_loop(scores, np.arange(scores.shape[0]) // k, **options)
+        got = gae_xp.group_advantages(device, k, **options)
+        xp_assert_close(got, want, like=device, dtype=getattr(gpu.xp, dtype))
+    assert len(calls) == 18
