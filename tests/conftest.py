@@ -132,9 +132,45 @@ def pytest_collection_modifyitems(items):
     mark_the_full_matrix(items)
 
 
+#: pytest_plugins: each process's peak resident memory, reported at the end of the run (tests/peak_memory.py).
+pytest_plugins = ["peak_memory"]
+
+#: A worker whose resident memory passes this (bytes) while JAX is loaded empties JAX's caches after the test; the
+#: bar then rises to what stayed resident plus the margin, so that the emptying (seconds) stays rare.
+JAX_MEMORY_BAR = 1.0e9
+JAX_MEMORY_MARGIN = 0.3e9
+_jax_bar = [JAX_MEMORY_BAR]
+
+
+def _resident() -> int:
+    """This process's resident memory now (bytes; 0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def _return_freed_memory():
+    """glibc's malloc keeps freed blocks in its arenas: ``malloc_trim(0)`` hands them back to the system (Linux)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
 def pytest_runtest_teardown(item, nextitem):
-    """JAX keeps every program it compiled (one per shape and option set) for the life of the process: the suite
-    would grow past 4 GB. Its caches are emptied whenever the next test comes from another module."""
+    """JAX keeps every program it compiled (one per shape and option set, eager operations included) for the life
+    of the process, and freeing them returns nothing to the system unless malloc is trimmed: a worker grew past
+    3.8 GB. Its caches are emptied, and the freed memory returned, whenever the next test comes from another module,
+    and after any test that leaves the worker above the bar (a JAX module can compile 1 GB on its own)."""
     jax = sys.modules.get("jax")
-    if jax is not None and (nextitem is None or nextitem.module is not item.module):
+    if jax is None:
+        return
+    if nextitem is None or nextitem.module is not item.module or _resident() > _jax_bar[0]:
         jax.clear_caches()
+        _return_freed_memory()
+        _jax_bar[0] = max(JAX_MEMORY_BAR, _resident() + JAX_MEMORY_MARGIN)
