@@ -71,12 +71,21 @@ class NumbaPlan:
         self.small = self.size < numba_cpu.PARALLEL_FROM or self.rows_shape[0] < 2
         #: NumPy arrays of two dimensions, time last: the caller's arrays are the kernels', and so are the results
         self.direct = not (self.torch or self.moved or self.flat)
+        #: torch tensors of two dimensions, time last: the kernels' results are the caller's through ``from_numpy``
+        self.on_host = self.torch and not (self.moved or self.flat)
+        if self.torch:
+            import torch
+
+            self.from_numpy = torch.from_numpy
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
-                 critic_lam):
-        """``gae()``'s results for arguments of this plan's key (the layout-only ones are the key's)."""
+                 critic_lam, views=None):
+        """``gae()``'s results for arguments of this plan's key (the layout-only ones are the key's); ``views``:
+        the key's NumPy views of torch's per-step tensors (``gae_xp._plans.gae_key``)."""
         like = rewards
-        if self.direct:
+        if views is not None:
+            rewards, values, next_values, terminated, truncated, mask = views
+        if self.direct or (self.on_host and views is not None):
             rows = _same
         else:
             rows = self._rows
@@ -102,11 +111,13 @@ class NumbaPlan:
                   n_rows * (spans.shape[0] - 1), threads)
         if self.direct:
             return advantages, returns
+        if self.on_host:
+            return self.from_numpy(advantages), self.from_numpy(returns)
         return self._result(advantages), self._result(returns)
 
     def _rows(self, a):
         """The caller's per-step array as the kernels' (rows, T) host array (a view where it can be one)."""
-        host = a.numpy() if self.torch else a
+        host = a if type(a) is np.ndarray else a.numpy()  # a torch tensor's view, or the tensor
         if self.moved:
             host = np.moveaxis(host, self.axis, -1)
         return host.reshape(self.rows_shape) if self.flat else host
@@ -132,11 +143,7 @@ class NumbaPlan:
         result = rows.reshape(self.shape) if self.flat else rows
         if self.moved:
             result = np.moveaxis(result, -1, self.axis)
-        if self.torch:
-            import torch
-
-            return torch.from_numpy(result)
-        return result
+        return self.from_numpy(result) if self.torch else result
 
 
 def _same(a):

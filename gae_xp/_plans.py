@@ -19,7 +19,8 @@ library, a tensor subclass, ``cu_seqlens``, a NumPy scalar coefficient,
 tracing under ``torch.compile``/``torch.func``, a forward-mode AD level) takes the full path and makes
 no plan; a call that fails a check raises before a plan exists, so no
 plan is ever made for a key whose layout is refused; and a plan serves only
-its own key. The cache is bounded (least recently used plans go first) and
+its own key. The cache is bounded (least recently used plans go first, use
+counted once it is half full) and
 thread-safe (one lock around the lookups; a plan itself holds no per-call
 state). ``tests/test_plans.py`` draws sequences of layouts and checks every
 served call against an uncached one and the float64 reference.
@@ -38,7 +39,8 @@ MAX_PLANS = 128
 
 
 class PlanCache:
-    """A bounded, thread-safe least-recently-used map from a call's key to its plan.
+    """A bounded, thread-safe least-recently-used map from a call's key to its plan (a use reorders it once it is
+    half full).
 
     A lookup takes no lock: ``dict.get`` and ``OrderedDict.move_to_end`` are
     each one atomic operation (C code under the GIL; a critical section of
@@ -48,13 +50,15 @@ class PlanCache:
 
     def __init__(self, maxsize: int = MAX_PLANS):
         self.maxsize = maxsize
+        self._reorder_from = maxsize // 2
         self._plans: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key):
-        """The plan for ``key`` (now the most recently used), or None."""
+        """The plan for ``key``, or None. A plan served is made the most recently used once the cache is half
+        full; below that no plan is near eviction, and the reordering (a third of a lookup's cost) is skipped."""
         plan = self._plans.get(key)
-        if plan is not None:
+        if plan is not None and len(self._plans) > self._reorder_from:
             try:
                 self._plans.move_to_end(key)
             except KeyError:  # evicted by another thread meanwhile: it still serves this call
@@ -83,37 +87,53 @@ PLANS = PlanCache()
 
 def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis, chunk_size,
             backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap):
-    """The key of a ``gae()`` call (see the module docstring), or None when the call takes the full path.
+    """The key of a ``gae()`` call (see the module docstring) and the host views of its per-step arrays:
+    ``(key, views)``, ``(None, None)`` when the call takes the full path.
 
     A Python float or int coefficient enters with its value (its range
     check is then part of the layout); a Python float ``bootstrap_value``
     with its type only (it is read on every call, and has no range).
+    ``views`` is None for NumPy arrays (they are their own); for torch, the
+    NumPy views (``Tensor.numpy()``) of ``rewards``, ``values``,
+    ``next_values``, ``terminated``, ``truncated`` and ``mask``, None for an
+    absent one or one without a view (another device, grad, bfloat16): a
+    tensor with a view is keyed by the view's dtype, shape and strides,
+    which it needs anyway, and one without by its own.
     """
     if (cu_seqlens is not None or type(axis) is not int or type(backend) is not str
             or type(fill_masked) is not bool or not (chunk_size is None or type(chunk_size) is int)
             or not (truncated_bootstrap is None or type(truncated_bootstrap) is str)):
-        return None
+        return None, None
     kind = type(rewards)
-    if kind is np.ndarray:
-        layout = _numpy_layout
-    elif kind is _torch_tensor():
-        if _TORCH.is_compiling() or _TORCH.forward_ad._current_level >= 0:  # traced, or dual tensors may come
-            return None
-        layout = _torch_layout
-    else:
-        return None
+    views = None
     try:
-        return (axis, chunk_size, backend, fill_masked, truncated_bootstrap, layout(rewards), layout(values),
-                None if next_values is None else layout(next_values),
-                None if terminated is None else layout(terminated),
-                None if truncated is None else layout(truncated),
-                None if mask is None else layout(mask),
-                _coefficient_key(gamma, layout), _coefficient_key(lam, layout),
-                None if critic_lam is None else _coefficient_key(critic_lam, layout),
-                type(bootstrap_value) if bootstrap_value is None or type(bootstrap_value) is float
-                else layout(bootstrap_value))
+        if kind is np.ndarray:
+            layout = _numpy_layout
+            steps = (_numpy_layout(rewards), _numpy_layout(values),
+                     None if next_values is None else _numpy_layout(next_values),
+                     None if terminated is None else _numpy_layout(terminated),
+                     None if truncated is None else _numpy_layout(truncated),
+                     None if mask is None else _numpy_layout(mask))
+        elif kind is _torch_tensor():
+            if _TORCH.is_compiling() or _TORCH.forward_ad._current_level >= 0:  # traced, or dual tensors may come
+                return None, None
+            layout = _torch_layout
+            views = [None, None, None, None, None, None]
+            steps = (_torch_step(rewards, views, 0), _torch_step(values, views, 1),
+                     None if next_values is None else _torch_step(next_values, views, 2),
+                     None if terminated is None else _torch_step(terminated, views, 3),
+                     None if truncated is None else _torch_step(truncated, views, 4),
+                     None if mask is None else _torch_step(mask, views, 5))
+        else:
+            return None, None
+        key = (kind, axis, chunk_size, backend, fill_masked, truncated_bootstrap, steps,
+               _coefficient_key(gamma, layout), _coefficient_key(lam, layout),
+               None if critic_lam is None else _coefficient_key(critic_lam, layout),
+               type(bootstrap_value) if bootstrap_value is None or type(bootstrap_value) is float
+               else layout(bootstrap_value))
     except _NoKey:
-        return None
+        return None, None
+    return key, views
 
 
 class _NoKey(Exception):
@@ -139,6 +159,26 @@ def _torch_layout(t):
     if type(t) is not _TORCH.tensor or _TORCH.wrapped(t):
         raise _NoKey
     return t.dtype, t.shape, t.stride(), t.device, t.requires_grad
+
+
+def _torch_step(t, views: list, index: int):
+    """A per-step tensor's layout: its NumPy view's dtype, shape and strides (the view kept in ``views[index]``)
+    where it has one (a CPU tensor without grad of a dtype NumPy has), else ``_torch_layout``'s.
+
+    A tensor that a ``torch.func`` transform wraps has no storage, so no view: ``Tensor.numpy()`` raises for
+    it, and ``_torch_layout`` then refuses it.
+    """
+    if type(t) is not _TORCH.tensor:
+        raise _NoKey
+    if t.is_cpu and not t.requires_grad:
+        try:
+            view = t.numpy()
+        except (TypeError, RuntimeError):  # wrapped, bfloat16, a conjugate or negative bit: keyed as a tensor
+            pass
+        else:
+            views[index] = view
+            return view.dtype, view.shape, view.strides
+    return _torch_layout(t)
 
 
 class _Torch:
@@ -184,7 +224,7 @@ class ChosenBackendPlan:
                         "fill_masked": call.problem.fill_masked, "truncated_bootstrap": truncated_bootstrap}
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
-                 critic_lam):
+                 critic_lam, views=None):
         from . import _prepare, backends
 
         call = _prepare.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,

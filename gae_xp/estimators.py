@@ -190,13 +190,13 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     >>> advantages, returns
     (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
-    key = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask, axis,
-                         chunk_size, backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap)
+    key, views = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated,
+                                mask, axis, chunk_size, backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap)
     if key is not None:
         plan = _plans.PLANS.get(key)
         if plan is not None:  # a call of this layout passed every check before: only the data's checks run
             return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
-                        critic_lam)
+                        critic_lam, views)
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,

@@ -30,7 +30,7 @@ OPTIONS = ("next_values", "terminated", "truncated", "mask")
 @contextmanager
 def uncached():
     """Within this block every gae() call takes the full path (no key, so no plan is looked up or made)."""
-    with mock.patch.object(_plans, "gae_key", lambda *args: None):
+    with mock.patch.object(_plans, "gae_key", lambda *args: (None, None)):
         yield
 
 
@@ -297,15 +297,15 @@ def test_calls_without_a_key_take_the_full_path():
     args = dict(gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=None, truncated=None,
                 mask=None, axis=-1, chunk_size=None, backend="auto", fill_masked=False, cu_seqlens=None,
                 critic_lam=None, truncated_bootstrap="next_values")
-    assert _plans.gae_key(rewards, rewards, **args) is not None
+    assert _plans.gae_key(rewards, rewards, **args)[0] is not None
     for change in ({"cu_seqlens": [0, 8]}, {"gamma": np.float32(0.9)}, {"bootstrap_value": np.float64(1.0)},
                    {"axis": np.int64(-1)}, {"mask": rewards.tolist()}, {"fill_masked": np.bool_(False)}):
-        assert _plans.gae_key(rewards, rewards, **{**args, **change}) is None, change
-    assert _plans.gae_key(rewards.view(np.ma.MaskedArray), rewards, **args) is None
+        assert _plans.gae_key(rewards, rewards, **{**args, **change})[0] is None, change
+    assert _plans.gae_key(rewards.view(np.ma.MaskedArray), rewards, **args)[0] is None
     tensor = torch.zeros(2, 8)
-    assert _plans.gae_key(tensor, rewards, **args) is None  # two libraries
-    assert _plans.gae_key(torch.nn.Parameter(tensor), tensor, **args) is None  # a subclass
-    assert torch.func.vmap(lambda t: torch.tensor(_plans.gae_key(t, t, **args) is None))(tensor).all()
+    assert _plans.gae_key(tensor, rewards, **args)[0] is None  # two libraries
+    assert _plans.gae_key(torch.nn.Parameter(tensor), tensor, **args)[0] is None  # a subclass
+    assert torch.func.vmap(lambda t: torch.tensor(_plans.gae_key(t, t, **args)[0] is None))(tensor).all()
 
 
 def test_requires_grad_and_the_generic_backend_are_served_on_the_backend_chosen():
@@ -333,6 +333,20 @@ def test_the_cache_is_bounded_and_least_recently_used():
     cache.put("c", 3)
     assert (cache.get("a"), cache.get("b"), cache.get("c")) == (1, None, 3)
     assert len(cache) == 2
+
+
+def test_use_reorders_the_cache_once_it_is_half_full():
+    """Below half full no plan is near eviction and a lookup leaves the order alone; above it, use counts."""
+    cache = _plans.PlanCache(maxsize=4)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # two of four: not reordered, "a" is still the oldest
+    cache.put("c", 3)
+    assert cache.get("b") == 2  # three of four: "b" becomes the most recently used
+    cache.put("d", 4)
+    cache.put("e", 5)  # evicts "a", the oldest
+    cache.put("f", 6)  # evicts "c": "b" was used after it
+    assert [cache.get(k) for k in "abcdef"] == [None, 2, None, 4, 5, 6]
 
 
 def test_threads_calling_with_many_layouts_at_once_get_their_own_results():
@@ -383,3 +397,25 @@ def test_dual_tensors_keep_their_tangents_after_a_plan_was_made():
         want = forward_ad.unpack_dual(advantages).tangent
     assert got is not None
     torch.testing.assert_close(got, want)
+
+
+def test_numpy_and_torch_of_one_layout_have_plans_of_their_own():
+    """A torch CPU tensor is keyed by its NumPy view's layout, with the library in the key: a NumPy call and a
+    torch call of the same dtype, shape and strides never share a plan, and each gets its own kind back."""
+    rewards = np.random.default_rng(0).standard_normal((3, 12)).astype(np.float32)
+    values = np.random.default_rng(1).standard_normal((3, 12)).astype(np.float32)
+    _plans.PLANS.clear()
+    for _ in range(2):
+        from_numpy = gae_xp.gae(rewards, values)
+        from_torch = gae_xp.gae(torch.from_numpy(rewards), torch.from_numpy(values))
+        assert all(type(a) is np.ndarray for a in from_numpy) and all(type(a) is torch.Tensor for a in from_torch)
+        for a, b in zip(from_numpy, from_torch):
+            np.testing.assert_array_equal(a, b.numpy())
+    assert len(_plans.PLANS) == 2
+    key, views = _plans.gae_key(torch.from_numpy(rewards), torch.from_numpy(values), 0.99, 0.95, None, None, None,
+                                None, None, -1, None, "auto", False, None, None, "next_values")
+    assert key is not None and all(type(v) is np.ndarray for v in views[:2]) and views[2:] == [None] * 4
+    for other in (torch.from_numpy(rewards).to(torch.bfloat16), torch.from_numpy(rewards).requires_grad_()):
+        other_key, other_views = _plans.gae_key(other, other, 0.99, 0.95, None, None, None, None, None, -1, None,
+                                                "auto", False, None, None, "next_values")
+        assert other_key not in (None, key) and other_views[:2] == [None, None]  # keyed as tensors
