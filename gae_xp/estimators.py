@@ -191,7 +191,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     (array([[0. , 0. , 0.5]]), array([[1., 1., 1.]]))
     """
     key, views = _plans.gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated,
-                                mask, axis, chunk_size, backend, fill_masked, cu_seqlens, critic_lam, truncated_bootstrap)
+                                mask, axis, chunk_size, backend, fill_masked, cu_seqlens, critic_lam,
+                                truncated_bootstrap)
     if key is not None:
         plan = _plans.PLANS.get(key)
         if plan is not None:  # a call of this layout passed every check before: only the data's checks run

@@ -306,6 +306,14 @@ def test_calls_without_a_key_take_the_full_path():
     assert _plans.gae_key(tensor, rewards, **args)[0] is None  # two libraries
     assert _plans.gae_key(torch.nn.Parameter(tensor), tensor, **args)[0] is None  # a subclass
     assert torch.func.vmap(lambda t: torch.tensor(_plans.gae_key(t, t, **args)[0] is None))(tensor).all()
+    seen = []
+
+    def loss(t):  # under torch.func.grad the tensor is wrapped: it has no NumPy view and gets no key
+        seen.append(_plans.gae_key(t, t.detach(), **args))
+        return t.sum()
+
+    torch.func.grad(loss)(tensor)
+    assert seen == [(None, None)]
 
 
 def test_requires_grad_and_the_generic_backend_are_served_on_the_backend_chosen():
