@@ -36,8 +36,13 @@ constant-discount kernel: pass 1 writes the deltas alone, and the products
 are powers of ``gamma * lam``.
 
 Every kernel is compiled once per combination of argument types (None for
-an absent array, a float or an array for a coefficient: what is absent
-costs nothing) and cached on disk. Each driver solves the work units
+an absent ``next_values`` or ``mask``: what is absent costs nothing; a float
+or an array for a coefficient) and cached on disk. ``terminated`` and
+``truncated`` are bool arrays to the general kernel whether given or not:
+an absent one is a single all-False (1, T) row that stands for every row,
+so which of them a call gives makes no kernel of its own (their 0/1
+factors cost little beside the rewards and values, where a mask's
+masked-step handling would cost 30 %). Each driver solves the work units
 ``first .. stop - 1`` (a unit is a span of one row, a segment, or a row) and
 releases the GIL, so the backend shares a call's units between the calling
 thread and helper threads (``gae_xp.backends._sharing``).
@@ -74,7 +79,10 @@ CONSTANT_FIELDS = 2
 _SMALLEST_NORMAL = 2.2250738585072014e-308
 
 _COMPILED = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
-_HELPER = dict(nogil=True, fastmath={"contract"}, error_model="numpy")
+# What the drivers call (not Python): no wrappers to call them from Python or C, not cached of their own (the
+# drivers' cached code holds them): a fifth less compiling on a cold cache.
+_HELPER = dict(nogil=True, fastmath={"contract"}, error_model="numpy", no_cpython_wrapper=True,
+               no_cfunc_wrapper=True)
 
 
 # --- accessors resolved at compile time by the argument's type ---------------------------------------------------
@@ -101,26 +109,26 @@ def _present_overload(x):
     return lambda x: present
 
 
-def _flag(x, t):
-    """A bool flag at step t; False where the flag array is absent."""
+def _flag(flags, t):
+    """``terminated`` or ``truncated`` at step t; False where it is None (the constant-discount kernel's)."""
 
 
 @overload(_flag)
-def _flag_overload(x, t):
-    if isinstance(x, types.NoneType):
-        return lambda x, t: False
-    return lambda x, t: x[t]
+def _flag_overload(flags, t):
+    if isinstance(flags, types.NoneType):
+        return lambda flags, t: False
+    return lambda flags, t: flags[t]
 
 
-def _real(x, t):
-    """Whether step t is real; True where the mask is absent."""
+def _real(mask, t):
+    """Whether step t is real; True where the mask is absent (None)."""
 
 
 @overload(_real)
-def _real_overload(x, t):
-    if isinstance(x, types.NoneType):
-        return lambda x, t: True
-    return lambda x, t: x[t]
+def _real_overload(mask, t):
+    if isinstance(mask, types.NoneType):
+        return lambda mask, t: True
+    return lambda mask, t: mask[t]
 
 
 def _at(x, t):
@@ -161,7 +169,7 @@ def _starts_before(offsets, segment):
     return segment
 
 
-@njit(**_COMPILED)
+@njit(**_HELPER)
 def walk(rewards, values, steps, bounds, fill_masked, advantages, returns, lo, hi, next_value, following,
          critic_following):
     """Steps ``hi - 1`` down to ``lo`` of one row, in the order and with the selects of the serial loop.
@@ -387,7 +395,7 @@ def _finish_piece(S, values, mask, fill_masked, advantages, returns, start, lo, 
         returns[t] = critic + np.float64(values[t]) if kept else 0.0
 
 
-@njit(**_COMPILED)
+@njit(**_HELPER)
 def solve_span(rewards, values, steps, bounds, fill_masked, advantages, returns, first_segment, last_segment):
     """GAE on segments ``[first_segment, last_segment)`` of one row (1-D arrays, as ``walk`` takes them)."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
@@ -478,7 +486,7 @@ def _powers(w):
     return powers
 
 
-@njit(**_COMPILED)
+@njit(**_HELPER)
 def solve_span_constant(rewards, values, steps, bounds, fill_masked, advantages, returns, first_segment,
                         last_segment):
     """``solve_span`` for one segment per row with float gamma, lam (and critic_lam) and no per-step flags."""
@@ -546,7 +554,7 @@ def solve_span_constant(rewards, values, steps, bounds, fill_masked, advantages,
 # --- summaries of segments (pieces that live apart) and the scan ---------------------------------------------------
 
 
-@njit(**_COMPILED)
+@njit(**_HELPER)
 def summarize_segment(rewards, values, steps, offsets, segment, out):
     """A segment's five numbers (``gae_xp._pieces.FIELDS``) as if nothing came after it, into ``out``."""
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
@@ -583,7 +591,7 @@ def summarize_segment(rewards, values, steps, offsets, segment, out):
     out[0], out[1], out[2], out[3], out[4] = next_value, on_value, following, on_bootstrap, on_carry
 
 
-@njit(**_COMPILED)
+@njit(**_HELPER)
 def scan_row(x, a, reverse, out):
     """``out_t = x_t + a_t out_{t+1}`` (reverse) or ``out_{t-1}`` along one row; a float ``a`` is every a_t."""
     length = x.shape[0]
@@ -598,11 +606,23 @@ def scan_row(x, a, reverse, out):
 # --- drivers: the work units first .. stop - 1 of a call ---------------------------------------------------------
 
 
+def _flag_row(flags, row):
+    """Row ``row`` of a (rows, T) flag array, or the single row of a (1, T) one that stands for every row (an absent
+    ``terminated`` or ``truncated``: ``gae_xp.backends.numba_cpu.no_flags``); None stays None."""
+
+
+@overload(_flag_row)
+def _flag_row_overload(flags, row):
+    if isinstance(flags, types.NoneType):
+        return lambda flags, row: flags
+    return lambda flags, row: flags[min(row, flags.shape[0] - 1)]
+
+
 @njit(**_HELPER)
 def _row_steps(steps, row):
     next_values, terminated, truncated, mask, gamma, lam, critic_lam = steps
-    return (_row(next_values, row), _row(terminated, row), _row(truncated, row), _row(mask, row), _row(gamma, row),
-            _row(lam, row), _row(critic_lam, row))
+    return (_row(next_values, row), _flag_row(terminated, row), _flag_row(truncated, row), _row(mask, row),
+            _row(gamma, row), _row(lam, row), _row(critic_lam, row))
 
 
 @njit(**_HELPER)

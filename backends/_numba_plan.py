@@ -65,7 +65,9 @@ class NumbaPlan:
         self.fill_masked = p.fill_masked
         self.offsets = numba_cpu._whole_row(self.shape[-1])
         self.whole_rows = np.array([0, 1], dtype=np.int64)
-        self.zero_bootstrap = np.zeros((self.rows_shape[0], 1), dtype=np.float64)
+        self.zero_bootstrap = numba_cpu.frozen(np.zeros((self.rows_shape[0], 1), dtype=np.float64))
+        #: an absent ``terminated`` or ``truncated``, as ``numba_cpu._steps`` lays it out for the kernel
+        self.no_flags = None if numba_cpu._constant(p) else numba_cpu.no_flags(self.shape[-1])
         self.size = math.prod(self.shape)
         #: a call too small to share between threads, whatever the thread count (``numba_cpu._threads_for``)
         self.small = self.size < numba_cpu.PARALLEL_FROM or self.rows_shape[0] < 2
@@ -90,8 +92,9 @@ class NumbaPlan:
         else:
             rows = self._rows
             rewards, values = rows(rewards), rows(values)
-        steps = (None if next_values is None else rows(next_values), None if terminated is None else rows(terminated),
-                 None if truncated is None else rows(truncated), None if mask is None else rows(mask),
+        steps = (None if next_values is None else rows(next_values),
+                 self.no_flags if terminated is None else rows(terminated),
+                 self.no_flags if truncated is None else rows(truncated), None if mask is None else rows(mask),
                  gamma if type(gamma) is float else self._coefficient("gamma", gamma),
                  lam if type(lam) is float else self._coefficient("lam", lam),
                  critic_lam if critic_lam is None or type(critic_lam) is float
@@ -131,12 +134,12 @@ class NumbaPlan:
                                                         self.axis, bounds=(0.0, 1.0)))
         if laid_out.shape != self.shape:
             laid_out = np.broadcast_to(laid_out, self.shape)
-        return laid_out.reshape(self.rows_shape) if self.flat else laid_out
+        return numba_cpu.frozen(laid_out.reshape(self.rows_shape) if self.flat else laid_out)
 
     def _bootstrap(self, value, rewards):
         """The bootstrap value as the kernels' (rows, 1) float64, made by ``_prepare.boundary`` as in the full path."""
         made = _prepare.boundary(self.xp, "bootstrap_value", value, self.shape[:-1], self.step_dtype, rewards)
-        return np.ascontiguousarray(numba_cpu._rows(numba_cpu._host(made)), dtype=np.float64)
+        return numba_cpu.frozen(np.ascontiguousarray(numba_cpu._rows(numba_cpu._host(made)), dtype=np.float64))
 
     def _result(self, rows):
         """A (rows, T) result in the caller's shape, time on the caller's axis, as the caller's kind of array."""

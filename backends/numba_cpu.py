@@ -48,7 +48,7 @@ import math
 import numpy as np
 
 from gae_xp._compat import has_tangent, is_numpy_array, is_torch_array, values_are_readable
-from gae_xp._problem import PER_STEP
+from gae_xp._problem import COEFFICIENTS, PER_STEP
 from gae_xp.backends import is_single_threaded
 
 from ._sharing import share
@@ -161,19 +161,44 @@ def _rows(a):
 
 
 def _steps(p, shape) -> tuple:
-    """The kernels' per-step arguments (``STEPS``): None, a float, or a (rows, T) array each."""
+    """The kernels' per-step arguments (``STEPS``): ``next_values`` and ``mask`` None or a (rows, T) array;
+    ``terminated`` and ``truncated`` a (rows, T) bool array, or ``no_flags`` where not given (None for the
+    constant-discount kernel, which has none); each coefficient a
+    float or a read-only (rows, T) array (``frozen``: a broadcast coefficient and a whole one are one type to the
+    kernels)."""
     full = p.rewards.shape
+    absent_flag = None if _constant(p) else no_flags(shape[-1])
 
     def laid_out(name):
         value = getattr(p, name)
-        if value is None or isinstance(value, float):
+        if value is None:
+            return absent_flag if name in ("terminated", "truncated") else None
+        if isinstance(value, float):
             return value
         value = _host(value)
         if value.shape != full:  # a per-row coefficient, (..., 1): broadcast (1-2 us) only then
             value = np.broadcast_to(value, full)
-        return value if value.shape == shape else _rows(value).reshape(shape)
+        value = value if value.shape == shape else _rows(value).reshape(shape)
+        return frozen(value) if name in COEFFICIENTS else value
 
     return tuple(laid_out(name) for name in STEPS)
+
+
+@functools.lru_cache(maxsize=16)
+def no_flags(length: int) -> np.ndarray:
+    """An absent ``terminated`` or ``truncated`` as the kernels take it: one all-False (1, T) row that stands for
+    every row (the kernels read its row 0 for every row). It is writable, as the flags callers give mostly are
+    (numba compiles a kernel of its own for read-only arrays); nothing writes it."""
+    return np.zeros((1, length), dtype=bool)
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a`` itself when it is read-only already): the kernels' arrays that may come
+    either way (broadcast coefficients, a caller's bootstrap values) then always have the one numba type."""
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 def _bounds(p, shape) -> tuple:
@@ -182,7 +207,7 @@ def _bounds(p, shape) -> tuple:
     offsets = _offsets(p, shape[-1])
 
     def per_segment(value):  # (..., n) in the compute dtype
-        return np.ascontiguousarray(_rows(_host(value)), dtype=np.float64)
+        return frozen(np.ascontiguousarray(_rows(_host(value)), dtype=np.float64))
 
     return per_segment(p.bootstrap), None if p.carry is None else per_segment(p.carry), offsets
 
@@ -191,9 +216,13 @@ def _driver(p):
     """The kernel driver that solves ``p``'s work units: the leaner constant-discount one for a row that is one
     segment with float coefficients and no per-step arrays, the general one otherwise."""
     kernels = _kernels()
-    if p.offsets is None and set(p.steps()) == {"rewards", "values"}:
-        return kernels.constant_units
-    return kernels.general_units
+    return kernels.constant_units if _constant(p) else kernels.general_units
+
+
+def _constant(p) -> bool:
+    """Whether ``p`` takes the constant-discount kernel: no packed sequences, no per-step array but the rewards and
+    values (its flags are all absent: None to it, one type whatever the call, and nothing to unbox)."""
+    return p.offsets is None and set(p.steps()) == {"rewards", "values"}
 
 
 def _offsets(p, length: int) -> np.ndarray:

@@ -214,9 +214,10 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
 def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("constant", "dones+mask")) -> None:
     """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
 
-    Each combination of options (which of ``terminated``, ``truncated``,
-    ``mask``, ``next_values`` are given; float or array coefficients) and
-    dtype runs a kernel of its own, compiled on its first call in a process
+    Each combination of options (whether ``mask`` and ``next_values`` are
+    given, any per-step array at all, float or array coefficients) and dtype
+    runs a kernel of its own (``terminated`` and ``truncated``, given or not,
+    share one), compiled on its first call in a process
     when numba's cache does not hold it yet (seconds per kernel on a cold
     cache, tenths of a second to load a cached one). A trainer that calls
     ``warm_up`` at start-up, before its first rollout, pays that there

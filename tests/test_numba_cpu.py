@@ -356,3 +356,41 @@ def test_a_long_segments_summary_decays_to_zero_not_to_a_stuck_subnormal(numba_c
     np.testing.assert_array_equal(fields["value"], values[:, 0])
     want = reference.gae_loop(rewards, values)[0][:, 0]  # nothing after the segment: the edge is A_0
     np.testing.assert_allclose(fields["edge"], want, rtol=1e-12, atol=1e-12)
+
+
+# --- which kernels a call compiles ------------------------------------------------------------------------------
+
+
+def test_the_dones_a_call_gives_and_its_coefficients_layout_compile_no_kernel_of_their_own(numba_cpu):
+    """``terminated`` and ``truncated`` reach the kernels as bool arrays whether given or not (an absent one is an
+    all-False row for every row), and an array coefficient and the bootstrap values as read-only arrays whether
+    the caller's are writable or read-only: the kernels see one type for all of these calls, so numba compiles one
+    kernel where it compiled a kernel for each. (A broadcast coefficient, stride 0, is another layout: its own.)"""
+    import numba
+
+    rng = np.random.default_rng(11)
+    shape = (3, 300)
+    r, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    dones = rng.random(shape) < 0.05
+    whole = rng.uniform(0.5, 1.0, shape)
+    read_only = whole.copy()
+    read_only.flags.writeable = False
+    bootstrap = rng.standard_normal(3)
+    read_only_bootstrap = bootstrap.copy()
+    read_only_bootstrap.flags.writeable = False
+    calls = [dict(gamma=whole), dict(gamma=read_only, terminated=dones), dict(gamma=whole, terminated=dones,
+                                                                              truncated=~dones,
+                                                                              truncated_bootstrap="next_step"),
+             dict(gamma=whole, truncated=dones, truncated_bootstrap="next_step", bootstrap_value=bootstrap),
+             dict(gamma=read_only, bootstrap_value=read_only_bootstrap)]
+
+    def kernel_types(options):
+        p = _prepare.prepare(r, v, **options).problem
+        rows = numba_cpu._rows(r)
+        return tuple(numba.typeof(a) for a in (numba_cpu._steps(p, rows.shape), numba_cpu._bounds(p, rows.shape)))
+
+    seen = [kernel_types(options) for options in calls]
+    assert seen[1:] == seen[:1] * (len(calls) - 1), seen
+    for options in calls:  # and each is still the loop
+        for got, want in zip(gae_xp.gae(r, v, backend="numba", **options), reference.gae_loop(r, v, **options)):
+            xp_assert_close(got, want, like=r)

@@ -19,7 +19,10 @@ gae_xp's rows are the adapters with the same signatures, and the core
 ``gae_xp.group_advantages`` on the consecutive layout followed by
 ``gae_xp.to_tokens``. The token broadcast is timed next to a copy of the
 token array (``clone`` of the float32 (B, T) rewards), the floor any
-broadcast must pay. One thread by default (``torch.set_num_threads``), as
+broadcast must pay, and verl's GRPO next to its two token passes alone
+(the scores' sum over the tokens, and the scores times verl's int64 mask,
+in torch): the floor of any GRPO with verl's signature, whose ratio to the
+frameworks' rows bounds what an adapter can reach. One thread by default (``torch.set_num_threads``), as
 the issue's targets are stated. Loops run once; the rest ``--repeat``
 samples, timed by ``gae_xp.bench.runner``.
 """
@@ -198,6 +201,8 @@ def rows(data: dict) -> list[tuple[str, Callable, Callable]]:
         ("verl GRPO: reference loop vs adapter", lambda: verl_grpo_loop(r, m, uids),
          lambda: verl.compute_grpo_outcome_advantage(r, m, uids)),
         ("verl GRPO: vectorised vs adapter", lambda: verl_grpo_vectorized(r, m, uids),
+         lambda: verl.compute_grpo_outcome_advantage(r, m, uids)),
+        ("floor: verl GRPO's two token passes vs adapter", lambda: r.sum(-1)[:, None] * m,
          lambda: verl.compute_grpo_outcome_advantage(r, m, uids)),
         ("verl GRPO: vectorised vs core + to_tokens", lambda: verl_grpo_vectorized(r, m, uids),
          lambda: gae_xp.to_tokens(gae_xp.group_advantages(r.sum(-1), ids), response_mask=bool_mask)),

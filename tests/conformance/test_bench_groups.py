@@ -18,7 +18,7 @@ def test_every_group_row_computes_what_its_framework_does(shuffle):
     data = groups.batch(6, 4, 24, shuffle=shuffle)
     compared = 0
     for name, theirs, ours in groups.rows(data):
-        if name.startswith("copy"):
+        if name.startswith(("copy", "floor")):
             continue
         want, got = theirs(), ours()
         want, got = (want[0] if isinstance(want, tuple) else want), (got[0] if isinstance(got, tuple) else got)
