@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import psutil
+import pytest
 
 from gae_xp.bench import load, small_calls
 
@@ -31,3 +32,16 @@ def test_small_calls_prints_each_stage(capsys):
     for stage in ("gae() auto", "prepare: all of it", "backend chosen", "restore x2", "the rest"):
         assert out.count(stage) == 2  # constant and dones+mask
     assert small_calls.main(["--calls", "3"]) == 0
+
+
+@pytest.mark.slow
+def test_small_calls_times_a_first_call_on_an_empty_cache_and_then_on_the_written_one(capsys):
+    pytest.importorskip("numba")
+    assert small_calls.main(["--first-call", "--cases", "constant"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("CPU: ") and "load average" in out[0]
+    rows = [line.split() for line in out[2:]]
+    assert [row[:3] for row in rows] == [["constant", "empty", "cache"], ["constant", "cache", "written"]]
+    for row in rows:
+        wall, call, cpu = float(row[3]), float(row[6]), float(row[-2])
+        assert 0 < call < wall and cpu > 0

@@ -2,6 +2,7 @@
 
     python -m gae_xp.bench.small_calls [--B 8] [--T 128] [--cases constant,dones+mask] [--number 2000]
     python -m gae_xp.bench.small_calls --ratio        (gae() against a bare numba loop, side by side)
+    python -m gae_xp.bench.small_calls --first-call   (a fresh process's first call: empty cache, then written)
     valgrind --tool=callgrind python -m gae_xp.bench.small_calls --calls N     (instructions, see below)
 
 Each stage of ``gae_xp.gae(rewards, values, ...)`` on NumPy arrays with
@@ -25,6 +26,14 @@ that does the same work on the same arrays (allocates its two outputs, one
 pass from the last step; with dones and a mask, the cut and the skip), and
 prints each as a multiple of the bare loop: what the call costs beyond its
 arithmetic (the issue's targets: at most 3x for NumPy, 4x for torch).
+
+``--first-call`` runs, per case, a fresh interpreter that imports gae_xp and
+makes one call (B=8, T=4096 float32, ``backend="auto"``: asv's
+``TrackFirstCall``) with an empty numba cache (``NUMBA_CACHE_DIR`` a new
+temporary directory: numba compiles the call's kernels), and then another
+with that cache written (numba loads them); it prints each one's wall time
+from before the import to after the call, the call's part, and the
+process's CPU time (a busy machine stretches the wall time, not the CPU).
 
 ``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
 the first case, for an instruction count that no other work on the machine
@@ -53,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=7, help="batches; the best is kept")
     parser.add_argument("--calls", type=int, default=None, help="only make this many calls (for valgrind)")
     parser.add_argument("--ratio", action="store_true", help="only gae() against a bare numba loop, side by side")
+    parser.add_argument("--first-call", action="store_true",
+                        help="only the first call of a fresh process, with an empty numba cache and then a written one")
     return parser
 
 
@@ -249,11 +260,59 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+#: Run by ``first_call`` in a fresh interpreter: seconds to import gae_xp and to make the first call, CPU seconds.
+_FIRST_CALL = """
+import sys, time
+import numpy as np
+started = time.perf_counter()
+import gae_xp
+imported = time.perf_counter()
+rng = np.random.default_rng(0)
+r = rng.standard_normal((8, 4096)).astype(np.float32)
+options = {} if sys.argv[1] == "constant" else {"terminated": rng.random((8, 4096)) < 0.01,
+                                                 "mask": rng.random((8, 4096)) >= 0.2}
+called = time.perf_counter()
+gae_xp.gae(r, r, **options)
+print(imported - started, time.perf_counter() - called, time.perf_counter() - started, time.process_time())
+"""
+
+
+def first_call(case: str, cache: str) -> dict:
+    """A fresh interpreter's import and first ``gae()`` call of ``case`` ("constant" or "dones+mask") with
+    ``NUMBA_CACHE_DIR=cache``: ``{"import_s", "call_s", "wall_s", "cpu_s"}``."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case], capture_output=True, text=True, check=True,
+                          env={**os.environ, "NUMBA_CACHE_DIR": cache}, timeout=600)
+    return dict(zip(("import_s", "call_s", "wall_s", "cpu_s"), map(float, done.stdout.split())))
+
+
+def first_call_lines(cases: list[str]) -> list[str]:
+    """Per case, the first call on an empty numba cache and then on the cache it wrote."""
+    import tempfile
+
+    lines = ["first call of a fresh process, B=8, T=4096 float32: wall from before the import to after the call "
+             "(the call's part), CPU of the process"]
+    for case in cases:
+        with tempfile.TemporaryDirectory() as cache:
+            for state in ("empty cache", "cache written"):
+                t = first_call(case, cache)
+                lines.append(f"  {case:11s} {state:14s} {t['wall_s']:6.2f} s (call {t['call_s']:5.2f} s, import "
+                             f"{t['import_s']:4.2f} s), CPU {t['cpu_s']:5.2f} s")
+    return lines
+
+
 def main(argv=None) -> int:
     options = build_parser().parse_args(argv)
     import numpy as np
 
     from gae_xp.testing import make_case
+
+    if options.first_call:
+        print(f"CPU: {_cpu_name()}, {os.cpu_count()} logical cores; load average {os.getloadavg()[0]:.1f}")
+        for line in first_call_lines([c for c in options.cases.split(",") if c]):
+            print(line)
+        return 0
 
     if options.ratio:
         print(f"CPU: {_cpu_name()}, {os.cpu_count()} logical cores; CPU time of the calling thread per call, the "
