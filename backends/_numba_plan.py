@@ -67,7 +67,7 @@ class NumbaPlan:
         self.whole_rows = np.array([0, 1], dtype=np.int64)
         self.zero_bootstrap = numba_cpu.frozen(np.zeros((self.rows_shape[0], 1), dtype=np.float64))
         #: an absent ``terminated`` or ``truncated``, as ``numba_cpu._steps`` lays it out for the kernel
-        self.no_flags = None if numba_cpu._constant(p) else numba_cpu.no_flags(self.shape[-1])
+        self.no_flags = numba_cpu.absent_flag(kernel, self.shape[-1])
         self.size = math.prod(self.shape)
         #: a call too small to share between threads, whatever the thread count (``numba_cpu._threads_for``)
         self.small = self.size < numba_cpu.PARALLEL_FROM or self.rows_shape[0] < 2

@@ -97,8 +97,9 @@ class NumbaCPUBackend:
         offsets = bounds[2]
         threads = _threads_for(rewards.size, rows.shape[0] * (offsets.shape[0] - 1))
         spans = _spans(rows.shape[0], offsets, threads)
-        share(_driver(p), (rows, _rows(_host(p.values)), _steps(p, rows.shape), bounds, p.fill_masked, advantages,
-                       returns, spans), rows.shape[0] * (spans.shape[0] - 1), threads)
+        kernel = _driver(p)
+        share(kernel, (rows, _rows(_host(p.values)), _steps(p, rows.shape, kernel), bounds, p.fill_masked,
+                       advantages, returns, spans), rows.shape[0] * (spans.shape[0] - 1), threads)
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
 
@@ -117,8 +118,9 @@ class NumbaCPUBackend:
         offsets = _bounds(p, shape)[2]
         out = np.empty((rows.shape[0], offsets.shape[0] - 1, 5), dtype=np.float64)
         units = rows.shape[0] * (offsets.shape[0] - 1)
-        share(_kernels().summarize_units, (rows, _rows(_host(p.values)), _steps(p.replace(critic_lam=None),
-                                                                                rows.shape), offsets, out),
+        summarize = _kernels().summarize_units
+        share(summarize, (rows, _rows(_host(p.values)), _steps(p.replace(critic_lam=None), rows.shape, summarize),
+                          offsets, out),
               units, _threads_for(rewards.size, units))
         summary = out.astype(rewards.dtype).reshape((*shape[:-1], offsets.shape[0] - 1, 5))
         return _like(summary, p.rewards)
@@ -160,19 +162,18 @@ def _rows(a):
     return a if a.ndim == 2 else a.reshape((math.prod(a.shape[:-1]), a.shape[-1]))  # np.reshape's dispatch: 0.3 us
 
 
-def _steps(p, shape) -> tuple:
-    """The kernels' per-step arguments (``STEPS``): ``next_values`` and ``mask`` None or a (rows, T) array;
-    ``terminated`` and ``truncated`` a (rows, T) bool array, or ``no_flags`` where not given (None for the
-    constant-discount kernel, which has none); each coefficient a
-    float or a read-only (rows, T) array (``frozen``: a broadcast coefficient and a whole one are one type to the
-    kernels)."""
+def _steps(p, shape, kernel) -> tuple:
+    """``kernel``'s per-step arguments (``STEPS``): ``next_values`` and ``mask`` None or a (rows, T) array;
+    ``terminated`` and ``truncated`` a (rows, T) bool array, or ``absent_flag(kernel, T)`` where not given; each
+    coefficient a float or a read-only (rows, T) array (``frozen``: a broadcast coefficient and a whole one are one
+    type to the kernels)."""
     full = p.rewards.shape
-    absent_flag = None if _constant(p) else no_flags(shape[-1])
+    absent = absent_flag(kernel, shape[-1])
 
     def laid_out(name):
         value = getattr(p, name)
         if value is None:
-            return absent_flag if name in ("terminated", "truncated") else None
+            return absent if name in ("terminated", "truncated") else None
         if isinstance(value, float):
             return value
         value = _host(value)
@@ -185,6 +186,13 @@ def _steps(p, shape) -> tuple:
 
 
 @functools.lru_cache(maxsize=16)
+def absent_flag(kernel, length: int):
+    """An absent ``terminated`` or ``truncated`` as ``kernel`` takes it: None for the constant-discount driver
+    (which is chosen only when no flag is given: one type whatever the call, nothing to unbox), else
+    ``no_flags(length)``."""
+    return None if kernel is _kernels().constant_units else no_flags(length)
+
+
 def no_flags(length: int) -> np.ndarray:
     """An absent ``terminated`` or ``truncated`` as the kernels take it: one all-False (1, T) row that stands for
     every row (the kernels read its row 0 for every row). It is writable, as the flags callers give mostly are
@@ -216,13 +224,9 @@ def _driver(p):
     """The kernel driver that solves ``p``'s work units: the leaner constant-discount one for a row that is one
     segment with float coefficients and no per-step arrays, the general one otherwise."""
     kernels = _kernels()
-    return kernels.constant_units if _constant(p) else kernels.general_units
-
-
-def _constant(p) -> bool:
-    """Whether ``p`` takes the constant-discount kernel: no packed sequences, no per-step array but the rewards and
-    values (its flags are all absent: None to it, one type whatever the call, and nothing to unbox)."""
-    return p.offsets is None and set(p.steps()) == {"rewards", "values"}
+    if p.offsets is None and set(p.steps()) == {"rewards", "values"}:
+        return kernels.constant_units
+    return kernels.general_units
 
 
 def _offsets(p, length: int) -> np.ndarray:
@@ -237,10 +241,8 @@ def _whole_row(length: int) -> np.ndarray:
 
 
 def _read_only(offsets) -> np.ndarray:
-    """Offsets as a read-only int64 view (one type for the kernels, whoever owns the array)."""
-    view = np.ascontiguousarray(offsets, dtype=np.int64).view()
-    view.flags.writeable = False
-    return view
+    """Offsets as a read-only int64 array (one type for the kernels, whoever owns the array)."""
+    return frozen(np.ascontiguousarray(offsets, dtype=np.int64))
 
 
 def _spans(n_rows: int, offsets: np.ndarray, threads: int) -> np.ndarray:

@@ -387,7 +387,8 @@ def test_the_dones_a_call_gives_and_its_coefficients_layout_compile_no_kernel_of
     def kernel_types(options):
         p = _prepare.prepare(r, v, **options).problem
         rows = numba_cpu._rows(r)
-        return tuple(numba.typeof(a) for a in (numba_cpu._steps(p, rows.shape), numba_cpu._bounds(p, rows.shape)))
+        steps = numba_cpu._steps(p, rows.shape, numba_cpu._driver(p))
+        return tuple(numba.typeof(a) for a in (steps, numba_cpu._bounds(p, rows.shape)))
 
     seen = [kernel_types(options) for options in calls]
     assert seen[1:] == seen[:1] * (len(calls) - 1), seen

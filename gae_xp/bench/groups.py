@@ -22,8 +22,8 @@ token array (``clone`` of the float32 (B, T) rewards), the floor any
 broadcast must pay, and verl's GRPO next to its two token passes alone
 (the scores' sum over the tokens, and the scores times verl's int64 mask,
 in torch): the floor of any GRPO with verl's signature, whose ratio to the
-frameworks' rows bounds what an adapter can reach. One thread by default (``torch.set_num_threads``), as
-the issue's targets are stated. Loops run once; the rest ``--repeat``
+frameworks' rows bounds what an adapter can reach. One thread by default
+(``torch.set_num_threads``), as the issue's targets are stated. Loops run once; the rest ``--repeat``
 samples, timed by ``gae_xp.bench.runner``.
 """
 

@@ -127,10 +127,10 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
     rows = numba_cpu._rows(problem.rewards)
     values = numba_cpu._rows(problem.values)
     bounds = numba_cpu._bounds(problem, shape)
-    steps = numba_cpu._steps(problem, rows.shape)
+    kernel = numba_cpu._driver(problem)
+    steps = numba_cpu._steps(problem, rows.shape, kernel)
     spans = numba_cpu._spans(rows.shape[0], bounds[2], 1)
     outputs = (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype))
-    kernel = numba_cpu._driver(problem)
     units = rows.shape[0] * (spans.shape[0] - 1)
 
     def launch():
@@ -139,7 +139,7 @@ def _kernel_stages(solver, problem) -> list[tuple[str, object]]:
     stages = [("  per-segment values laid out", lambda: numba_cpu._bounds(problem, shape)),
               ("  two outputs allocated", lambda: (np.empty(rows.shape, rows.dtype), np.empty(rows.shape, rows.dtype)))]
     if kernel is not numba_cpu._kernels().constant_units:
-        stages.append(("  per-step arrays laid out", lambda: numba_cpu._steps(problem, rows.shape)))
+        stages.append(("  per-step arrays laid out", lambda: numba_cpu._steps(problem, rows.shape, kernel)))
     stages.append(("  the kernel (called directly)", launch))
     return stages
 
