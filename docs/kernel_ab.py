@@ -101,7 +101,7 @@ def main(argv=None) -> int:
             np.copyto(arrays["returns"], arrays["values"])
 
         print(f"B={options.rows}, T={options.length} float32; fastest of {options.rounds} alternating rounds; "
-              f"a copy of the same bytes: {fastest(copy, 2 * options.rounds) * 1e3:.2f} ms")
+              f"a copy of the same bytes: {fastest(copy, 2 * options.rounds) * 1e6:.1f} us")
         print(f"{'case':16} {options.revision:>12} {'this checkout':>14} {'ratio':>7}")
         for name, case in table.items():
             before, after = (arguments(k, arrays, case, no_flags) for k in (theirs, ours))
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             times = [(fastest(lambda: theirs.general_units(*before), 1), fastest(lambda: ours.general_units(*after), 1))
                      for _ in range(options.rounds)]
             t_before, t_after = min(t for t, _ in times), min(t for _, t in times)
-            print(f"{name:16} {t_before * 1e3:9.2f} ms {t_after * 1e3:11.2f} ms {t_after / t_before:6.3f}x")
+            print(f"{name:16} {t_before * 1e6:9.1f} us {t_after * 1e6:11.1f} us {t_after / t_before:6.3f}x")
     return 0
 
 

@@ -170,10 +170,10 @@ def _torch_step(t, views: list, index: int):
     """
     if type(t) is not _TORCH.tensor:
         raise _NoKey
-    if t.is_cpu and not t.requires_grad:
+    if t.is_cpu:
         try:
             view = t.numpy()
-        except (TypeError, RuntimeError):  # wrapped, bfloat16, a conjugate or negative bit: keyed as a tensor
+        except (TypeError, RuntimeError):  # grad, wrapped, bfloat16, a conjugate or negative bit: keyed as a tensor
             pass
         else:
             views[index] = view

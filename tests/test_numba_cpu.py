@@ -395,3 +395,80 @@ def test_the_dones_a_call_gives_and_its_coefficients_layout_compile_no_kernel_of
     for options in calls:  # and each is still the loop
         for got, want in zip(gae_xp.gae(r, v, backend="numba", **options), reference.gae_loop(r, v, **options)):
             xp_assert_close(got, want, like=r)
+
+
+# --- the kernels' row views ---------------------------------------------------------------------------------------
+
+
+def _laid_out(a, layout):
+    """``a`` (a C array) as the caller may hand it: C, Fortran order, strided (every other row and column of a
+    larger array), read-only, or an odd byte offset away from its buffer's start (unaligned)."""
+    if layout == "fortran":
+        return np.asfortranarray(a)
+    if layout == "strided":
+        larger = np.zeros((2 * a.shape[0], 2 * a.shape[1]), dtype=a.dtype)
+        larger[::2, ::2] = a
+        return larger[::2, ::2]
+    if layout == "read-only":
+        frozen = a.copy()
+        frozen.flags.writeable = False
+        return frozen
+    if layout == "unaligned":
+        buffer = np.zeros(a.nbytes + 1, dtype=np.uint8)
+        moved = buffer[1:].view(a.dtype).reshape(a.shape)
+        moved[...] = a
+        return moved
+    return a.copy()
+
+
+LAYOUTS = ["C", "fortran", "strided", "read-only", "unaligned"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_borrowed_row_is_the_arrays_row_in_every_layout(kernels, layout):
+    """``_row`` makes a row view without a reference of its own; it reads the same numbers as NumPy's row, of every
+    layout (its strides and start are the array's), and keeps the array's read-only and alignment types."""
+    import numba
+
+    a = _laid_out(np.arange(5 * 7, dtype=np.float32).reshape(5, 7) * 1.5, layout)
+
+    @numba.njit
+    def rows_read(x):
+        out = np.empty(x.shape)
+        for row in range(x.shape[0]):
+            view = kernels._row(x, row)
+            for t in range(view.shape[0]):
+                out[row, t] = view[t]
+        return out
+
+    @numba.njit
+    def write_through(x, row):
+        kernels._row(x, row)[1] = -1.0
+
+    np.testing.assert_array_equal(rows_read(a), a)
+    if layout == "read-only":  # the view keeps the array's read-only type
+        with pytest.raises(numba.core.errors.TypingError):
+            write_through(a, 3)
+    else:  # and is the array's memory, not a copy
+        write_through(a, 3)
+        assert a[3, 1] == -1.0 and np.count_nonzero(a == -1.0) == 1
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rows_of_every_layout_equal_the_loop(kernels, layout):
+    """Every float input in each layout a caller may give, on both kernels (the constant one, and the general one
+    with dones and a mask), rows that are walked and rows that are windowed: the loop's numbers, and the inputs
+    left as they were. One case per layout: each layout is a kernel of its own to compile."""
+    rng = np.random.default_rng(5)
+    for options in ({}, {"dones": 0.02, "holes": 0.2}):
+        for length in (LANE + 1, 2 * WINDOW + LANE - 1):
+            case = _cast(make_case(rng, (3, length), **options), np.float32)
+            arrays = {k: _laid_out(v, layout) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+                      for k, v in case.items()}
+            before = {k: v.copy() for k, v in arrays.items() if isinstance(v, np.ndarray)}
+            advantages, returns = gae_xp.gae(**arrays, backend="numba")
+            want_a, want_r = reference.gae_loop(**case)
+            xp_assert_close(advantages, want_a, like=arrays["rewards"])
+            xp_assert_close(returns, want_r, like=arrays["rewards"])
+            for name, value in before.items():
+                np.testing.assert_array_equal(arrays[name], value, err_msg=f"{name} was modified")
