@@ -244,14 +244,40 @@ def _numba_flattening(recorded_launches, item: int):
     return flatten
 
 
+def _plan_hit(arrays: dict, solver):
+    """A repeated ``gae()`` call on these arrays served by its plan with ``solver`` as the backend chosen, as
+    ``gae()`` runs it: the key (``_plans.gae_key``), the lookup, and the ``BoundLayoutPlan`` that binds the arrays
+    into the first call's problem and runs the backend."""
+    from gae_xp import _plans, _prepare
+
+    options = dict(gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=arrays.get("terminated"),
+                   truncated=None, mask=arrays.get("mask"), critic_lam=None)
+    layout = dict(axis=-1, chunk_size=None, backend="numba-cuda", fill_masked=False, cu_seqlens=None,
+                  truncated_bootstrap="next_values")
+    call = _prepare.prepare(arrays["rewards"], arrays["values"], **options, backend="xp")
+    plan = _plans.BoundLayoutPlan.of(call, solver, {"rewards": arrays["rewards"], "values": arrays["values"],
+                                                    **options})
+    cache = _plans.PlanCache()
+    key = _plans.gae_key(arrays["rewards"], arrays["values"], **options, **layout)[0]
+    cache.put(key, plan)
+
+    def hit():
+        key, views = _plans.gae_key(arrays["rewards"], arrays["values"], **options, **layout)
+        return cache.get(key)(arrays["rewards"], arrays["values"], options["gamma"], options["lam"], None, None,
+                              options["terminated"], None, options["mask"], None, views)
+
+    return hit
+
+
 def launch_table(batches: int = 30, calls: int = 100) -> str:
     """Microseconds of Python per call up to the driver call, torch CPU tensors standing in for CUDA ones: the
     calling thread's CPU time (``time.thread_time``: not the time other work on a busy machine holds the core)
     per call, the mean of ``calls`` calls in the fastest of ``batches`` batches: ``prepare``; the backend up to
     its launches (recorded); numba's launcher's flattening of those launches' arguments (the part of its
     per-call work that runs without a GPU: its per-argument typing, its device-array objects and cuda.core's
-    launch call are not included); and the backend through
-    ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``."""
+    launch call are not included); the backend through
+    ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``; and a repeated call served by its
+    plan (``_plan_hit``: the key, the lookup, the bound problem, no ``prepare``) through the same launch."""
     import torch
 
     from gae_xp import _prepare
@@ -276,7 +302,8 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
 
     lines = ["| case (torch CPU stand-ins) | prepare | backend, launches recorded | + numba's argument flattening "
              "(lower bound) | = before (numba's launcher, lower bound) | backend through the driver launch "
-             "(stand-in driver) | = after | launches |", "|---|---|---|---|---|---|---|---|"]
+             "(stand-in driver) | = after | a repeated call served by its plan, through the driver launch | "
+             "launches |", "|---|---|---|---|---|---|---|---|---|"]
     for case, shape, dones_mask in (("plain, 4096 x 32", (4096, 32), False),
                                     ("dones+mask, 4096 x 32", (4096, 32), True),
                                     ("plain, 256 x 131072", (256, 131072), False)):
@@ -297,9 +324,10 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
             Recorder.launches = []
             driver = fastest(lambda: numba_cuda.BACKEND.gae(p))
             launches = len(Recorder.launches) // (batches * calls + 1)
+            planned = fastest(_plan_hit(arrays, numba_cuda.BACKEND))
         before = prepare + recorded_backend + flattening
         lines.append(f"| {case} | {prepare:.1f} | {recorded_backend:.1f} | {flattening:.1f} | {before:.1f} | "
-                     f"{driver:.1f} | {prepare + driver:.1f} | {launches} |")
+                     f"{driver:.1f} | {prepare + driver:.1f} | {planned:.1f} | {launches} |")
     return "\n".join(lines)
 
 

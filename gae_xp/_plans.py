@@ -34,6 +34,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ._problem import COEFFICIENTS, PER_STEP
+
 #: Plans kept: more layouts than a trainer uses (one or two per batch shape), few enough to stay small.
 MAX_PLANS = 128
 
@@ -206,17 +208,81 @@ def _torch_tensor():
 
 def make_plan(call, solver, arguments: dict):
     """The plan of a checked, solved ``gae()`` call (``arguments``: its own, by name): the backend's own
-    (``Backend.make_plan``) where it has one that serves this call, else a plan that runs the checks and the
-    layout again on the backend chosen."""
+    (``Backend.make_plan``) where it has one that serves this call; else, where the checked layout is the caller's
+    own arrays, a plan that binds a later call's arrays into it (``BoundLayoutPlan``); else a plan that runs the
+    checks and the layout again on the backend chosen."""
     make = getattr(solver, "make_plan", None)
     plan = None if make is None else make(call, arguments)
+    if plan is None:
+        plan = BoundLayoutPlan.of(call, solver, arguments)
     return plan if plan is not None else ChosenBackendPlan(call, solver, arguments["truncated_bootstrap"])
+
+
+#: The per-step arrays of ``gae()`` that a ``BoundLayoutPlan`` binds (the coefficients are in the key).
+_BOUND = tuple(name for name in PER_STEP if name not in COEFFICIENTS)
+
+
+class BoundLayoutPlan:
+    """A plan for a call whose checked layout holds the caller's own arrays, on any backend without a plan of its
+    own (the generic scan, numba-CUDA): a later call of the key gets the first call's ``GaeProblem`` with its own
+    arrays bound in, and its bootstrap values made again (``_prepare.boundary``, as ``prepare`` makes them: an
+    array's dtype and broadcast are checked there).
+
+    Made only where ``prepare`` handed every per-step array to the problem as it was given (time last, the
+    compute dtype already, flags bool: no view, cast or move), the coefficients are Python numbers (their values
+    are in the key, so their range checks are too), there are no packed sequences and no tensor requires grad.
+    Then every check ``prepare`` makes reads only what the key holds, and a call of the same key would get a
+    problem of these arrays themselves: binding them is ``prepare`` without its checks, not an approximation of
+    it.
+    """
+
+    def __init__(self, call, solver):
+        p = call.problem
+        self.problem = p
+        self.solver = solver
+        self.chunk_size = call.chunk_size
+        self.out_dtype, self.axis = call.out_dtype, call.axis
+        self.time_last = call.axis == p.rewards.ndim - 1
+        self.batch_shape = tuple(p.rewards.shape[:-1])
+        self.bootstrap_dtype = p.bootstrap.dtype
+
+    @classmethod
+    def of(cls, call, solver, arguments: dict):
+        """The plan for this call, or None where its layout is not the caller's own arrays (see the class)."""
+        p = call.problem
+        if (p.offsets is not None or p.carry is not None or p.extra or call.offsets_valid is not None
+                or any(getattr(p, name) is not arguments[name] for name in _BOUND)
+                or any(type(arguments[name]) not in (float, int) for name in ("gamma", "lam"))
+                or not (arguments["critic_lam"] is None or type(arguments["critic_lam"]) in (float, int))
+                or any(getattr(a, "requires_grad", False) for a in call.arrays)):
+            return None
+        return cls(call, solver)
+
+    def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                 critic_lam, views=None):
+        from . import _prepare, backends
+        from ._problem import restore
+
+        p = self.problem
+        bootstrap = _prepare.boundary(p.xp, "bootstrap_value", 0.0 if bootstrap_value is None else bootstrap_value,
+                                      self.batch_shape, self.bootstrap_dtype, rewards)
+        # the first call's problem with this call's arrays: its other fields are a checked problem's, so the copy
+        # is made field for field (``dataclasses.replace`` would run the frozen class's __init__: 4 us)
+        problem = object.__new__(type(p))
+        problem.__dict__.update(p.__dict__, rewards=rewards, values=values, next_values=next_values,
+                                terminated=terminated, truncated=truncated, mask=mask, bootstrap=bootstrap)
+        advantages, returns = backends.solve_gae(problem, self.solver, self.chunk_size)
+        if self.time_last and advantages.dtype == self.out_dtype and returns.dtype == self.out_dtype:
+            return advantages, returns  # what ``restore`` would return
+        return (restore(p.xp, advantages, self.out_dtype, self.axis),
+                restore(p.xp, returns, self.out_dtype, self.axis))
 
 
 class ChosenBackendPlan:
     """A plan that keeps the backend chosen for the key (``backends.solver``'s answer) and runs every check and
-    the layout of ``gae_xp._prepare`` again: for backends without a plan of their own (the generic scan, lax.scan,
-    numba-CUDA for now)."""
+    the layout of ``gae_xp._prepare`` again: for the calls that neither the backend's own plan nor a
+    ``BoundLayoutPlan`` serves (arrays that ``prepare`` moves or casts, array coefficients, tensors that require
+    grad)."""
 
     def __init__(self, call, solver, truncated_bootstrap: str):
         self.solver = solver

@@ -205,9 +205,10 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     solver = backends.solver(call)
     advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
     if key is not None:
-        _plans.PLANS.put(key, _plans.make_plan(call, solver, {"rewards": rewards, "values": values,
-                                                              "next_values": next_values,
-                                                              "truncated_bootstrap": truncated_bootstrap}))
+        _plans.PLANS.put(key, _plans.make_plan(call, solver, {
+            "rewards": rewards, "values": values, "next_values": next_values, "terminated": terminated,
+            "truncated": truncated, "mask": mask, "gamma": gamma, "lam": lam, "critic_lam": critic_lam,
+            "bootstrap_value": bootstrap_value, "truncated_bootstrap": truncated_bootstrap}))
     return call.restore(advantages), call.restore(returns)
 
 

@@ -270,6 +270,32 @@ def test_inputs_are_kept_and_outputs_are_new():
         assert not any(np.shares_memory(out, case[key]) for out in outputs)
 
 
+@pytest.mark.parametrize("option", ["plain", "holes, padding, dones", "next values with holes", "bootstrap"])
+def test_repeated_calls_of_a_layout_are_served_by_its_bound_plan(option):
+    """The second call of a layout on the kernels binds its arrays into the first call's problem
+    (``gae_xp._plans.BoundLayoutPlan``, no ``prepare``): the loop's numbers, the uncached call's bits."""
+    from contextlib import nullcontext
+    from unittest import mock
+
+    from gae_xp import _plans, _prepare
+
+    rng = np.random.default_rng(23)
+    _plans.PLANS.clear()
+    for served in (False, True):
+        case = make_case(rng, (3, 13), **OPTIONS[option])
+        with mock.patch.object(_prepare, "prepare", side_effect=AssertionError("prepare ran")) if served \
+                else nullcontext():
+            got = gae_xp.gae(**case, backend=BACKEND)
+        for out, want in zip(got, float64_loop(**case)):
+            xp_assert_close(out, want, like=HOST)
+    (plan,) = _plans.PLANS._plans.values()
+    assert type(plan) is _plans.BoundLayoutPlan
+    with mock.patch.object(_plans, "gae_key", lambda *args: (None, None)):
+        fresh = gae_xp.gae(**case, backend=BACKEND)
+    for out, again in zip(got, fresh):
+        np.testing.assert_array_equal(out, again)
+
+
 @pytest.mark.parametrize("reverse", [True, False])
 @pytest.mark.parametrize("kind", ["float", "per-step", "per-row", "with zeros", "negative"])
 @pytest.mark.parametrize("length", [0, 1, 13, 37, 100])

@@ -77,7 +77,7 @@ def layouts(draw, full: bool = True):
         "critic_lam": one_of([None, 1.0, "array"], [None]),
         "bootstrap": one_of([None, 0.25, "array"], [None, 0.25]),
         "fill_masked": draw(st.booleans()),
-        "backend": one_of(["auto", "numba", "xp"], ["auto"]),
+        "backend": one_of(["auto", "numba", "xp"], ["auto", "xp"]),
     }
 
 
@@ -427,3 +427,43 @@ def test_numpy_and_torch_of_one_layout_have_plans_of_their_own():
         other_key, other_views = _plans.gae_key(other, other, 0.99, 0.95, None, None, None, None, None, -1, None,
                                                 "auto", False, None, None, "next_values")
         assert other_key not in (None, key) and other_views[:2] == [None, None]  # keyed as tensors
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_a_call_whose_layout_is_its_own_arrays_binds_them_and_skips_prepare(library):
+    """On a backend without a plan of its own (the generic scan here), a call whose arrays reach the problem as
+    they are gets a ``BoundLayoutPlan``: the next call of its layout runs no ``prepare`` and equals the uncached
+    call bit for bit; a call whose arrays ``prepare`` moves, casts or checks by value gets the plan that runs the
+    checks again."""
+    from gae_xp import _prepare
+
+    rng = np.random.default_rng(7)
+
+    def arrays(**options):
+        r, v = rng.standard_normal((2, 3, 12)).astype(np.float32)
+        call = dict(rewards=r, values=v, terminated=rng.random((3, 12)) < 0.2, mask=rng.random((3, 12)) < 0.8,
+                    bootstrap_value=rng.standard_normal(3).astype(np.float32), backend="xp", **options)
+        if library == "torch":
+            call = {k: torch.from_numpy(a) if isinstance(a, np.ndarray) else a for k, a in call.items()}
+        return call
+
+    _plans.PLANS.clear()
+    with spied() as events:
+        gae_xp.gae(**arrays(gamma=0.9, lam=0.7))
+        call = arrays(gamma=0.9, lam=0.7)
+        with mock.patch.object(_prepare, "prepare", side_effect=AssertionError("prepare ran on a bound plan")):
+            got = gae_xp.gae(**call)
+        with uncached():
+            fresh = gae_xp.gae(**call)
+    assert [type(plan) for plan in events["made"]] == [_plans.BoundLayoutPlan]
+    assert len(events["served"]) == 1
+    for g, f in zip(got, fresh):
+        np.testing.assert_array_equal(as_numpy(g), as_numpy(f))
+    for options in ({"gamma": np.full((3, 1), 0.9, np.float32)}, {"axis": 0}):
+        _plans.PLANS.clear()
+        call = arrays(**options)
+        if "axis" in options:  # time first: prepare moves the axis
+            call = {k: (a.T if k != "bootstrap_value" else a) if hasattr(a, "shape") else a for k, a in call.items()}
+        with spied() as events:
+            gae_xp.gae(**call)
+        assert [type(plan) for plan in events["made"]] == [_plans.ChosenBackendPlan], options
