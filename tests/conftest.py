@@ -20,7 +20,7 @@ fail instead. ``numpy/numba-cuda`` is numba's CUDA simulator: it needs
 
 Two runs share the suite (tests/matrix.py): ``python -m pytest`` is the quick
 run (pyproject's ``-m "not slow"``: each test's parameter grid thinned to a
-covering subset per target, 10 hypothesis examples per property); ``pytest -m
+covering subset per target, 10 hypothesis examples per property, 3 on a JAX target); ``pytest -m
 "slow or hypothesis"`` with ``GAE_XP_HYPOTHESIS_PROFILE=full`` is the rest of
 the full matrix (every case the quick run leaves out, every property again at
 40 examples). A heavy new test takes ``@pytest.mark.slow``.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, settings
-from matrix import mark_the_full_matrix
+from matrix import ONE_CASE_LIBRARIES, mark_the_full_matrix
 
 from gae_xp.testing import libraries
 from gae_xp.testing.libraries import Library
@@ -47,7 +47,36 @@ settings.register_profile("full", max_examples=40, **_SETTINGS)
 settings.register_profile("thorough", max_examples=400, **_SETTINGS)
 # numba's CUDA simulator runs Python per thread: its CI step draws fewer examples (the CPU targets draw the default).
 settings.register_profile("simulator", max_examples=10, **_SETTINGS)
-settings.load_profile(os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default"))
+PROFILE = os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default")
+settings.load_profile(PROFILE)
+#: Examples per property on a JAX target in the quick run: eager JAX compiles every operation anew for each shape an
+#: example brings (seconds an example, and most of the quick run's memory); the full matrix draws its 40 there too.
+JAX_QUICK_EXAMPLES = 3
+
+
+@pytest.fixture(autouse=True)
+def _fewer_examples_on_jax_in_the_quick_run(request):
+    """A property test on a JAX target draws ``JAX_QUICK_EXAMPLES`` in the quick run (its settings are put back
+    after it: the same test function serves the other targets)."""
+    test = request.function
+    target = str(getattr(getattr(request.node, "callspec", None), "params", {}).get("target", ""))
+    if PROFILE != "default" or target.partition("/")[0] not in ONE_CASE_LIBRARIES or \
+            getattr(test, "hypothesis", None) is None:
+        yield
+        return
+    # Hypothesis keeps a test's settings on it (its own @settings, else the profile's when it first ran), under a
+    # name of its own: @settings itself refuses a second application, so the attribute is set and put back.
+    attribute = "_hypothesis_internal_use_settings"
+    kept = getattr(test, attribute, None)
+    now = kept or settings.default
+    setattr(test, attribute, settings(now, max_examples=min(now.max_examples, JAX_QUICK_EXAMPLES)))
+    try:
+        yield
+    finally:
+        if kept is None:
+            delattr(test, attribute)
+        else:
+            setattr(test, attribute, kept)
 
 # The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it
 # is first imported, which torch may do before that test runs, so it is set for the whole session.
