@@ -242,7 +242,6 @@ class BoundLayoutPlan:
         self.solver = solver
         self.chunk_size = call.chunk_size
         self.out_dtype, self.axis = call.out_dtype, call.axis
-        self.time_last = call.axis == p.rewards.ndim - 1
         self.batch_shape = tuple(p.rewards.shape[:-1])
         self.bootstrap_dtype = p.bootstrap.dtype
 
@@ -252,8 +251,8 @@ class BoundLayoutPlan:
         p = call.problem
         if (p.offsets is not None or p.carry is not None or p.extra or call.offsets_valid is not None
                 or any(getattr(p, name) is not arguments[name] for name in _BOUND)
-                or any(type(arguments[name]) not in (float, int) for name in ("gamma", "lam"))
-                or not (arguments["critic_lam"] is None or type(arguments["critic_lam"]) in (float, int))
+                or any(arguments[name] is not None and type(arguments[name]) not in (float, int)
+                       for name in COEFFICIENTS)
                 or any(getattr(a, "requires_grad", False) for a in call.arrays)):
             return None
         return cls(call, solver)
@@ -272,8 +271,6 @@ class BoundLayoutPlan:
         problem.__dict__.update(p.__dict__, rewards=rewards, values=values, next_values=next_values,
                                 terminated=terminated, truncated=truncated, mask=mask, bootstrap=bootstrap)
         advantages, returns = backends.solve_gae(problem, self.solver, self.chunk_size)
-        if self.time_last and advantages.dtype == self.out_dtype and returns.dtype == self.out_dtype:
-            return advantages, returns  # what ``restore`` would return
         return (restore(p.xp, advantages, self.out_dtype, self.axis),
                 restore(p.xp, returns, self.out_dtype, self.axis))
 

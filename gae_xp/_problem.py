@@ -164,5 +164,6 @@ class PreparedScan:
 
 def restore(xp, result, dtype, axis: int):
     """result in ``dtype`` with time moved from the last axis back to ``axis``."""
-    result = xp.astype(result, dtype, copy=False)
+    if result.dtype != dtype:  # astype(copy=False) would return result itself, after array-api-compat's checks
+        result = xp.astype(result, dtype, copy=False)
     return result if axis == result.ndim - 1 else xp.moveaxis(result, -1, axis)
