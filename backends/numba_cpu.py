@@ -221,9 +221,13 @@ def _bounds(p, shape) -> tuple:
 
 
 def _driver(p):
-    """The kernel driver that solves ``p``'s work units: the leaner constant-discount one for a row that is one
-    segment with float coefficients and no per-step arrays, the general one otherwise."""
+    """The kernel driver that solves ``p``'s work units: for rows shorter than a window, the walk alone (the window
+    kernels would walk them too, so the numbers are theirs; only its code is compiled); for longer ones the leaner
+    constant-discount kernel for a row that is one segment with float coefficients and no per-step arrays, the
+    general one otherwise."""
     kernels = _kernels()
+    if p.rewards.shape[-1] < kernels.WINDOW:
+        return kernels.walk_units
     if p.offsets is None and set(p.steps()) == {"rewards", "values"}:
         return kernels.constant_units
     return kernels.general_units

@@ -10,6 +10,7 @@ output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Sequence, Union
 
 from . import _plans, backends
@@ -218,7 +219,8 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
     Each combination of options (whether ``mask`` and ``next_values`` are
     given, any per-step array at all, float or array coefficients) and dtype
     runs a kernel of its own (``terminated`` and ``truncated``, given or not,
-    share one), compiled on its first call in a process
+    share one), and rows shorter than the kernels' window (1,024 steps) one
+    of their own that only walks, compiled on its first call in a process
     when numba's cache does not hold it yet (seconds per kernel on a cold
     cache, tenths of a second to load a cached one). A trainer that calls
     ``warm_up`` at start-up, before its first rollout, pays that there
@@ -244,15 +246,17 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
 
     if backends.load("numba").unavailable_reason(None, []) is not None:
         return
-    for dtype in dtypes:
-        rewards = np.zeros((2, 8), dtype=np.dtype(dtype))
-        flags = np.zeros((2, 8), dtype=bool)
+    known = ("constant", "dones", "mask", "dones+mask")
+    for case in cases:
+        if case not in known:
+            raise ValueError(f"cases must name some of {', '.join(map(repr, known))}, got {case!r}")
+    # Rows shorter than the kernels' window have a driver of their own: one call of each length readies both.
+    for dtype, length, case in itertools.product(dtypes, (8, 2048), cases):
+        rewards = np.zeros((2, length), dtype=np.dtype(dtype))
+        flags = np.zeros((2, length), dtype=bool)
         options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
                    "dones+mask": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
-        for case in cases:
-            if case not in options:
-                raise ValueError(f"cases must name some of {', '.join(map(repr, options))}, got {case!r}")
-            gae(rewards, rewards, backend="numba", **options[case])
+        gae(rewards, rewards, backend="numba", **options[case])
 
 
 def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,

@@ -41,7 +41,10 @@ def test_small_calls_times_a_first_call_on_an_empty_cache_and_then_on_the_writte
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("CPU: ") and "load average" in out[0]
     rows = [line.split() for line in out[2:]]
-    assert [row[:3] for row in rows] == [["constant", "empty", "cache"], ["constant", "cache", "written"]]
+    states = (["empty", "cache"], ["cache", "written"])
+    assert [row[:5] for row in rows] == [[f"T={length}", "constant", contender, *state]
+                                         for length in small_calls.FIRST_CALL_LENGTHS
+                                         for contender in ("gae", "bare") for state in states]
     for row in rows:
-        wall, call, cpu = float(row[3]), float(row[6]), float(row[-2])
+        wall, call, cpu = float(row[5]), float(row[8]), float(row[-2])
         assert 0 < call < wall and cpu > 0

@@ -127,9 +127,10 @@ import numpy as np
 started = time.perf_counter()
 import gae_xp
 rng = np.random.default_rng(0)
-r = rng.standard_normal((8, 4096)).astype(np.float32)
-options = {} if sys.argv[1] == "constant" else {"terminated": rng.random((8, 4096)) < 0.01,
-                                                 "mask": rng.random((8, 4096)) >= 0.2}
+shape = (8, int(sys.argv[2]))
+r = rng.standard_normal(shape).astype(np.float32)
+options = {} if sys.argv[1] == "constant" else {"terminated": rng.random(shape) < 0.01,
+                                                 "mask": rng.random(shape) >= 0.2}
 gae_xp.gae(r, r, **options)
 print(time.perf_counter() - started)
 """
@@ -137,23 +138,24 @@ print(time.perf_counter() - started)
 
 class TrackFirstCall:
     """Seconds from ``import gae_xp`` to the end of the first gae() call in a fresh process with an empty numba
-    cache (B=8, T=4096 float32; target: 1 s on a quiet machine)."""
+    cache (B=8 float32, rows shorter and longer than the kernels' 1,024-step window; target: 1 s on a quiet
+    machine)."""
 
-    param_names = ["case"]
-    params = [CASES]
+    param_names = ["case", "T"]
+    params = [CASES, [128, 4096]]
     unit = "seconds"
     timeout = 600
     number = 1
     repeat = 1
 
-    def setup(self, case):
+    def setup(self, case, T):
         if numba is None:
             raise NotImplementedError("numba is not installed")
         if importlib.util.find_spec("gae_xp") is None:
             raise NotImplementedError("gae_xp is not installed in this environment")
 
-    def track_first_call_cold_cache(self, case):
+    def track_first_call_cold_cache(self, case, T):
         with tempfile.TemporaryDirectory() as cache:
-            done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case], capture_output=True, text=True,
+            done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case, str(T)], capture_output=True, text=True,
                                   env={**os.environ, "NUMBA_CACHE_DIR": cache}, check=True)
         return float(done.stdout.split()[-1])

@@ -27,12 +27,14 @@ pass from the last step; with dones and a mask, the cut and the skip), and
 prints each as a multiple of the bare loop: what the call costs beyond its
 arithmetic (the issue's targets: at most 3x for NumPy, 4x for torch).
 
-``--first-call`` runs, per case, a fresh interpreter that imports gae_xp and
-makes one call (B=8, T=4096 float32, ``backend="auto"``: asv's
-``TrackFirstCall``) with an empty numba cache (``NUMBA_CACHE_DIR`` a new
-temporary directory: numba compiles the call's kernels), and then another
-with that cache written (numba loads them); it prints each one's wall time
-from before the import to after the call, the call's part, and the
+``--first-call`` runs, per case and row length (B=8, T=128 and 4096 float32:
+rows shorter than the kernels' window compile the walk alone), a fresh
+interpreter that imports gae_xp and makes one call (``backend="auto"``; T=4096
+is asv's ``TrackFirstCall``) with an empty numba cache (``NUMBA_CACHE_DIR`` a
+new temporary directory: numba compiles the call's kernels), and then another
+with that cache written (numba loads them); then the same for the case's bare
+numba loop, the floor of any numba kernel's first call. It prints each one's
+wall time from before the import to after the call, the call's part, and the
 process's CPU time (a busy machine stretches the wall time, not the CPU).
 
 ``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
@@ -268,21 +270,35 @@ started = time.perf_counter()
 import gae_xp
 imported = time.perf_counter()
 rng = np.random.default_rng(0)
-r = rng.standard_normal((8, 4096)).astype(np.float32)
-options = {} if sys.argv[1] == "constant" else {"terminated": rng.random((8, 4096)) < 0.01,
-                                                 "mask": rng.random((8, 4096)) >= 0.2}
+shape = (8, int(sys.argv[2]))
+r = rng.standard_normal(shape).astype(np.float32)
+options = {} if sys.argv[1] == "constant" else {"terminated": rng.random(shape) < 0.01,
+                                                 "mask": rng.random(shape) >= 0.2}
 called = time.perf_counter()
-gae_xp.gae(r, r, **options)
+if sys.argv[3] == "gae":
+    gae_xp.gae(r, r, **options)
+else:  # the bare numba loop of the case, numba's import included as in gae()'s first call
+    from gae_xp.bench.small_calls import ratio_case
+    case, bare = ratio_case(sys.argv[1], *shape)
+    bare(case)
 print(imported - started, time.perf_counter() - called, time.perf_counter() - started, time.process_time())
 """
 
 
-def first_call(case: str, cache: str) -> dict:
-    """A fresh interpreter's import and first ``gae()`` call of ``case`` ("constant" or "dones+mask") with
-    ``NUMBA_CACHE_DIR=cache``: ``{"import_s", "call_s", "wall_s", "cpu_s"}``."""
+#: The first call's row lengths (B=8, float32): shorter than the kernels' window (their walk alone is compiled) and
+#: longer (the window kernels).
+FIRST_CALL_LENGTHS = (128, 4096)
+
+
+def first_call(case: str, cache: str, length: int = 4096, contender: str = "gae") -> dict:
+    """A fresh interpreter's import and first call of ``case`` ("constant" or "dones+mask") on (8, length) float32
+    with ``NUMBA_CACHE_DIR=cache``, by ``gae()`` or (``contender="bare"``) the case's bare numba loop of ``--ratio``:
+    ``{"import_s", "call_s", "wall_s", "cpu_s"}``."""
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case, str(length), contender], capture_output=True,
+                          text=True,
+                          check=True,
                           env={**os.environ, "NUMBA_CACHE_DIR": cache}, timeout=600)
     return dict(zip(("import_s", "call_s", "wall_s", "cpu_s"), map(float, done.stdout.split())))
 
@@ -291,14 +307,18 @@ def first_call_lines(cases: list[str]) -> list[str]:
     """Per case, the first call on an empty numba cache and then on the cache it wrote."""
     import tempfile
 
-    lines = ["first call of a fresh process, B=8, T=4096 float32: wall from before the import to after the call "
-             "(the call's part), CPU of the process"]
-    for case in cases:
-        with tempfile.TemporaryDirectory() as cache:
-            for state in ("empty cache", "cache written"):
-                t = first_call(case, cache)
-                lines.append(f"  {case:11s} {state:14s} {t['wall_s']:6.2f} s (call {t['call_s']:5.2f} s, import "
-                             f"{t['import_s']:4.2f} s), CPU {t['cpu_s']:5.2f} s")
+    lines = ["first call of a fresh process, B=8 float32: wall from before the import to after the call "
+             "(the call's part), CPU of the process; gae(), then the case's bare numba loop (its floor: numba's "
+             "import and set-up, and compiling or loading ten lines)"]
+    for length in FIRST_CALL_LENGTHS:
+        for case in cases:
+            for contender in ("gae", "bare"):
+                with tempfile.TemporaryDirectory() as cache:
+                    for state in ("empty cache", "cache written"):
+                        t = first_call(case, cache, length, contender)
+                        lines.append(f"  T={length:<5d} {case:11s} {contender:5s} {state:14s} {t['wall_s']:6.2f} s "
+                                     f"(call {t['call_s']:5.2f} s, import {t['import_s']:4.2f} s), CPU "
+                                     f"{t['cpu_s']:5.2f} s")
     return lines
 
 
