@@ -22,7 +22,9 @@ by ``Descriptor`` (pointer, shape, strides, itemsize), no GPU involved; the
 tests compare both with the ``.param`` list of each kernel's PTX ``.entry`` and
 with numba's own flattening as cuda.core packs it. ``Launcher`` launches one
 compiled kernel with ``cuLaunchKernel`` (cuda.bindings, which numba-cuda is
-built on) on a given stream. The simulator has no driver and keeps numba's
+built on) on a given stream; ``BoundLaunch`` launches one whose block was packed
+once, a call changing only the data pointers of some of its arrays (a plan's
+repeated call: ``_numba_cuda_plan``). The simulator has no driver and keeps numba's
 launch.
 """
 
@@ -171,16 +173,18 @@ class Launcher:
             handle = self._functions[device] = int(self._kernel._codelibrary.get_cufunc().handle)
         return handle
 
-    def __call__(self, device: int, stream, grid: int, threads: int, args) -> None:
-        """Launch on ``stream`` (a numba stream) of the current context (device index ``device``)."""
+    def __call__(self, device: int, stream, grid, threads: int, args) -> None:
+        """Launch ``grid`` blocks (a number, or (x, y): ``_cuda_plan.grid``) of ``threads`` threads on ``stream`` (a
+        numba stream) of the current context (device index ``device``)."""
         try:
             if len(args) != len(self._kinds):
                 raise TypeError
             flat = self._flat(args)
             function = self._function(device)
+            x, y = dimensions(grid)
             with self._lock:
                 self._format.pack_into(self._block, 0, *flat)
-                (error,) = _driver().cuLaunchKernel(function, grid, 1, 1, threads, 1, 1, 0, stream.handle,
+                (error,) = _driver().cuLaunchKernel(function, x, y, 1, threads, 1, 1, 0, stream.handle,
                                                     self._params_address, 0)
         except (AttributeError, TypeError, struct.error):
             values(self.argtypes, args)  # raises naming what does not fit the signature
@@ -203,6 +207,63 @@ class Launcher:
             else:
                 _values_of(kind, value, flat)
         return flat
+
+
+class BoundLaunch:
+    """One launch of a compiled kernel whose arguments change per call only in the data pointers of some arrays:
+    the argument block is packed once (``values`` of ``args``, every check included), and a call writes the
+    pointers of the arrays at ``varying`` (indices into ``args``) into their ``data`` parameters and calls the
+    driver, as ``Launcher`` does.
+
+    Every parameter lies at a multiple of ``SLOT`` (8) bytes, so the block is also an array of 64-bit words and a
+    pointer is one word written. A lock keeps concurrent calls from sharing the block before the driver has
+    copied it.
+    """
+
+    def __init__(self, launcher: Launcher, args, varying):
+        parameters = layout(launcher.argtypes)
+        block = ctypes.create_string_buffer(max(SLOT * len(parameters), 1))
+        launcher._format.pack_into(block, 0, *values(launcher.argtypes, args))
+        self._block = block
+        self._words = (ctypes.c_uint64 * max(len(parameters), 1)).from_buffer(block)
+        data = {p.argument: index for index, p in enumerate(parameters) if p.name.endswith(".data")}
+        for index in varying:
+            if index not in data:
+                raise TypeError(f"varying: argument {index} of the kernel is not an array")
+        #: the word of each varying array's data pointer, in ``varying``'s order
+        self.slots = tuple(data[index] for index in varying)
+        self._params = (ctypes.c_void_p * max(len(parameters), 1))(
+            *(ctypes.addressof(block) + SLOT * i for i in range(len(parameters))))
+        self._params_address = ctypes.addressof(self._params)
+        self._function = launcher._function
+        self._lock = threading.Lock()
+
+    def block(self) -> bytes:
+        """The argument block as it stands (what the last launch passed)."""
+        return self._block.raw
+
+    def __call__(self, device: int, stream, grid, threads: int, pointers) -> None:
+        """Launch ``grid`` blocks (as ``Launcher``) with ``pointers`` (device addresses, in ``varying``'s order) on
+        ``stream`` (a numba stream)."""
+        function = self._function(device)
+        x, y = dimensions(grid)
+        words = self._words
+        with self._lock:
+            for slot, pointer in zip(self.slots, pointers):
+                words[slot] = pointer
+            (error,) = _driver().cuLaunchKernel(function, x, y, 1, threads, 1, 1, 0, stream.handle,
+                                                self._params_address, 0)
+        if error != _SUCCESS[0]:
+            raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
+
+
+def dimensions(grid) -> tuple[int, int]:
+    """A launch's grid as the driver takes it, (blocks in x, blocks in y): from a number of blocks, or from the
+    (x, y) of ``_cuda_plan.grid`` (the tile kernels number their blocks ``blockIdx.x + blockIdx.y * gridDim.x``)."""
+    if type(grid) is int:
+        return grid, 1
+    x, y = grid
+    return x, y
 
 
 _SUCCESS: list = []

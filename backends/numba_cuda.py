@@ -38,7 +38,10 @@ Kernels compile on first use per (dtype, structure) with explicit signatures
 and are cached on disk; absent arrays are passed as ``None`` (one integer
 parameter, nothing to marshal). They are launched through the driver with
 argument blocks laid out once per kernel (``_cuda_launch``), not by numba's
-per-call dispatcher. With ``NUMBA_ENABLE_CUDASIM=1`` (set before
+per-call dispatcher. A repeated ``gae()`` call of one layout on torch CUDA
+tensors is a plan of its own (``make_plan``, ``_numba_cuda_plan``): blocks
+packed once per layout, a call writing only its arrays' data pointers into
+them. With ``NUMBA_ENABLE_CUDASIM=1`` (set before
 numba is imported) the same kernels run in numba's simulator on NumPy arrays.
 """
 
@@ -171,6 +174,13 @@ class NumbaCUDABackend:
         return _forward("vtrace", p, inputs, bootstrap=p.bootstrap, clips=clips)
 
     # --- pieces ----------------------------------------------------------------------------------------------
+
+    def make_plan(self, call, arguments):
+        """The plan that serves later ``gae()`` calls of this call's layout from argument blocks packed once
+        (``_numba_cuda_plan``), or None (``gae_xp._plans`` then makes its own)."""
+        from . import _numba_cuda_plan
+
+        return _numba_cuda_plan.make(call, arguments)
 
     def summarize(self, problem):
         """Each segment's summary (``gae_xp._pieces.FIELDS``), (..., n, 5) in the compute dtype: launch 1, and
@@ -391,13 +401,30 @@ def _launch_forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False
         if tiles is not None:
             maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
             entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
-            launch(tiles, plan.grid, plan.threads, *arrays, None, None, offsets, scalars, geometry, maps, None,
-                   None, None, None)
-            launch(carrying, plan.carry_grid, plan.carry_threads, maps, geometry, entering, None, None)
+            launch(tiles, plan.grid, plan.threads, *tiles_arguments(arrays, offsets, scalars, geometry, maps))
+            launch(carrying, plan.carry_grid, plan.carry_threads, *carry_arguments(maps, geometry, entering))
         outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
-        launch(final, plan.grid, plan.threads, *arrays, *bounds, offsets, scalars, geometry, None,
-               entering if plan.long_rows else None, None, *outs, *([None] * (2 - len(outs))))
+        launch(final, plan.grid, plan.threads, *final_arguments(arrays, bounds, offsets, scalars, geometry,
+                                                                entering if plan.long_rows else None, outs))
     return tuple(results)
+
+
+def tiles_arguments(arrays, offsets, scalars, geometry, maps) -> tuple:
+    """The arguments of a reverse-in-time launch 1 (``_cuda_gae``'s signature): the per-step arrays (rewards, then
+    ``_ORDER``), no boundary values, the offsets, the scalars, the geometry and the tiles' maps it writes."""
+    return (*arrays, None, None, offsets, scalars, geometry, maps, None, None, None, None)
+
+
+def carry_arguments(maps, geometry, entering) -> tuple:
+    """The arguments of launch 2: the tiles' maps it reads, the geometry, the maps entering the tiles it writes."""
+    return (maps, geometry, entering, None, None)
+
+
+def final_arguments(arrays, bounds, offsets, scalars, geometry, entering, outs) -> tuple:
+    """The arguments of a reverse-in-time launch 3 (or the only one): the per-step arrays, the boundary values
+    (bootstrap, carry), the offsets, the scalars, the geometry, the maps entering the tiles (None for a row that
+    fits a tile) and the one or two outputs."""
+    return (*arrays, *bounds, offsets, scalars, geometry, None, entering, None, *outs, *([None] * (2 - len(outs))))
 
 
 @functools.lru_cache(maxsize=1024)

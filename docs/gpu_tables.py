@@ -6,6 +6,7 @@
     python docs/gpu_tables.py groups       # group_advantages' moments: launches and bytes per score per layout
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
     python docs/gpu_tables.py launch       # ... up to the driver call: numba's launcher's part, the driver launch
+    python docs/gpu_tables.py full         # a repeated call at the trainer's shapes: host (here) + device (model)
     python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
 
 ``traffic``, ``arguments`` and ``groups`` (torch records the route) are deterministic (``check()`` compares
@@ -29,6 +30,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from gae_xp.bench.driver import driven
 from gae_xp.bench.traffic import LaunchRecorder as Recorder
 
 SHAPE = (256, 131072)
@@ -164,50 +166,6 @@ def host_table(repeat: int = 2000) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def driven():
-    """The backend's own launch path (``_Launch``: descriptors, the packed argument blocks of
-    ``_cuda_launch.Launcher``) with stand-ins below it: kernels that carry their real signatures but no code, a
-    context and stream that do nothing, and a ``cuLaunchKernel`` that returns success. ``Recorder.launches``
-    counts the driver calls."""
-    from unittest import mock
-
-    from gae_xp.backends import _cuda_launch, numba_cuda
-    from gae_xp.backends._cuda_kernels import Fields, carry_kernel
-
-    class Kernel:  # a dispatcher compiled for one signature, without code
-        def __init__(self, spec):
-            overload = SimpleNamespace(argument_types=spec.signature.args,
-                                       _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=0)))
-            self.overloads = {spec.signature.args: overload}
-
-    kernel = Kernel
-
-    @functools.cache
-    def compiled(module, io, structure):
-        from gae_xp.backends import _cuda_backward, _cuda_gae
-
-        return kernel((_cuda_gae if module == "gae" else _cuda_backward).forward_kernel(io, structure))
-
-    @functools.cache
-    def carry(io, value_chain, critic, reverse, complete):
-        return kernel(carry_kernel(io, Fields(value_chain, critic, True), reverse=reverse, complete=complete))
-
-    success = _cuda_launch._driver().CUresult.CUDA_SUCCESS
-    stub = SimpleNamespace(cuLaunchKernel=lambda *args: Recorder.launches.append(args) or (success,))
-    Recorder.launches = []
-    numba_cuda._launcher.cache_clear()
-    numba_cuda._forward_kernels.cache_clear()
-    with mock.patch.object(numba_cuda, "_compiled", compiled), mock.patch.object(numba_cuda, "_carry", carry), \
-            mock.patch.object(numba_cuda, "_device_index", lambda array: 0), \
-            mock.patch.object(numba_cuda, "_current_stream", lambda array: SimpleNamespace(handle=0)), \
-            mock.patch("gae_xp.backends._cuda_import.cuda.gpus", {0: contextlib.nullcontext()}), \
-            mock.patch.object(_cuda_launch, "_driver", lambda: stub):
-        yield
-    numba_cuda._launcher.cache_clear()
-    numba_cuda._forward_kernels.cache_clear()
-
-
 def _numba_flattening(recorded_launches, item: int):
     """A function that flattens the recorded launches' arguments as numba-cuda's launcher does
     (``_Kernel._prepare_args`` with the backend's extension, then cuda.core's ``ParamHolder``, as its ``launch``
@@ -244,29 +202,21 @@ def _numba_flattening(recorded_launches, item: int):
     return flatten
 
 
-def _plan_hit(arrays: dict, solver):
-    """A repeated ``gae()`` call on these arrays served by its plan with ``solver`` as the backend chosen, as
-    ``gae()`` runs it: the key (``_plans.gae_key``), the lookup, and the ``BoundLayoutPlan`` that binds the arrays
-    into the first call's problem and runs the backend."""
-    from gae_xp import _plans, _prepare
+def _repeated_call(arrays: dict):
+    """A repeated ``gae_xp.gae()`` call on these arrays with ``backend="numba-cuda"``, as a trainer makes it: the
+    first call (made here) leaves its plan in the cache, and each later one is the key, the lookup and the plan
+    (for torch tensors the CUDA plan: argument blocks packed once, ``_numba_cuda_plan``). Under ``driven()``."""
+    import gae_xp
+    from gae_xp import _plans
 
-    options = dict(gamma=0.99, lam=0.95, bootstrap_value=None, next_values=None, terminated=arrays.get("terminated"),
-                   truncated=None, mask=arrays.get("mask"), critic_lam=None)
-    layout = dict(axis=-1, chunk_size=None, backend="numba-cuda", fill_masked=False, cu_seqlens=None,
-                  truncated_bootstrap="next_values")
-    call = _prepare.prepare(arrays["rewards"], arrays["values"], **options, backend="xp")
-    plan = _plans.BoundLayoutPlan.of(call, solver, {"rewards": arrays["rewards"], "values": arrays["values"],
-                                                    **options})
-    cache = _plans.PlanCache()
-    key = _plans.gae_key(arrays["rewards"], arrays["values"], **options, **layout)[0]
-    cache.put(key, plan)
+    r, v, terminated, mask = arrays["rewards"], arrays["values"], arrays.get("terminated"), arrays.get("mask")
+    _plans.PLANS.clear()
 
-    def hit():
-        key, views = _plans.gae_key(arrays["rewards"], arrays["values"], **options, **layout)
-        return cache.get(key)(arrays["rewards"], arrays["values"], options["gamma"], options["lam"], None, None,
-                              options["terminated"], None, options["mask"], None, views)
+    def call():
+        return gae_xp.gae(r, v, gamma=0.99, lam=0.95, terminated=terminated, mask=mask, backend="numba-cuda")
 
-    return hit
+    call()
+    return call
 
 
 def launch_table(batches: int = 30, calls: int = 100) -> str:
@@ -302,7 +252,7 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
 
     lines = ["| case (torch CPU stand-ins) | prepare | backend, launches recorded | + numba's argument flattening "
              "(lower bound) | = before (numba's launcher, lower bound) | backend through the driver launch "
-             "(stand-in driver) | = after | a repeated call served by its plan, through the driver launch | "
+             "(stand-in driver) | = after | a repeated `gae()` call served by its plan, through the driver launch | "
              "launches |", "|---|---|---|---|---|---|---|---|---|"]
     for case, shape, dones_mask in (("plain, 4096 x 32", (4096, 32), False),
                                     ("dones+mask, 4096 x 32", (4096, 32), True),
@@ -320,14 +270,78 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
             numba_cuda.BACKEND.gae(p)
             numba_cuda._forward_kernels.cache_clear()
             flattening = fastest(_numba_flattening(list(Recorder.launches), 4))
-        with driven():
-            Recorder.launches = []
+        with driven(checked=False) as made:
             driver = fastest(lambda: numba_cuda.BACKEND.gae(p))
-            launches = len(Recorder.launches) // (batches * calls + 1)
-            planned = fastest(_plan_hit(arrays, numba_cuda.BACKEND))
+            launches = len(made) // (batches * calls + 1)
+            planned = fastest(_repeated_call(arrays))
         before = prepare + recorded_backend + flattening
         lines.append(f"| {case} | {prepare:.1f} | {recorded_backend:.1f} | {flattening:.1f} | {before:.1f} | "
                      f"{driver:.1f} | {prepare + driver:.1f} | {planned:.1f} | {launches} |")
+    return "\n".join(lines)
+
+
+#: An assumption of the ``full`` table, not a measurement: a launch's driver call on the host and the kernel's start
+#: on the device together (a few microseconds on current GPUs and drivers; nothing here has run on one).
+LAUNCH_US = 4.0
+#: The trainer's shapes of issue 29 (rows, T, dtype) and rl-triton's published whole call where there is one (us).
+FULL_CALL_SHAPES = [((38400, 128), "float32", 68.0), ((8192, 64), "bfloat16", None), ((4096, 32), "float32", None),
+                    ((256, 131072), "float32", None)]
+
+
+def _heap_allocations() -> None:
+    """Stand-in outputs of up to 32 MiB from glibc's heap, not a fresh ``mmap`` each (``mallopt``; nothing where
+    glibc is not the allocator): a CUDA tensor of the same size comes from torch's caching allocator, a lookup in
+    its pool, so a page-faulted CPU allocation would measure something a GPU call does not do (the 38,400 x 128
+    outputs took 13 or 50 us a call, by glibc's mood)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    mallopt(m_mmap_threshold, 32 << 20)
+    mallopt(m_trim_threshold, 1 << 30)
+
+
+def full_call_table(batches: int = 30, calls: int = 100) -> str:
+    """A predicted whole call (synchronize, call, synchronize) of a repeated ``gae()`` on an H200, per trainer
+    shape: the host's part measured here (the call served by its plan, torch CPU stand-ins, through the stand-in
+    driver: ``_repeated_call``), ``LAUNCH_US`` per launch (assumed), and the device's part from the traffic
+    model (``numba_cuda.traffic``: the bytes of every launch at 4.8 TB/s). Host and device add up: the first
+    kernel starts after the host has launched it, and the host waits for the last."""
+    import torch
+
+    from gae_xp.backends import numba_cuda
+
+    _heap_allocations()
+
+    def fastest(function):
+        function()
+        best = math.inf
+        for _ in range(batches):
+            start = time.thread_time()
+            for _ in range(calls):
+                function()
+            best = min(best, (time.thread_time() - start) / calls)
+        return best * 1e6
+
+    lines = ["| shape | dtype | launches | host, measured (us) | launches, assumed (us) | device at 4.8 TB/s (us) | "
+             "predicted whole call (us) | rl-triton, published (us) |", "|---|---|---|---|---|---|---|---|"]
+    for shape, dtype, published in FULL_CALL_SHAPES:
+        arrays = {name: torch.zeros(shape, dtype=getattr(torch, dtype)) for name in ("rewards", "values")}
+        with driven(checked=False) as made:
+            host = fastest(_repeated_call(arrays))
+            launches = len(made) // (batches * calls + 2)
+        launched = launches * LAUNCH_US
+        stand_in = SimpleNamespace(rewards=_spec(shape, np.float16 if dtype == "bfloat16" else dtype),
+                                   values=_spec(shape, np.float16 if dtype == "bfloat16" else dtype))
+        moved = sum(a + b for a, b in numba_cuda.traffic(stand_in).values())
+        device = moved / BANDWIDTH * 1e6
+        lines.append(f"| {shape[0]} x {shape[1]} | {dtype} | {launches} | {host:.1f} | {launched:.1f} | "
+                     f"{device:.1f} | {host + launched + device:.1f} | {'' if published is None else published} |")
     return "\n".join(lines)
 
 
@@ -348,7 +362,7 @@ def registers_table() -> str:
 
 
 TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table,
-          "groups": groups_table, "launch": launch_table}
+          "groups": groups_table, "launch": launch_table, "full": full_call_table}
 PAGE = Path(__file__).resolve().parent / "gpu.md"
 
 

@@ -172,7 +172,7 @@ def _torch_step(t, views: list, index: int):
     """
     if type(t) is not _TORCH.tensor:
         raise _NoKey
-    if t.is_cpu:
+    if t.is_cpu and t.dtype not in _TORCH.without_numpy:
         try:
             view = t.numpy()
         except (TypeError, RuntimeError):  # grad, wrapped, bfloat16, a conjugate or negative bit: keyed as a tensor
@@ -194,6 +194,10 @@ class _Torch:
         self.is_compiling = torch.compiler.is_compiling
         self.forward_ad = torch.autograd.forward_ad
         self.tensor = torch.Tensor
+        #: dtypes NumPy has no counterpart of: ``Tensor.numpy()`` raises for them, at the cost of an exception
+        #: (several microseconds), so their tensors are keyed as tensors without asking
+        self.without_numpy = frozenset(getattr(torch, name) for name in (
+            "bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz") if hasattr(torch, name))
 
 
 _TORCH = _Torch()
