@@ -253,5 +253,5 @@ def divide(xp, numerator, denominator):
     gae_xp restates; a NaN denominator gives that NaN without raising the floating-point flag.
     """
     undefined = (denominator == 0) & (numerator == 0)
-    return numerator / xp.where(undefined, xp.asarray(math.nan, dtype=denominator.dtype, device=device_of(denominator)),
-                                denominator)
+    nan = xp.full((), math.nan, dtype=denominator.dtype, device=device_of(denominator))  # made there: no host copy
+    return numerator / xp.where(undefined, nan, denominator)

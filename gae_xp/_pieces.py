@@ -126,8 +126,8 @@ def _summarize_on_scan(p: GaeProblem, solve, chunk_size):
     if p.offsets is None:
         starts = xp.zeros((1,), dtype=xp.int64, device=device_of(p.rewards))
     else:  # an empty segment's start may be T: it is read clamped, then replaced by the identity
-        starts = xp.minimum(p.offsets[:-1], xp.asarray(p.length - 1, dtype=p.offsets.dtype,
-                                                        device=device_of(p.offsets)))
+        starts = xp.minimum(p.offsets[:-1], xp.full((), p.length - 1, dtype=p.offsets.dtype,
+                                                    device=device_of(p.offsets)))  # made there: no host copy
     edges = xp.take(advantages, starts, axis=advantages.ndim - 1)
     values = xp.take(latest, starts, axis=latest.ndim - 1)
     summary = xp.stack([values[0], values[1], edges[0], edges[1], edges[2]], axis=-1)

@@ -52,7 +52,7 @@ class Picker:
     def __init__(self, p: GaeProblem, *inputs):
         xp = p.xp
         self.xp, self.dtype = xp, p.rewards.dtype
-        self.zero = xp.asarray(0.0, dtype=self.dtype, device=device_of(p.rewards))
+        self.zero = xp.full((), 0.0, dtype=self.dtype, device=device_of(p.rewards))  # no host copy
         self._inputs = [x for x in inputs if x is not None and not isinstance(x, float)]
         self._exact = None
         self._floats: dict = {}

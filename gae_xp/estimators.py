@@ -582,7 +582,7 @@ def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: f
     call = prepare_.prepare_whiten(x, mask, unbiased=unbiased, eps=eps, shift_mean=shift_mean,
                                    masked_fill=masked_fill)
     xp, values = call.xp, call.values
-    zero = xp.asarray(0.0, dtype=values.dtype, device=device_of(values))
+    zero = xp.full((), 0.0, dtype=values.dtype, device=device_of(values))  # made on the device: no host copy
     weights, real = call.weights(values.dtype)
     if weights is None:
         weights, real = xp.ones_like(values), xp.ones(values.shape, dtype=xp.bool, device=device_of(values))

@@ -38,8 +38,8 @@ def expected(case: dict, axis: int = -1):
 
 
 class ListRefusing:
-    """An array namespace that fails a test on ``asarray`` of a Python list or tuple (a host-to-device copy,
-    blocking for torch CUDA) and forwards everything else to ``xp``."""
+    """An array namespace that fails a test on ``asarray`` of a Python list, tuple or number (a host-to-device
+    copy, blocking for torch CUDA) and forwards everything else to ``xp``."""
 
     def __init__(self, xp):
         self._xp = xp
@@ -48,5 +48,6 @@ class ListRefusing:
         return getattr(self._xp, name)
 
     def asarray(self, obj, *args, **kwargs):
-        assert not isinstance(obj, (list, tuple)), f"asarray of a host list {obj!r}: a blocking host-to-device copy"
+        assert not isinstance(obj, (list, tuple, int, float)), \
+            f"asarray of host data {obj!r}: a blocking host-to-device copy"
         return self._xp.asarray(obj, *args, **kwargs)

@@ -24,6 +24,18 @@ def test_the_identity_map_is_made_on_the_device():
     np.testing.assert_array_equal(got, [0.0, 1.0, 0.0, 0.0, 1.0])
 
 
+@pytest.mark.parametrize("valid", [True, False])
+def test_invalid_offsets_fill_with_nan_made_on_the_device(valid):
+    """Outputs of unread device offsets that break the contract are NaN, made on the device (``full_like``), not
+    copied from a host number (a blocking copy in torch, and a failure inside a CUDA graph's capture)."""
+    import array_api_compat.numpy as xp
+
+    result = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    got = _prepare.fill_invalid(ListRefusing(xp), result, np.asarray(valid))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, result if valid else np.full_like(result, np.nan))
+
+
 @pytest.mark.parametrize("length", [0, 9])
 def test_summaries_copy_no_list_to_the_device(length):
     case = make_case(np.random.default_rng(length), (2, length), holes=0.3, dones=0.1)

@@ -45,7 +45,8 @@ print("GPU visible to numba:", cuda.is_available())
 PY
 
 echo "== GPU tests"
-timeout 150 "$python" -m pytest "$repo/tests/gpu" --rootdir "$repo" -c "$repo/pyproject.toml" -m gpu -q -rs \
+# -o addopts=: the project's own (--dist loadfile) need pytest-xdist, which that machine may lack
+timeout 150 "$python" -m pytest "$repo/tests/gpu" --rootdir "$repo" -c "$repo/pyproject.toml" -o addopts= -m gpu -q -rs \
   -p no:cacheprovider --junitxml "$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 tests_status=${PIPESTATUS[0]}
 

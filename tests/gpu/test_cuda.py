@@ -118,6 +118,9 @@ def test_non_default_stream_without_synchronizing(gpu):
 
 
 def test_no_copy_to_the_host_and_no_synchronization(gpu, monkeypatch):
+    """No device-to-host copy and no synchronisation: numba's own copies and stream synchronisation refused; for
+    torch, also torch's sync debug mode; for CuPy (whose memory pointers are a compiled type, not patchable), the
+    calls return while a long kernel still holds the stream (a synchronisation would have waited for it)."""
     require_kernels(gpu)
     from numba.cuda.cudadrv import driver
 
@@ -133,10 +136,17 @@ def test_no_copy_to_the_host_and_no_synchronization(gpu, monkeypatch):
     if gpu.name == "cupy":
         import cupy
 
-        for name in ("copy_to_host", "copy_to_host_async"):
-            monkeypatch.setattr(cupy.cuda.memory.MemoryPointer, name, refuse)
+        spin = cupy.ElementwiseKernel("int64 n", "int64 y", "long long x = 0; for (long long i = 0; i < n; ++i) "
+                                      "{ x += i ^ (x >> 3); } y = x;", "gae_xp_spin")
+        out = cupy.empty(1, dtype=cupy.int64)
+        spin(cupy.int64(1), out)  # compiled here, not below
+        stream = cupy.cuda.get_current_stream()
+        stream.synchronize()
+        spin(cupy.int64(1 << 28), out)  # keeps the stream busy: a synchronisation below would wait for it
         gae_xp.gae(**arrays, backend="numba-cuda")
         gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend="numba-cuda")
+        assert not stream.done, "gae() waited for the stream (a host synchronization)"
+        stream.synchronize()
     else:
         import torch
 
@@ -346,11 +356,13 @@ def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, mo
     """The launches through the driver with packed argument blocks (``_cuda_launch``) give the same bits as
     numba's own launcher of the same kernels, and the float64 loop's answer; every launch went through the driver,
     none through numba's dispatcher."""
+    from gae_xp import _plans
     from gae_xp.backends import _cuda_launch, numba_cuda
 
     require_kernels(gpu)
     case, (want_a, want_r) = case_and_answer(option, length)
     arrays = converted(gpu, case)
+    _plans.PLANS.clear()  # both calls take the full path: a plan of this layout would launch from its own blocks
     driven = []
     launch = _cuda_launch.Launcher.__call__
     monkeypatch.setattr(_cuda_launch.Launcher, "__call__",
@@ -358,9 +370,33 @@ def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, mo
     ours = gae_xp.gae(**arrays, backend="numba-cuda")
     assert driven, "no launch went through the driver"
     monkeypatch.setattr(numba_cuda._Launch, "driver", False)
+    _plans.PLANS.clear()
     count = len(driven)
     theirs = gae_xp.gae(**arrays, backend="numba-cuda")
     assert len(driven) == count, "numba's launcher was asked for, the driver launched"
     for a, b, want in zip(ours, theirs, (want_a, want_r)):
+        xp_assert_close(a, want, like=arrays["rewards"])
+        assert np.array_equal(to_numpy(a), to_numpy(b), equal_nan=True)
+
+
+@pytest.mark.parametrize("option", range(len(OPTIONS)))
+@pytest.mark.parametrize("length", [31, 65537])
+def test_a_repeated_call_is_served_by_its_plan_and_equals_the_loop(option, length):
+    """A repeated ``gae()`` call of one layout on torch CUDA tensors (new tensors, the same layout) is served by
+    the CUDA plan where one applies (Python-number coefficients: blocks packed once, only pointers written) and
+    gives the float64 loop's answer, bit for bit the first (full-path) call's."""
+    from gae_xp import _plans
+    from gae_xp.backends import _numba_cuda_plan
+
+    library = load_target("torch:cuda/numba-cuda").library
+    case, (want_a, want_r) = case_and_answer(option, length)
+    _plans.PLANS.clear()
+    first = gae_xp.gae(**converted(library, case), backend="numba-cuda")
+    arrays = converted(library, case)
+    served = gae_xp.gae(**arrays, backend="numba-cuda")
+    (plan,) = _plans.PLANS._plans.values()
+    floats = not any(key in OPTIONS[option] for key in ("per_step_gamma", "per_row_lam"))
+    assert isinstance(plan, _numba_cuda_plan.CudaPlan) == floats, type(plan).__name__
+    for a, b, want in zip(served, first, (want_a, want_r)):
         xp_assert_close(a, want, like=arrays["rewards"])
         assert np.array_equal(to_numpy(a), to_numpy(b), equal_nan=True)
