@@ -219,6 +219,20 @@ def _repeated_call(arrays: dict):
     return call
 
 
+def _fastest(function, batches: int, calls: int) -> float:
+    """Microseconds of the calling thread's CPU time (``time.thread_time``: not the time other work on a busy
+    machine holds the core) per call of ``function``: the mean of ``calls`` calls in the fastest of ``batches``
+    batches, after one call."""
+    function()
+    best = math.inf
+    for _ in range(batches):
+        start = time.thread_time()
+        for _ in range(calls):
+            function()
+        best = min(best, (time.thread_time() - start) / calls)
+    return best * 1e6
+
+
 def launch_table(batches: int = 30, calls: int = 100) -> str:
     """Microseconds of Python per call up to the driver call, torch CPU tensors standing in for CUDA ones: the
     calling thread's CPU time (``time.thread_time``: not the time other work on a busy machine holds the core)
@@ -226,22 +240,15 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
     its launches (recorded); numba's launcher's flattening of those launches' arguments (the part of its
     per-call work that runs without a GPU: its per-argument typing, its device-array objects and cuda.core's
     launch call are not included); the backend through
-    ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``; and a repeated call served by its
-    plan (``_plan_hit``: the key, the lookup, the bound problem, no ``prepare``) through the same launch."""
+    ``_cuda_launch`` (descriptors, packing) up to a stand-in ``cuLaunchKernel``; and a repeated ``gae()`` call, the
+    whole public call, served by its plan (``_repeated_call``) through the same launch."""
     import torch
 
     from gae_xp import _prepare
     from gae_xp.backends import _cuda_gae, _cuda_kernels, numba_cuda
 
     def fastest(function):
-        function()
-        best = math.inf
-        for _ in range(batches):
-            start = time.thread_time()
-            for _ in range(calls):
-                function()
-            best = min(best, (time.thread_time() - start) / calls)
-        return best * 1e6
+        return _fastest(function, batches, calls)
 
     def specs(module, io, structure):
         return _cuda_gae.forward_kernel(io, structure)
@@ -319,14 +326,7 @@ def full_call_table(batches: int = 30, calls: int = 100) -> str:
     _heap_allocations()
 
     def fastest(function):
-        function()
-        best = math.inf
-        for _ in range(batches):
-            start = time.thread_time()
-            for _ in range(calls):
-                function()
-            best = min(best, (time.thread_time() - start) / calls)
-        return best * 1e6
+        return _fastest(function, batches, calls)
 
     lines = ["| shape | dtype | launches | host, measured (us) | launches, assumed (us) | device at 4.8 TB/s (us) | "
              "predicted whole call (us) | rl-triton, published (us) |", "|---|---|---|---|---|---|---|---|"]
