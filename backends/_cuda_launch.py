@@ -166,7 +166,8 @@ class Launcher:
         self._functions: dict = {}
         self._lock = threading.Lock()
 
-    def _function(self, device: int):
+    def function(self, device: int):
+        """The kernel's handle on device ``device`` (loaded into the current context on its first launch there)."""
         handle = self._functions.get(device)
         if handle is None:
             # cuda.core loads a library: its CUkernel, passed as the CUfunction that cuLaunchKernel takes
@@ -180,7 +181,7 @@ class Launcher:
             if len(args) != len(self._kinds):
                 raise TypeError
             flat = self._flat(args)
-            function = self._function(device)
+            function = self.function(device)
             x, y = dimensions(grid)
             with self._lock:
                 self._format.pack_into(self._block, 0, *flat)
@@ -222,25 +223,21 @@ class BoundLaunch:
 
     def __init__(self, launcher: Launcher, args, varying):
         parameters = layout(launcher.argtypes)
-        block = ctypes.create_string_buffer(max(SLOT * len(parameters), 1))
-        launcher._format.pack_into(block, 0, *values(launcher.argtypes, args))
+        count = max(len(parameters), 1)
+        block = ctypes.create_string_buffer(SLOT * count)
+        struct.pack_into(block_format(launcher.argtypes), block, 0, *values(launcher.argtypes, args))
         self._block = block
-        self._words = (ctypes.c_uint64 * max(len(parameters), 1)).from_buffer(block)
+        self._words = (ctypes.c_uint64 * count).from_buffer(block)
         data = {p.argument: index for index, p in enumerate(parameters) if p.name.endswith(".data")}
         for index in varying:
             if index not in data:
                 raise TypeError(f"varying: argument {index} of the kernel is not an array")
         #: the word of each varying array's data pointer, in ``varying``'s order
         self.slots = tuple(data[index] for index in varying)
-        self._params = (ctypes.c_void_p * max(len(parameters), 1))(
-            *(ctypes.addressof(block) + SLOT * i for i in range(len(parameters))))
+        self._params = (ctypes.c_void_p * count)(*(ctypes.addressof(block) + SLOT * i for i in range(count)))
         self._params_address = ctypes.addressof(self._params)
-        self._function = launcher._function
+        self._function = launcher.function
         self._lock = threading.Lock()
-
-    def block(self) -> bytes:
-        """The argument block as it stands (what the last launch passed)."""
-        return self._block.raw
 
     def __call__(self, device: int, stream, grid, threads: int, pointers) -> None:
         """Launch ``grid`` blocks (as ``Launcher``) with ``pointers`` (device addresses, in ``varying``'s order) on
@@ -249,7 +246,7 @@ class BoundLaunch:
         x, y = dimensions(grid)
         words = self._words
         with self._lock:
-            for slot, pointer in zip(self.slots, pointers):
+            for slot, pointer in zip(self.slots, pointers, strict=True):
                 words[slot] = pointer
             (error,) = _driver().cuLaunchKernel(function, x, y, 1, threads, 1, 1, 0, stream.handle,
                                                 self._params_address, 0)

@@ -3,24 +3,29 @@
 ``NumbaCUDABackend.make_plan`` makes a ``CudaPlan`` from a call that went
 through every check of ``gae_xp._prepare`` and that these kernels solved,
 where ``gae_xp._plans.BoundLayoutPlan`` could serve it too (the problem's
-per-step arrays are the caller's own, the coefficients Python numbers, no
-packed sequences, no carry, no tensor that requires grad), its results need
-no cast, and the kernels read the caller's arrays where they lie (the
-(rows, T) views of ``numba_cuda._steps``, no copy). The plan holds what
-``numba_cuda._launch_forward`` works out on every call from the layout alone:
-the kernels, the launch geometry, and each launch's argument block
+per-step arrays are the caller's own torch tensors, the coefficients Python
+numbers, no packed sequences, no carry, no tensor that requires grad), its
+results need no cast, and the kernels read the caller's arrays where they
+lie (the (rows, T) views of ``numba_cuda._steps``, no copy). The plan holds
+what ``numba_cuda._launch_forward`` works out on every call from the layout
+alone: the kernels, the launch geometry, and each launch's argument block
 (``_cuda_launch.BoundLaunch``), packed once with the first call's shapes,
-strides and scalars. A later call of the key (``gae_xp._plans`` says what it
-holds: an array's dtype, shape, strides and device, the coefficients'
-values) allocates its outputs (and, for rows longer than a tile, the tiles'
-maps: nothing the plan holds lives on the device, so a captured CUDA graph
-owns every buffer it reads), makes its bootstrap values as ``prepare`` does,
-writes each array's data pointer into the blocks and launches. Per array
-only the pointer changes between calls of one key; the rest of its
-parameters are the key's.
+strides and scalars.
+
+A later call of the key (``gae_xp._plans`` says what it holds: a tensor's
+dtype, shape, strides and device, the coefficients' values, what a
+``bootstrap_value`` is) allocates its outputs, a zero bootstrap value per row
+or its ``bootstrap_value``'s as ``prepare`` makes them (the key fixes their
+layout too), and for rows longer than a tile the tiles' two maps; it writes
+each array's data pointer into the blocks and launches. Per array only the
+pointer changes between calls of one key: its shape and strides are the
+key's. The plan keeps no array: every buffer a launch reads is the caller's or
+allocated by the call on the caller's stream, so a CUDA graph that captured a
+call owns them all, and no tensor of a call outlives it in the plan cache.
 
 Not made under the simulator or with ``GAE_XP_CUDA_LAUNCH=numba`` (numba's
-own launch takes arrays, not pointers): ``BoundLayoutPlan`` serves those.
+own launch takes arrays, not pointers), nor for CuPy arrays:
+``BoundLayoutPlan`` serves those.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from gae_xp._compat import is_torch_array
 from gae_xp._problem import COEFFICIENTS, PER_STEP
 
 from . import numba_cuda
-from ._cuda_launch import BoundLaunch
+from ._cuda_launch import BoundLaunch, Descriptor
 
 #: The per-step arrays of ``gae()`` a plan binds per call (its coefficients are Python numbers: in the key).
 _STEPS = tuple(name for name in PER_STEP if name not in COEFFICIENTS)
@@ -47,22 +52,19 @@ def make(call, arguments: dict):
         return None
     p = call.problem
     if (p.values is None or call.out_dtype != p.rewards.dtype or call.axis != p.rewards.ndim - 1
-            or not is_torch_array(p.rewards)):
+            or not is_torch_array(p.rewards) or _plans.BoundLayoutPlan.of(call, numba_cuda.BACKEND, arguments) is None):
         return None
-    bound = _plans.BoundLayoutPlan.of(call, numba_cuda.BACKEND, arguments)
-    return None if bound is None else CudaPlan.of(p, bound)
+    return CudaPlan.of(p)
 
 
 class CudaPlan:
     """One layout's ``gae()`` call on the numba-CUDA kernels; ``plan(...)`` is ``gae()`` on arguments of that key.
 
     ``launches``: per launch, its ``BoundLaunch``, its grid and block size, and the positions in ``_SOURCES`` of
-    the arrays whose pointers it takes, in its ``varying`` order. ``bound``, the ``BoundLayoutPlan`` of the same
-    call, serves a call whose bootstrap values' view the blocks do not describe (an array ``bootstrap_value``
-    whose broadcast gives the view other strides than the first call's).
+    the arrays whose pointers it takes, in its ``varying`` order.
     """
 
-    def __init__(self, p, bound, scratch_shape, compute):
+    def __init__(self, p, scratch_shape, compute, launches):
         import torch
 
         from ._cuda_import import cuda
@@ -75,21 +77,18 @@ class CudaPlan:
         self.dtype, self.compute = r.dtype, compute
         self.bootstrap_dtype = p.bootstrap.dtype
         self.device = r.device
-        self.launches = ()
-        self.bound = bound
+        self.launches = launches
         #: the tiles' maps of a row longer than a tile (None: rows that fit one)
         self.scratch_shape = scratch_shape
         self._empty, self._zeros, self._pointer = torch.empty, torch.zeros, torch.Tensor.data_ptr
-        #: the shape and strides (bytes) the bootstrap values' view had in the first call
-        self._bootstrap_layout = None
         #: the device's context, made current around the launches, as ``numba_cuda._Launch`` does
         self._device_index = numba_cuda._device_index(r)
         self._context = cuda.gpus[self._device_index]
 
     @classmethod
-    def of(cls, p, bound):
+    def of(cls, p):
         """The plan of a prepared problem whose arrays are the caller's, or None where the kernels would read a copy
-        of one of them (its batch axes do not merge into one stride)."""
+        of one of them (its batch axes do not merge into one stride, or torch keeps it negated lazily)."""
         xp, r = p.xp, p.rewards
         length = r.shape[-1]
         rows = math.prod(r.shape[:-1])
@@ -114,24 +113,20 @@ class CudaPlan:
         descriptors = {name: described(a) for name, a in inputs.items()}
         if any(d is None for d in descriptors.values()):
             return None
-        plan = cls(p, bound, (slots, shapes.tiles) if tiles is not None else None, compute)
         descriptors["bootstrap"] = numba_cuda._descriptor(numba_cuda._per_segment(xp, p.bootstrap, rows, compute))
-        output = numba_cuda._descriptor(numba_cuda._steps(xp, plan._empty(plan.shape, dtype=r.dtype, device=r.device),
-                                                          r.dtype, rows, length))
-        descriptors["advantages"] = descriptors["returns"] = output
-        if tiles is not None:
-            descriptors["maps"] = descriptors["entering"] = numba_cuda._descriptor(plan._scratch())
-        plan._bootstrap_layout = (descriptors["bootstrap"].shape, descriptors["bootstrap"].strides)
+        descriptors["advantages"] = descriptors["returns"] = _contiguous((rows, length), r.element_size())
+        scratch_shape = (slots, shapes.tiles) if tiles is not None else None
+        if scratch_shape is not None:
+            descriptors["maps"] = descriptors["entering"] = _contiguous(scratch_shape, 8 if io == "float64" else 4)
 
         def arrays(of):
             return [of("rewards")] + [of(name) if name in present else None for name in numba_cuda._ORDER]
 
         def bind(kernel, grid, threads, build):
-            arguments = build(descriptors.get)
             tags = build(lambda name: name)
             varying = [index for index, tag in enumerate(tags) if isinstance(tag, str)]
-            bound = BoundLaunch(numba_cuda._launcher(kernel), arguments, varying)
-            return bound, grid, threads, tuple(_SOURCES.index(tags[index]) for index in varying)
+            launch = BoundLaunch(numba_cuda._launcher(kernel), build(descriptors.get), varying)
+            return launch, grid, threads, tuple(_SOURCES.index(tags[index]) for index in varying)
 
         def final_arguments(of):
             return numba_cuda.final_arguments(arrays(of), [of("bootstrap"), None], None, scalars, geometry,
@@ -145,16 +140,17 @@ class CudaPlan:
             launches.append(bind(carrying, shapes.carry_grid, shapes.carry_threads,
                                  lambda of: numba_cuda.carry_arguments(of("maps"), geometry, of("entering"))))
         launches.append(bind(final, shapes.grid, shapes.threads, final_arguments))
-        plan.launches = tuple(launches)
-        return plan
+        return cls(p, scratch_shape, compute, tuple(launches))
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
                  critic_lam, views=None):
         """``gae()``'s results for arguments of this plan's key; ``views`` is the key's (None for CUDA tensors)."""
-        bootstrap = self._zero_bootstrap() if bootstrap_value is None else self._bootstrap(bootstrap_value, rewards)
-        if bootstrap is None:  # a view the first call's blocks do not describe: the backend's own launch
-            return self.bound(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
-                              critic_lam, views)
+        if bootstrap_value is None:
+            bootstrap = self._zeros((self.rows, 1), dtype=self.compute, device=self.device)
+        else:  # made as ``prepare`` makes it: its view's layout is the key's, so the first call's block's
+            made = _prepare.boundary(self.xp, "bootstrap_value", bootstrap_value, self.batch_shape,
+                                     self.bootstrap_dtype, rewards)
+            bootstrap = numba_cuda._per_segment(self.xp, made, self.rows, self.compute)
         advantages = self._empty(self.shape, dtype=self.dtype, device=self.device)
         returns = self._empty(self.shape, dtype=self.dtype, device=self.device)
         arrays = (rewards, values, next_values, terminated, truncated, mask, bootstrap, advantages, returns)  # _SOURCES
@@ -163,26 +159,16 @@ class CudaPlan:
         pointer = self._pointer
         with self._context:
             stream = numba_cuda._current_stream(rewards)
-            for bound, grid, threads, sources in self.launches:
-                bound(self._device_index, stream, grid, threads, [pointer(arrays[i]) for i in sources])
+            for launch, grid, threads, sources in self.launches:
+                launch(self._device_index, stream, grid, threads, [pointer(arrays[i]) for i in sources])
         return advantages, returns
-
-    def _zero_bootstrap(self):
-        """A bootstrap value of 0 per row, as the kernels read it: (rows, 1) in the compute dtype (made per call, on
-        the caller's stream: memory a plan kept could be freed under a CUDA graph that captured it)."""
-        return self._zeros((self.rows, 1), dtype=self.compute, device=self.device)
 
     def _scratch(self):
         """One of the tiles' maps of a row longer than a tile: (slots, tiles) in the compute dtype."""
         return self._empty(self.scratch_shape, dtype=self.compute, device=self.device)
 
-    def _bootstrap(self, value, like):
-        """The bootstrap values made as ``prepare`` makes them, in the (rows, n) view the kernels read; None when
-        that view's layout is not the one the first call's argument block holds."""
-        made = _prepare.boundary(self.xp, "bootstrap_value", value, self.batch_shape, self.bootstrap_dtype, like)
-        view = numba_cuda._per_segment(self.xp, made, self.rows, self.compute)
-        descriptor = numba_cuda._descriptor(view)
-        if (descriptor.shape, descriptor.strides) != self._bootstrap_layout:
-            return None
-        return view
 
+def _contiguous(shape: tuple, itemsize: int) -> Descriptor:
+    """An array a call allocates (C-contiguous, this shape), as its block describes it: its pointer is the call's."""
+    return Descriptor(0, shape, tuple(math.prod(shape[axis + 1:]) * itemsize for axis in range(len(shape))),
+                      itemsize)

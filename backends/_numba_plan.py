@@ -43,6 +43,8 @@ def make(call, arguments: dict):
     if call.out_dtype != dtype or any(arguments[name] is not None and arguments[name].dtype != dtype
                                       for name in _FLOATS):
         return None
+    if is_torch_array(p.rewards) and any(arguments[name] is not None and arguments[name].is_neg() for name in _FLOATS):
+        return None  # kept negated lazily: no NumPy view (the key then has none for it to serve a call with)
     return NumbaPlan(call, numba_cpu._driver(p))
 
 

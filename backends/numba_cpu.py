@@ -144,8 +144,11 @@ def _threads_for(size: int, units: int) -> int:
 
 
 def _host(a):
-    """A NumPy view of a NumPy array or a torch CPU tensor (zero-copy)."""
-    return a.numpy() if is_torch_array(a) else a
+    """A NumPy view of a NumPy array or a torch CPU tensor (zero-copy; a tensor that torch keeps negated lazily, as
+    ``z.conj().imag``, through a negated copy: its memory does not hold its values)."""
+    if not is_torch_array(a):
+        return a
+    return (a.resolve_neg() if a.is_neg() else a).numpy()
 
 
 def _like(result: np.ndarray, like):

@@ -821,6 +821,7 @@ def _device_array(array):
     from ._cuda_import import cuda
 
     if is_torch_array(array):
+        array = _materialized(array)
         item = array.element_size()
         description = {"shape": tuple(array.shape), "strides": tuple(s * item for s in array.stride()),
                        "typestr": _TYPESTRS[_dtype_name(array.dtype)], "data": (array.data_ptr(), False),
@@ -831,11 +832,13 @@ def _device_array(array):
 
 def _descriptor(array):
     """A CUDA array's pointer, shape, strides (bytes) and item size, for the driver launch: a torch tensor's
-    from the tensor itself, others' from ``__cuda_array_interface__`` (C-contiguous when it gives no strides)."""
-    pointer = getattr(array, "data_ptr", None)  # a torch tensor
-    if pointer is not None:
+    from the tensor itself (``_materialized``), others' from ``__cuda_array_interface__`` (C-contiguous when it
+    gives no strides)."""
+    if is_torch_array(array):
+        array = _materialized(array)
         item = array.element_size()
-        return Descriptor(pointer(), tuple(array.shape), tuple([s * item for s in array.stride()]), item, array)
+        return Descriptor(array.data_ptr(), tuple(array.shape), tuple([s * item for s in array.stride()]), item,
+                          array)
     interface = array.__cuda_array_interface__
     shape = tuple(interface["shape"])
     item = np.dtype(interface["typestr"]).itemsize
@@ -843,6 +846,13 @@ def _descriptor(array):
     if strides is None:
         strides = tuple(math.prod(shape[axis + 1:]) * item for axis in range(len(shape)))
     return Descriptor(interface["data"][0], shape, tuple(strides), item, array)
+
+
+def _materialized(tensor):
+    """The tensor whose memory holds its values: torch keeps a negation lazily (a negative bit, as in
+    ``z.conj().imag``), and the kernels read memory, so such a tensor is read from a negated copy (``resolve_neg``,
+    on the tensor's stream); any other tensor is itself."""
+    return tensor.resolve_neg() if tensor.is_neg() else tensor
 
 
 def _device_index(array) -> int:

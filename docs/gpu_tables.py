@@ -6,6 +6,7 @@
     python docs/gpu_tables.py groups       # group_advantages' moments: launches and bytes per score per layout
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
     python docs/gpu_tables.py launch       # ... up to the driver call: numba's launcher's part, the driver launch
+    python docs/gpu_tables.py parts        # ... a repeated call served by its plan, part by part
     python docs/gpu_tables.py full         # a repeated call at the trainer's shapes: host (here) + device (model)
     python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
 
@@ -287,6 +288,46 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
     return "\n".join(lines)
 
 
+def parts_table(batches: int = 30, calls: int = 100) -> str:
+    """Where a repeated ``gae()`` call's microseconds go (torch CPU stand-ins, 4,096 x 32, the stand-in driver),
+    each part timed alone as ``_fastest`` times: the whole call, its key, the plan's own call and, inside it, the
+    allocations, the context with the stream (no-ops here), one driver launch from its packed block."""
+    import torch
+
+    from gae_xp import _plans
+    from gae_xp.backends import numba_cuda
+
+    def fastest(function):
+        return _fastest(function, batches, calls)
+
+    lines = ["| case (torch CPU stand-ins, 4096 x 32) | whole call | key | plan's call | its allocations | "
+             "context and stream (no-ops) | one launch from its block | launches |",
+             "|---|---|---|---|---|---|---|---|"]
+    for case, dones_mask in (("plain", False), ("dones+mask", True)):
+        arrays, _ = _problem(torch, (4096, 32), dones_mask)
+        r, v, terminated, mask = arrays["rewards"], arrays["values"], arrays.get("terminated"), arrays.get("mask")
+        with driven(checked=False):
+            whole = fastest(_repeated_call(arrays))
+            (plan,) = _plans.PLANS._plans.values()
+            key = fastest(lambda: _plans.gae_key(r, v, 0.99, 0.95, None, None, terminated, None, mask, -1, None,
+                                                 "numba-cuda", False, None, None, "next_values"))
+            served = fastest(lambda: plan(r, v, 0.99, 0.95, None, None, terminated, None, mask, None))
+            allocations = fastest(lambda: (plan._empty(plan.shape, dtype=plan.dtype),
+                                           plan._empty(plan.shape, dtype=plan.dtype),
+                                           plan._zeros((plan.rows, 1), dtype=plan.compute)))
+
+            def context():
+                with plan._context:
+                    numba_cuda._current_stream(r)
+
+            launch, grid, threads, sources = plan.launches[-1]
+            stream, pointers = numba_cuda._current_stream(r), [r.data_ptr()] * len(sources)
+            one = fastest(lambda: launch(0, stream, grid, threads, pointers))
+            lines.append(f"| {case} | {whole:.1f} | {key:.1f} | {served:.1f} | {allocations:.1f} | "
+                         f"{fastest(context):.1f} | {one:.1f} | {len(plan.launches)} |")
+    return "\n".join(lines)
+
+
 #: An assumption of the ``full`` table, not a measurement: a launch's driver call on the host and the kernel's start
 #: on the device together (a few microseconds on current GPUs and drivers; nothing here has run on one).
 LAUNCH_US = 4.0
@@ -362,7 +403,7 @@ def registers_table() -> str:
 
 
 TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table,
-          "groups": groups_table, "launch": launch_table, "full": full_call_table}
+          "groups": groups_table, "launch": launch_table, "parts": parts_table, "full": full_call_table}
 PAGE = Path(__file__).resolve().parent / "gpu.md"
 
 

@@ -156,11 +156,12 @@ def _numpy_layout(a):
 
 
 def _torch_layout(t):
-    """dtype, shape, strides, device and whether it requires grad, of an exact ``torch.Tensor`` that no
-    ``torch.func`` transform wraps."""
+    """dtype, shape, strides, device, whether it requires grad and whether torch keeps it negated lazily (its
+    memory then holds the values' negatives, and the kernels read a negated copy), of an exact ``torch.Tensor``
+    that no ``torch.func`` transform wraps."""
     if type(t) is not _TORCH.tensor or _TORCH.wrapped(t):
         raise _NoKey
-    return t.dtype, t.shape, t.stride(), t.device, t.requires_grad
+    return t.dtype, t.shape, t.stride(), t.device, t.requires_grad, t.is_neg()
 
 
 def _torch_step(t, views: list, index: int):

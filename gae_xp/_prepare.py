@@ -623,7 +623,7 @@ def fill_invalid(xp, result, valid):
     """result, or NaN everywhere when ``valid`` (a 0-d bool array, or None: nothing to check) is False."""
     if valid is None:
         return result
-    return xp.where(valid, result, xp.full_like(result, math.nan))  # made on the device: no host-to-device copy
+    return xp.where(valid, result, xp.full((), math.nan, dtype=result.dtype, device=device_of(result)))  # no host copy
 
 
 def _shown(values) -> str:

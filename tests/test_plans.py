@@ -429,6 +429,36 @@ def test_numpy_and_torch_of_one_layout_have_plans_of_their_own():
         assert other_key not in (None, key) and other_views[:2] == [None, None]  # keyed as tensors
 
 
+@pytest.mark.parametrize("backend", ["auto", "numba", "xp"])
+def test_tensors_kept_negated_lazily_are_read_as_their_values(backend):
+    """torch keeps ``z.conj().imag`` negated lazily (a negative bit: its memory holds the values' negatives). Such
+    rewards, values and bootstrap values give what their materialised copies give, on the full path and served
+    by a plan; the key tells them from a plain tensor of the same layout, either coming first; the loop agrees."""
+    rng = np.random.default_rng(7)
+
+    def negated(values):
+        return torch.complex(torch.zeros_like(values), -values).conj().imag
+
+    plain = [torch.tensor(rng.standard_normal((3, 9))) for _ in range(2)]
+    bootstrap = torch.tensor(rng.standard_normal(3))
+    lazy = [negated(x) for x in plain]
+    assert all(x.is_neg() for x in lazy) and torch.equal(lazy[0], plain[0])
+    want = gae_loop(plain[0].numpy(), plain[1].numpy(), gamma=0.9, lam=0.8,
+                              bootstrap_value=bootstrap.numpy())
+    _plans.PLANS.clear()
+    for order in ((plain, lazy), (lazy, plain)):
+        for arrays in (*order, *order):
+            boot = negated(bootstrap) if arrays is lazy else bootstrap
+            got = gae_xp.gae(*arrays, gamma=0.9, lam=0.8, bootstrap_value=boot, backend=backend)
+            for a, w in zip(got, want):
+                np.testing.assert_allclose(a.numpy(), w, rtol=1e-12, atol=1e-12)
+        _plans.PLANS.clear()
+    key = _plans.gae_key(*plain, 0.9, 0.8, None, None, None, None, None, -1, None, backend, False, None, None,
+                         "next_values")[0]
+    assert key != _plans.gae_key(*lazy, 0.9, 0.8, None, None, None, None, None, -1, None, backend, False, None, None,
+                                 "next_values")[0]
+
+
 @pytest.mark.parametrize("library", ["numpy", "torch"])
 def test_a_call_whose_layout_is_its_own_arrays_binds_them_and_skips_prepare(library):
     """On a backend without a plan of its own (the generic scan here), a call whose arrays reach the problem as

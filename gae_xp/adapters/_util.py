@@ -50,7 +50,7 @@ def float_dtype(xp: Any, *arrays: Array) -> Any:
 def like(xp: Any, value: Coefficient, array: Array) -> Array:
     """A threshold or coefficient (a real number or an array) as an array of ``array``'s dtype on its device."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return xp.asarray(float(value), dtype=array.dtype, device=device_of(array))
+        return xp.full((), float(value), dtype=array.dtype, device=device_of(array))  # made there: no host copy
     return xp.astype(value, array.dtype, copy=False)
 
 

@@ -168,7 +168,7 @@ def normalize_advantages(advantages: Array | list[Array], action_mask: Array | l
         if not no_std_norm:
             centred = flat - mean
             variance = xp.sum(xp.where(real, weights * (centred * centred), zero)) / count
-            scale = 1 / xp.sqrt(xp.maximum(variance, xp.asarray(1e-8, dtype=dtype, device=device_of(flat))))
+            scale = 1 / xp.sqrt(xp.maximum(variance, xp.full((), 1e-8, dtype=dtype, device=device_of(flat))))
         out = [xp.astype((xp.astype(a, dtype) - mean) * scale, a.dtype) for a in arrays]
         return out if listed else out[0]
 

@@ -150,9 +150,13 @@ def test_no_copy_to_the_host_and_no_synchronization(gpu, monkeypatch):
     else:
         import torch
 
+        from gae_xp import _plans
+
+        _plans.PLANS.clear()  # the full path first, then the plan the first call makes
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
+            gae_xp.gae(**arrays, backend="numba-cuda")
             gae_xp.gae(**arrays, backend="numba-cuda")
             gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend="numba-cuda")
         finally:
@@ -382,21 +386,25 @@ def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, mo
 @pytest.mark.parametrize("option", range(len(OPTIONS)))
 @pytest.mark.parametrize("length", [31, 65537])
 def test_a_repeated_call_is_served_by_its_plan_and_equals_the_loop(option, length):
-    """A repeated ``gae()`` call of one layout on torch CUDA tensors (new tensors, the same layout) is served by
-    the CUDA plan where one applies (Python-number coefficients: blocks packed once, only pointers written) and
-    gives the float64 loop's answer, bit for bit the first (full-path) call's."""
+    """A repeated ``gae()`` call of one layout on torch CUDA tensors (other data, the same layout) is served by the
+    CUDA plan where one applies (Python-number coefficients: blocks packed once, only pointers written) and gives
+    the float64 loop's answer for its own data, bit for bit what the full path gives on the same tensors."""
     from gae_xp import _plans
     from gae_xp.backends import _numba_cuda_plan
 
     library = load_target("torch:cuda/numba-cuda").library
-    case, (want_a, want_r) = case_and_answer(option, length)
+    first_case, _ = case_and_answer(option, length)
+    case = make_case(np.random.default_rng(length + 1), (3, length), **OPTIONS[option])
+    want_a, want_r = expected(case)
     _plans.PLANS.clear()
-    first = gae_xp.gae(**converted(library, case), backend="numba-cuda")
+    gae_xp.gae(**converted(library, first_case), backend="numba-cuda")
     arrays = converted(library, case)
     served = gae_xp.gae(**arrays, backend="numba-cuda")
     (plan,) = _plans.PLANS._plans.values()
     floats = not any(key in OPTIONS[option] for key in ("per_step_gamma", "per_row_lam"))
     assert isinstance(plan, _numba_cuda_plan.CudaPlan) == floats, type(plan).__name__
-    for a, b, want in zip(served, first, (want_a, want_r)):
+    _plans.PLANS.clear()
+    full = gae_xp.gae(**arrays, backend="numba-cuda")
+    for a, b, want in zip(served, full, (want_a, want_r)):
         xp_assert_close(a, want, like=arrays["rewards"])
         assert np.array_equal(to_numpy(a), to_numpy(b), equal_nan=True)

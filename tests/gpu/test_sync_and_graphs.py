@@ -79,24 +79,33 @@ CALLS = ["gae, one launch", "gae, three launches", "gae, float critic_lam", "gae
 
 @pytest.mark.parametrize("name", CALLS)
 def test_no_host_synchronisation(torch_cuda, name):
+    """Under sync debug mode, the call on its full path (the plan cache emptied) and then repeated (a ``gae()``
+    served by its plan, ``CudaPlan`` where one applies) equal the first, compiling, call."""
+    from gae_xp import _plans
+
     torch = torch_cuda
     call = _calls(torch)[name]
     eager = call()  # compiles
+    _plans.PLANS.clear()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        again = call()
+        full, repeated = call(), call()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    for got, want in zip(again, eager):
-        assert torch.equal(got, want), name
+    for got, again, want in zip(full, repeated, eager):
+        assert torch.equal(got, want) and torch.equal(again, want), name
 
 
+@pytest.mark.parametrize("path", ["full", "plan"])
 @pytest.mark.parametrize("name", ["gae, one launch", "gae, three launches", "gae, float critic_lam", "vtrace"])
-def test_captured_in_a_cuda_graph_and_replayed(torch_cuda, name):
+def test_captured_in_a_cuda_graph_and_replayed(torch_cuda, name, path):
     """Captured on torch's capturing stream (a launch elsewhere, a synchronisation or an allocation outside torch's
     caching allocator fails the capture), outputs in the graph's pool; a replay equals eager bit for bit (the
-    kernels are deterministic)."""
+    kernels are deterministic). ``path``: the captured call takes the full path (the plan cache emptied before
+    it), or is served by the plan the warm-up made."""
+    from gae_xp import _plans
+
     torch = torch_cuda
     call = _calls(torch)[name]
     eager = call()
@@ -105,6 +114,8 @@ def test_captured_in_a_cuda_graph_and_replayed(torch_cuda, name):
     with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph's documentation asks
         call()
     torch.cuda.current_stream().wait_stream(side)
+    if path == "full":
+        _plans.PLANS.clear()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = call()
