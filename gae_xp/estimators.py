@@ -232,9 +232,11 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
     dtypes : sequence of str, default ("float32",)
         The dtypes of ``rewards`` and ``values``: "float32", "float64".
     cases : sequence of str, default ("constant", "dones+mask")
-        "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``,
-        ``truncated`` with ``next_values``, and ``mask``), "dones"
-        (``terminated`` only), "mask" (``mask`` only).
+        "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``
+        and ``mask``), "truncated" (``terminated``, ``truncated`` with
+        ``next_values``, and ``mask``), "dones" (``terminated`` only), "mask"
+        (``mask`` only). A call whose options are a case's, or the same
+        without ``truncated``, finds its kernel ready.
 
     Examples
     --------
@@ -246,7 +248,7 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
 
     if backends.load("numba").unavailable_reason(None, []) is not None:
         return
-    known = ("constant", "dones", "mask", "dones+mask")
+    known = ("constant", "dones", "mask", "dones+mask", "truncated")
     for case in cases:
         if case not in known:
             raise ValueError(f"cases must name some of {', '.join(map(repr, known))}, got {case!r}")
@@ -255,7 +257,8 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
         rewards = np.zeros((2, length), dtype=np.dtype(dtype))
         flags = np.zeros((2, length), dtype=bool)
         options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
-                   "dones+mask": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
+                   "dones+mask": {"terminated": flags, "mask": ~flags},
+                   "truncated": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
         gae(rewards, rewards, backend="numba", **options[case])
 
 

@@ -44,7 +44,7 @@ def test_small_calls_times_a_first_call_on_an_empty_cache_and_then_on_the_writte
     states = (["empty", "cache"], ["cache", "written"])
     assert [row[:5] for row in rows] == [[f"T={length}", "constant", contender, *state]
                                          for length in small_calls.FIRST_CALL_LENGTHS
-                                         for contender in ("gae", "bare") for state in states]
+                                         for contender in small_calls.CONTENDERS for state in states]
     for row in rows:
-        wall, call, cpu = float(row[5]), float(row[8]), float(row[-2])
-        assert 0 < call < wall and cpu > 0
+        wall, call, warm_up, cpu = float(row[5]), float(row[8]), float(row[14]), float(row[-2])
+        assert 0 < call < wall and cpu > 0 and (warm_up > 0) == (row[2] == "warm_up") and call + warm_up < wall

@@ -20,6 +20,41 @@ def test_warm_up_readies_the_kernels_of_its_cases():
             for name in ("constant_units", "general_units", "walk_units")} <= kinds
 
 
+_AFTER_WARM_UP = """
+import sys
+import numpy as np, gae_xp
+from gae_xp.backends import numba_cpu
+case = sys.argv[1]
+gae_xp.warm_up(cases=(case,))
+kernels = numba_cpu._kernels()
+drivers = (kernels.constant_units, kernels.general_units, kernels.walk_units)
+before = [len(kernel.signatures) for kernel in drivers]
+rng = np.random.default_rng(0)
+for length in (128, 4096):
+    shape = (8, length)
+    rewards = rng.standard_normal(shape).astype(np.float32)
+    flags = {"terminated": rng.random(shape) < 0.01, "mask": rng.random(shape) >= 0.2}
+    options = {"constant": {}, "dones": {"terminated": flags["terminated"]}, "mask": {"mask": flags["mask"]},
+               "dones+mask": flags, "truncated": {**flags, "truncated": rng.random(shape) < 0.01,
+                                                  "next_values": rewards}}[case]
+    gae_xp.gae(rewards, rewards, **options)
+print(before, [len(kernel.signatures) for kernel in drivers])
+"""
+
+
+@pytest.mark.parametrize("case", ["constant", "dones", "mask", "dones+mask", "truncated"])
+def test_after_warm_up_a_call_of_its_case_compiles_nothing(case):
+    """In a fresh process, the calls a case names (the benchmarks' B=8, rows shorter and longer than the window,
+    float32) find every kernel they run made by ``warm_up``: no kernel gains a signature."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _AFTER_WARM_UP, case], capture_output=True, text=True, check=True,
+                          timeout=600)
+    before, after = done.stdout.strip().split("] [")
+    assert before + "]" == "[" + after, done.stdout
+
+
 def test_warm_up_names_a_case_it_does_not_know():
     with pytest.raises(ValueError, match="cases must name some of"):
         gae_xp.warm_up(cases=("constant", "everything"))

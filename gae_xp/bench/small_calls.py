@@ -32,10 +32,13 @@ rows shorter than the kernels' window compile the walk alone), a fresh
 interpreter that imports gae_xp and makes one call (``backend="auto"``; T=4096
 is asv's ``TrackFirstCall``) with an empty numba cache (``NUMBA_CACHE_DIR`` a
 new temporary directory: numba compiles the call's kernels), and then another
-with that cache written (numba loads them); then the same for the case's bare
-numba loop, the floor of any numba kernel's first call. It prints each one's
-wall time from before the import to after the call, the call's part, and the
-process's CPU time (a busy machine stretches the wall time, not the CPU).
+with that cache written (numba loads them); then the same with
+``gae_xp.warm_up()`` called first, as a trainer calls it at start-up (its
+time apart, the call's after it); then the case's bare numba loop, the floor
+of any numba kernel's first call. It prints each one's wall time from before
+the import to after the call, the call's part, the import's and warm_up's,
+and the process's CPU time (a busy machine stretches the wall time, not the
+CPU).
 
 ``--calls N`` times nothing: it makes 50 warm-up calls and then N calls of
 the first case, for an instruction count that no other work on the machine
@@ -274,14 +277,18 @@ shape = (8, int(sys.argv[2]))
 r = rng.standard_normal(shape).astype(np.float32)
 options = {} if sys.argv[1] == "constant" else {"terminated": rng.random(shape) < 0.01,
                                                  "mask": rng.random(shape) >= 0.2}
+warmed = time.perf_counter()
+if sys.argv[3] == "warm_up":  # a trainer's start-up, then its first call
+    gae_xp.warm_up()
 called = time.perf_counter()
-if sys.argv[3] == "gae":
+if sys.argv[3] in ("gae", "warm_up"):
     gae_xp.gae(r, r, **options)
 else:  # the bare numba loop of the case, numba's import included as in gae()'s first call
     from gae_xp.bench.small_calls import ratio_case
     case, bare = ratio_case(sys.argv[1], *shape)
     bare(case)
-print(imported - started, time.perf_counter() - called, time.perf_counter() - started, time.process_time())
+print(imported - started, time.perf_counter() - called, time.perf_counter() - started, time.process_time(),
+      called - warmed)
 """
 
 
@@ -290,17 +297,22 @@ print(imported - started, time.perf_counter() - called, time.perf_counter() - st
 FIRST_CALL_LENGTHS = (128, 4096)
 
 
+#: What makes a fresh process's first call: ``gae()``; ``gae_xp.warm_up()`` at start-up, then ``gae()``; the case's
+#: bare numba loop of ``--ratio`` (numba's floor).
+CONTENDERS = ("gae", "warm_up", "bare")
+
+
 def first_call(case: str, cache: str, length: int = 4096, contender: str = "gae") -> dict:
     """A fresh interpreter's import and first call of ``case`` ("constant" or "dones+mask") on (8, length) float32
-    with ``NUMBA_CACHE_DIR=cache``, by ``gae()`` or (``contender="bare"``) the case's bare numba loop of ``--ratio``:
-    ``{"import_s", "call_s", "wall_s", "cpu_s"}``."""
+    with ``NUMBA_CACHE_DIR=cache``, by one of ``CONTENDERS``: ``{"import_s", "call_s", "wall_s", "cpu_s",
+    "warm_up_s"}`` (``warm_up_s`` 0 but for ``warm_up``, whose ``wall_s`` holds it too)."""
     import subprocess
 
     done = subprocess.run([sys.executable, "-c", _FIRST_CALL, case, str(length), contender], capture_output=True,
                           text=True,
                           check=True,
                           env={**os.environ, "NUMBA_CACHE_DIR": cache}, timeout=600)
-    return dict(zip(("import_s", "call_s", "wall_s", "cpu_s"), map(float, done.stdout.split())))
+    return dict(zip(("import_s", "call_s", "wall_s", "cpu_s", "warm_up_s"), map(float, done.stdout.split())))
 
 
 def first_call_lines(cases: list[str]) -> list[str]:
@@ -308,17 +320,18 @@ def first_call_lines(cases: list[str]) -> list[str]:
     import tempfile
 
     lines = ["first call of a fresh process, B=8 float32: wall from before the import to after the call "
-             "(the call's part), CPU of the process; gae(), then the case's bare numba loop (its floor: numba's "
-             "import and set-up, and compiling or loading ten lines)"]
+             "(the call's part, the import's, warm_up()'s), CPU of the process; gae(); gae_xp.warm_up() at "
+             "start-up, then gae(); the case's bare numba loop (its floor: numba's import and set-up, and "
+             "compiling or loading ten lines)"]
     for length in FIRST_CALL_LENGTHS:
         for case in cases:
-            for contender in ("gae", "bare"):
+            for contender in CONTENDERS:
                 with tempfile.TemporaryDirectory() as cache:
                     for state in ("empty cache", "cache written"):
                         t = first_call(case, cache, length, contender)
-                        lines.append(f"  T={length:<5d} {case:11s} {contender:5s} {state:14s} {t['wall_s']:6.2f} s "
-                                     f"(call {t['call_s']:5.2f} s, import {t['import_s']:4.2f} s), CPU "
-                                     f"{t['cpu_s']:5.2f} s")
+                        lines.append(f"  T={length:<5d} {case:11s} {contender:7s} {state:14s} {t['wall_s']:6.2f} s "
+                                     f"(call {t['call_s']:5.2f} s, import {t['import_s']:4.2f} s, warm_up "
+                                     f"{t['warm_up_s']:5.2f} s), CPU {t['cpu_s']:5.2f} s")
     return lines
 
 
