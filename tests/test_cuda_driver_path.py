@@ -38,14 +38,11 @@ SHORT, LONG = 32, 5000
 
 @pytest.fixture
 def driven():
-    """The backend as on a GPU down to a checking stand-in driver; a fresh plan cache around it."""
-    from gae_xp import _plans
+    """The backend as on a GPU down to a checking stand-in driver (a fresh plan cache inside: ``driven()``'s)."""
     from gae_xp.bench.driver import driven as standins
 
-    _plans.PLANS.clear()
     with standins() as launches:
         yield launches
-    _plans.PLANS.clear()
 
 
 def tensors(shape, seed=0, dtype="float32"):
@@ -228,6 +225,7 @@ def test_a_call_served_by_its_plan_launches_what_the_full_path_launches(layout):
     from unittest import mock
 
     import gae_xp
+    from gae_xp import _plans
     from gae_xp.backends import _numba_cuda_plan
     from gae_xp.bench.driver import driven as standins
 
@@ -249,8 +247,6 @@ def test_a_call_served_by_its_plan_launches_what_the_full_path_launches(layout):
         start = len(launches)
         served = gae_xp.gae(second[0], second[1], **second[2])  # served by the plan
         by_plan = launches[start:]
-        from gae_xp import _plans
-
         _plans.PLANS.clear()
         start = len(launches)
         gae_xp.gae(second[0], second[1], **second[2])  # the full path, the same arrays

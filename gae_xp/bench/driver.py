@@ -97,14 +97,14 @@ class Launches(list):
         self.signatures: dict = {}
 
 
-def checked_launch(launches: Launches, *, real_binding: bool = True):
-    """A stand-in ``cuLaunchKernel`` that checks its arguments as the driver takes them, records each launch in
-    ``launches`` and returns success. ``real_binding``: also hand the arguments to cuda.bindings' own
-    ``cuLaunchKernel`` where its driver library is absent (see the module docstring)."""
+def checked_launch(launches: Launches):
+    """A stand-in ``cuLaunchKernel`` that checks its arguments as the driver takes them (and hands them to
+    cuda.bindings' own ``cuLaunchKernel`` too where its driver library is absent: see the module docstring),
+    records each launch in ``launches`` and returns success."""
     from gae_xp.backends import _cuda_launch
 
     success = _cuda_launch._driver().CUresult.CUDA_SUCCESS
-    binding = _conversion_only() if real_binding else None
+    binding = _conversion_only()
 
     def cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # noqa: N802 (the driver's name)
         grid, block = tuple(map(_dimension, (gx, gy, gz))), tuple(map(_dimension, (bx, by, bz)))
