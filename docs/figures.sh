@@ -33,7 +33,7 @@ run profile      python -m gae_xp bench --library numpy,torch --B 8 --T 128 --ca
 # float32 accuracy per chunk size and path, next to the float32 serial loop
 run accuracy     python tests/conformance/float32_accuracy.py
 # the GPU traffic model (predicted, no GPU needed), written between its markers, and the kernels' registers
-run traffic      python -m gae_xp.bench.traffic --write
+run traffic      python -m tools.traffic --write
 run registers    python tests/test_cuda_compile.py
 # beyond one device: packed sequences, context parallelism (4 gloo processes), Dask out of core and in memory
 run packed       env NUMBA_NUM_THREADS=1 python -m gae_xp.bench.scale packed

@@ -14,7 +14,7 @@
 them with the page); ``registers`` takes the compile test's time; ``host`` is a timing.
 
 ``arguments`` and ``host`` run the backend with its launches recorded instead
-of made (``gae_xp.bench.traffic.LaunchRecorder``): every array view, plan and kernel choice happens as on
+of made (``tools.traffic.LaunchRecorder``): every array view, plan and kernel choice happens as on
 a GPU; numba's own marshalling of the arguments and the driver call do not.
 """
 
@@ -31,8 +31,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from gae_xp.bench.driver import driven
-from gae_xp.bench.traffic import LaunchRecorder as Recorder
+#: The clone's root: the developer tools (``tools/``) live there, not in the installed package.
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+from tools.driver import driven  # noqa: E402 (found through ROOT)
+from tools.traffic import LaunchRecorder as Recorder  # noqa: E402
 
 SHAPE = (256, 131072)
 BANDWIDTH = 4.8e12  # an H200's HBM3e, bytes per second
@@ -387,7 +392,7 @@ def full_call_table(batches: int = 30, calls: int = 100) -> str:
 
 
 def groups_table() -> str:
-    from gae_xp.bench import group_traffic
+    from tools import group_traffic
 
     return group_traffic.table()
 

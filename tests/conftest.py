@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -38,6 +39,13 @@ from matrix import ONE_CASE_LIBRARIES, mark_the_full_matrix
 
 from gae_xp.testing import libraries
 from gae_xp.testing.libraries import Library
+
+#: The clone's root, where the developer tools (``tools/``: the traffic models, the PTX reader, the stand-in CUDA
+#: driver) live, not installed: appended, so that the tests find them whatever the command, and an installed
+#: gae_xp stays the one imported where the tests run from outside the clone.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in sys.path:
+    sys.path.append(_ROOT)
 
 _SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 #: ``python -m pytest`` (the quick run) draws 10 examples per property; CI's full-matrix step draws 40 and reruns

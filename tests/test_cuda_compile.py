@@ -216,7 +216,7 @@ if __name__ == "__main__":
 def test_group_moments_kernels_compile_without_spills(io, arch):
     """group_advantages' two launches (backends/_cuda_groups.py): no spills, no local memory, few registers, and
     their float64 atomics native adds (sm_60 and later), two per score and launch, never a compare-and-swap loop
-    (what the traffic model, gae_xp.bench.group_traffic, counts: one read and write of each group's slot)."""
+    (what the traffic model, tools.group_traffic, counts: one read and write of each group's slot)."""
     from gae_xp.backends import _cuda_groups
 
     for spec in _cuda_groups.specs(io):

@@ -1,4 +1,4 @@
-"""The numba-CUDA backend's whole launch path down to the driver, without a GPU (``gae_xp.bench.driver``).
+"""The numba-CUDA backend's whole launch path down to the driver, without a GPU (``tools.driver``).
 
 torch CPU tensors stand in for CUDA ones and the driver's ``cuLaunchKernel``
 is a stand-in that takes its arguments as the real one would (integers for
@@ -39,7 +39,7 @@ SHORT, LONG = 32, 5000
 @pytest.fixture
 def driven():
     """The backend as on a GPU down to a checking stand-in driver (a fresh plan cache inside: ``driven()``'s)."""
-    from gae_xp.bench.driver import driven as standins
+    from tools.driver import driven as standins
 
     with standins() as launches:
         yield launches
@@ -110,7 +110,7 @@ def test_a_two_dimensional_grid_goes_to_the_driver_as_x_and_y():
 def test_the_stand_in_driver_refuses_what_the_binding_refuses():
     """The check itself: a tuple where the driver takes an integer (the grid of a plan passed whole), a grid
     beyond the hardware, an unknown function handle."""
-    from gae_xp.bench.driver import Launches, checked_launch
+    from tools.driver import Launches, checked_launch
 
     launches = Launches()
     launches.signatures[1] = ()
@@ -227,7 +227,7 @@ def test_a_call_served_by_its_plan_launches_what_the_full_path_launches(layout):
     import gae_xp
     from gae_xp import _plans
     from gae_xp.backends import _numba_cuda_plan
-    from gae_xp.bench.driver import driven as standins
+    from tools.driver import driven as standins
 
     made = []
     original = _numba_cuda_plan.CudaPlan.of

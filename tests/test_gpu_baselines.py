@@ -163,7 +163,7 @@ def bench():
 
 
 def test_floor_bytes_agree_with_the_traffic_model(bench):
-    from gae_xp.bench import traffic
+    from tools import traffic
 
     assert bench.FLOOR_BYTES["constant"] == traffic.FLOOR_BYTES
     assert bench.FLOOR_BYTES["dones+mask"] == traffic.FLOOR_BYTES + 2  # one byte per bool flag

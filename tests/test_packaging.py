@@ -123,3 +123,14 @@ def test_no_file_names_a_tool_users_cannot_install():
         text = path.read_text(encoding="utf-8", errors="replace").lower()
         found += [f"{name}: {tool}" for tool in UNINSTALLABLE if tool in text]
     assert not found, found
+
+
+def test_the_wheel_ships_the_package_and_not_the_developer_tools():
+    """The wheel's packages are gae_xp's (tools/, the clone's developer tooling, is none of them), and every folder
+    of gae_xp/ with modules is one of them: ``gae_xp.bench`` keeps the benchmarks a user runs."""
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]
+    assert all(package == "gae_xp" or package.startswith("gae_xp.") for package in packages), packages
+    folders = {".".join(("gae_xp", *path.parent.relative_to(ROOT / "gae_xp").parts))
+               for path in (ROOT / "gae_xp").rglob("__init__.py") if "backends" not in path.parts}
+    assert folders | {"gae_xp.backends"} == set(packages)
+    assert (ROOT / "tools" / "__init__.py").is_file() and not (ROOT / "gae_xp" / "bench" / "traffic.py").exists()

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gae_xp.bench import traffic
+from tools import traffic
 
 
 @pytest.mark.parametrize("case, bound", [("constant", 24), ("dones+mask", 28)])
@@ -69,35 +69,21 @@ def test_report_compares_the_paths():
 
 # ------------------------------------------------------------------------------------------ traffic read from the PTX
 
-@functools.cache
-def _ptx_unavailable() -> str | None:
-    import importlib.util
-
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        return "compile_ptx does not exist in the CUDA simulator"
-    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
-        return "numba-cuda is not installed (pip install 'numba-cuda[cu12]')"
-    try:
-        from gae_xp.backends import _cuda_import
-
-        _cuda_import.compile_ptx(lambda out: None, "void(float32[:])", (9, 0))
-    except Exception as error:  # the toolkit's loader raises its own types
-        return f"NVVM cannot compile here ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
-    return None
-
-
 @pytest.fixture
 def _ptx():
     """Skips a test that reads PTX where NVVM cannot compile (asked when the test runs, not at collection, which
     would import numba); GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in) turns the skip into a failure."""
     reason = _ptx_unavailable()
     if reason is not None:
+        reason = f"{reason}; the PTX needs {traffic.PTX_NEEDS}"
         if os.environ.get("GAE_XP_REQUIRE_PTX") == "1":
             pytest.fail(f"GAE_XP_REQUIRE_PTX=1, but {reason}")
         pytest.skip(reason)
 
 
 needs_ptx = pytest.mark.usefixtures("_ptx")
+#: asked once per process (it compiles a one-line kernel)
+_ptx_unavailable = functools.cache(traffic.ptx_unavailable)
 
 
 def _strided_double():
@@ -116,7 +102,7 @@ def test_the_ptx_runner_executes_a_kernel():
     """y[i] = 2 x[2 i] on 64 threads, 60 of them inside: every y written with the right value, x read at every
     other element, and the warps' requests: y coalesced (4 sectors for 32 floats), x over twice as many."""
     from gae_xp.backends import _cuda_import
-    from gae_xp.bench import ptx
+    from tools import ptx
 
     source = _cuda_import.compile_ptx(_strided_double(), "void(float32[:], float32[:], int64)", (9, 0))
     x, y = np.zeros(128, np.float32), np.zeros(60, np.float32)
@@ -135,7 +121,7 @@ def test_the_ptx_runner_executes_a_kernel():
 @needs_ptx
 def test_the_ptx_runner_refuses_an_access_outside_every_argument():
     from gae_xp.backends import _cuda_import
-    from gae_xp.bench import ptx
+    from tools import ptx
 
     source = _cuda_import.compile_ptx(_strided_double(), "void(float32[:], float32[:], int64)", (9, 0))
     program = ptx.load(source, [("x", np.zeros(8, np.float32)), ("y", np.zeros(8, np.float32)), ("n", 8)])
@@ -174,6 +160,32 @@ def test_ptx_of_a_short_row_is_one_launch():
     assert launches[0].bytes_per_element == pytest.approx(16, abs=0.01)
 
 
+def test_the_command_without_the_toolkit_says_what_to_install():
+    """``python -m tools.traffic`` where the CUDA toolkit's libraries cannot be found (cuda.pathfinder, which
+    numba-cuda loads them through, raising as it does without the toolkit wheels): one line naming what to
+    install, and a non-zero exit, instead of the loader's traceback."""
+    pytest.importorskip("cuda.pathfinder")
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    script = ("from cuda import pathfinder\n"
+              "def missing(name):\n"
+              "    raise pathfinder.DynamicLibNotFoundError(f'Failure finding lib{name}.so')\n"
+              "pathfinder.load_nvidia_dynamic_lib = missing\n"
+              "import runpy, sys\n"
+              "sys.argv = ['tools.traffic']\n"
+              "runpy.run_module('tools.traffic', run_name='__main__', alter_sys=True)\n")
+    environment = {key: value for key, value in os.environ.items() if key != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=environment)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert 'pip install "numba-cuda[cu12]"' in lines[0] and "DynamicLibNotFoundError" in lines[0]
+
+
 def test_fill_replaces_between_the_markers():
     begin, end = traffic.MARKERS["summary"]
     text = f"intro\n{begin}\nold table\n{end}\noutro"
@@ -185,14 +197,14 @@ def test_fill_replaces_between_the_markers():
 @needs_ptx
 @pytest.mark.slow  # regenerates every table (tens of seconds); CI's full matrix runs it
 def test_committed_pages_hold_the_generated_tables():
-    """README.md and docs/gpu.md quote `python -m gae_xp.bench.traffic --write` of this commit (about a minute:
+    """README.md and docs/gpu.md quote `python -m tools.traffic --write` of this commit (about a minute:
     the generic path is recorded on torch, the fused path's PTX run on the CPU)."""
     pytest.importorskip("torch")
     root = Path(__file__).resolve().parents[1]
     tables = traffic.pages()
     for document, names in traffic.DOCUMENTS.items():
         text = (root / document).read_text()
-        assert traffic.fill(text, tables, names) == text, f"{document} is stale: python -m gae_xp.bench.traffic --write"
+        assert traffic.fill(text, tables, names) == text, f"{document} is stale: python -m tools.traffic --write"
 
 
 # ------------------------------------------------------------------ group_advantages' moments (backends/_cuda_groups)
@@ -203,7 +215,7 @@ def test_committed_pages_hold_the_generated_tables():
 def test_group_ptx_traffic_matches_the_model(layout, io):
     """Every block of both launches run from their PTX: each argument moves exactly the model's distinct bytes
     (scores and index once per launch, each group's float64 slots once, read and written by the atomics)."""
-    from gae_xp.bench import group_traffic
+    from tools import group_traffic
 
     n, k = 2048, 16
     launches = group_traffic.ptx_launches(layout, n, k=k, io=io)
@@ -215,7 +227,7 @@ def test_group_ptx_traffic_matches_the_model(layout, io):
 
 
 def test_group_model_counts_scores_index_and_slots():
-    from gae_xp.bench import group_traffic
+    from tools import group_traffic
 
     model = group_traffic.model(16384, 1024)
     assert list(model) == ["count_and_sum", "centred_sums"]
@@ -229,7 +241,7 @@ def test_group_routes_count_their_launches():
     none reads a value back to the host."""
     pytest.importorskip("torch")
     pytest.importorskip("numba.cuda", reason="the routes import backends/_cuda_*.py (numba-cuda)")
-    from gae_xp.bench import group_traffic
+    from tools import group_traffic
 
     consecutive, batch, ids = (group_traffic.route_row(layout, 4096) for layout in
                                ("consecutive", "consecutive-batch", "ids"))
@@ -247,7 +259,7 @@ def test_consecutive_ptx_traffic_matches_the_model(scale):
     """Every block of the consecutive route's launches run from their PTX, more groups than a block has threads:
     each argument moves exactly the model's distinct bytes (the scores once per launch, the advantages written
     once, each group's (n, mean) and each block's partials once)."""
-    from gae_xp.bench import group_traffic
+    from tools import group_traffic
 
     n, k = 600, 2
     launches = group_traffic.consecutive_ptx_launches(n, k, scale=scale)

@@ -21,7 +21,7 @@ the call's first kernel to its last), **wall time** (synchronize, call,
 synchronize: the full call as a trainer sees it) and **host time** (the Python
 call without waiting: everything up to the launches). Medians. Bandwidth: the
 case's floor bytes over the device time, as a share of the copy's; for the
-fused path also the traffic model's bytes (``gae_xp.bench.traffic``, checked
+fused path also the traffic model's bytes (``tools.traffic``, checked
 against the PTX on the CPU) and the time they predict at the copy's measured
 bandwidth, beside the measurement, so the first GPU run checks the model.
 Every output is compared with gae_xp's generic path in float64.
@@ -318,8 +318,19 @@ def copy_bandwidth(shape) -> tuple[float, Row]:
     return 16 * elements / seconds, row
 
 
+def _traffic_model():
+    """``tools.traffic``, from the clone's root (not installed): appended to the path, so that the installed gae_xp
+    stays the one imported."""
+    root = str(HERE.parents[1])
+    if root not in sys.path:
+        sys.path.append(root)
+    from tools import traffic
+
+    return traffic
+
+
 def measure(shape, case, name, build, inputs, expected, bandwidth, checks: bool) -> Row:
-    from gae_xp.bench import traffic
+    traffic = _traffic_model()
 
     row = Row(tuple(shape), case, name)
     elements = math.prod(shape)

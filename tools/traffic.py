@@ -22,7 +22,7 @@ latency and host overhead excluded). Two ways to count:
   outputs once, a few numbers per tile), and ``ptx_launches`` reads them from
   the compiled code: each launch's kernel is compiled to PTX for sm_90 and
   run on the CPU, thread by thread, for the first, a middle and the last
-  block of its grid (``gae_xp.bench.ptx``); every global load and store is
+  block of its grid (``tools.ptx``); every global load and store is
   attributed to the kernel argument it falls in. Bytes per element are the
   distinct bytes each launch reads and writes (what reaches device memory
   when the caches keep what a block reuses; the middle block stands for every
@@ -31,14 +31,17 @@ latency and host overhead excluded). Two ways to count:
   fewest its bytes need (coalescing). ``tests/test_traffic.py`` checks the
   two against each other.
 
-``report()`` returns the rows; ``python -m gae_xp.bench.traffic`` prints the tables of the README and
+``report()`` returns the rows; ``python -m tools.traffic`` prints the tables of the README and
 docs/gpu.md (``tests/test_traffic.py`` checks that the committed pages hold them).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
+import os
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -255,7 +258,7 @@ def ptx_launches(case: str, *, length: int = SHAPE[1], dtype=np.float32, samples
     docstring). ``samples="edges"`` runs the grid's first, a middle and its last block (the middle one counted
     for every other block); ``"middle"`` the middle block alone, counted for every block (faster, for tests)."""
     from gae_xp import _prepare
-    from gae_xp.bench import ptx
+    from tools import ptx
 
     arrays = case_arrays(case, (1, length), dtype)
     problem = _prepare.prepare(**arrays, backend="numba-cuda").problem
@@ -279,6 +282,28 @@ def ptx_launches(case: str, *, length: int = SHAPE[1], dtype=np.float32, samples
                 sectors = ptx.sectors_per_request(accesses)
         out.append(LaunchTraffic(spec.name, blocks, threads, length, read, written, requested, widths, sectors))
     return out
+
+
+#: What the PTX tables need, for the message that says it is missing.
+PTX_NEEDS = 'numba-cuda with the CUDA toolkit wheels (pip install "numba-cuda[cu12]")'
+
+
+def ptx_unavailable() -> str | None:
+    """Why the kernels' PTX cannot be compiled here (one line), or None: compiling needs numba-cuda with the CUDA
+    toolkit's NVVM and runtime (``PTX_NEEDS``), and the CUDA simulator has no compiler. A one-line kernel is
+    compiled to find out."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return "compile_ptx does not exist in the CUDA simulator (NUMBA_ENABLE_CUDASIM=1)"
+    if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
+        return "numba-cuda is not installed"
+    try:
+        from gae_xp.backends import _cuda_import
+
+        _cuda_import.compile_ptx(lambda out: None, "void(float32[:])", PTX_TARGET)
+    except Exception as error:  # the toolkit's loader raises its own types (cuda.pathfinder's DynamicLibNotFoundError)
+        lines = str(error).strip().splitlines()
+        return f"compiling a kernel failed here ({type(error).__name__}: {lines[0] if lines else 'no message'})"
+    return None
 
 
 def _compile_ptx(spec) -> str:
@@ -362,7 +387,7 @@ def pages(*, shape=SHAPE, record_shape=RECORD_SHAPE, bandwidth=H200_BANDWIDTH) -
 
 
 #: The markers around each generated table in the README and docs/gpu.md.
-MARKERS = {name: (f"<!-- traffic:{name} (python -m gae_xp.bench.traffic --write) -->", f"<!-- traffic:{name} end -->")
+MARKERS = {name: (f"<!-- traffic:{name} (python -m tools.traffic --write) -->", f"<!-- traffic:{name} end -->")
            for name in ("summary", "ptx")}
 DOCUMENTS = {"README.md": ("summary",), "docs/gpu.md": ("summary", "ptx")}
 
@@ -383,10 +408,15 @@ def main(argv=None) -> int:
     import argparse
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(description="The traffic model's tables (predicted, not measured).")
+    parser = argparse.ArgumentParser(prog="python -m tools.traffic",
+                                     description="The traffic model's tables (predicted, not measured).")
     parser.add_argument("--write", action="store_true", help="write them into README.md and docs/gpu.md")
     parser.add_argument("--root", default=".", help="the checkout holding README.md and docs/ (default: .)")
     options = parser.parse_args(argv)
+    reason = ptx_unavailable()
+    if reason is not None:
+        print(f"{parser.prog}: the tables read the kernels' PTX, which needs {PTX_NEEDS}: {reason}", file=sys.stderr)
+        return 1
     tables = pages()
     if not options.write:
         print(tables["summary"])

@@ -10,7 +10,7 @@ of ``itemsize`` bytes in G groups that have a member (every score real: the path
 
 An atomic add reads and writes its 8 bytes; the distinct bytes of a group's slot count once per launch (the L2
 cache, where atomics resolve, keeps the (n_groups,) arrays). ``ptx_launches`` runs the kernels' sm_90 PTX on the
-CPU for every block of the grid (``gae_xp.bench.ptx``) and counts the distinct bytes each argument moves;
+CPU for every block of the grid (``tools.ptx``) and counts the distinct bytes each argument moves;
 ``tests/test_traffic.py`` checks the two agree.
 
 Per launch of ``_cuda_consecutive`` (one thread per group; a group's k scores are read three times by its
@@ -21,7 +21,7 @@ thread, from the cache after the first), for N scores in G = N / k groups and B 
     batch_advantages    reads x, stats, partials (every block all B); writes out       scale="batch", launch 2
 
 ``route_row`` counts a layout's whole route at N scores, as on a GPU, on torch CPU tensors (the rule of
-``gae_xp.bench.traffic.record_torch``: every operator one launch, its tensors read and written once):
+``tools.traffic.record_torch``: every operator one launch, its tensors read and written once):
 
 * consecutive groups of k: ``groups._cuda_consecutive``, the whole advantages: its one launch (two for
   ``scale="batch"``, layout ``"consecutive-batch"``), recorded, not run, their bytes from the hand model;
@@ -76,7 +76,7 @@ def consecutive_ptx_launches(n: int, k: int = K, *, io: str = "float32", scale: 
     PTX, every block run (the interpreter runs a block's threads one after another: the shared-memory sums are
     not the kernel's, the global accesses are)."""
     from gae_xp.backends import _cuda_consecutive
-    from gae_xp.bench import ptx, traffic
+    from tools import ptx, traffic
 
     threads, groups = _cuda_consecutive.THREADS, n // k
     blocks = -(-groups // threads)
@@ -127,7 +127,7 @@ class GroupLaunch:
 def ptx_launches(layout: str, n: int, *, k: int = K, io: str = "float32") -> list[GroupLaunch]:
     """Both launches for ``n`` scores of dtype ``io`` in ``layout``, read from their sm_90 PTX, every block run."""
     from gae_xp.backends import _cuda_groups
-    from gae_xp.bench import ptx, traffic
+    from tools import ptx, traffic
 
     index = layout_index(layout, n, k)
     groups = int(index.max()) + 1
@@ -169,7 +169,7 @@ def route_row(layout: str, n: int = N, k: int = K) -> RouteRow:
 
     from gae_xp import _compat, _segments
     from gae_xp.backends import _cuda_groups
-    from gae_xp.bench import traffic
+    from tools import traffic
 
     xp = _compat.array_namespace(torch.zeros(1))
     scores = torch.from_numpy(np.random.default_rng(0).standard_normal(n).astype(np.float32))
@@ -191,7 +191,7 @@ def route_row(layout: str, n: int = N, k: int = K) -> RouteRow:
 def _consecutive_row(layout: str, scores, k: int) -> RouteRow:
     from gae_xp import groups
     from gae_xp.backends import _cuda_consecutive
-    from gae_xp.bench import traffic
+    from tools import traffic
 
     scale = "batch" if layout == "consecutive-batch" else "group"
     names = CONSECUTIVE_LAUNCHES[scale]
@@ -213,7 +213,7 @@ def _consecutive_row(layout: str, scores, k: int) -> RouteRow:
 
 def markdown(rows: list[RouteRow]) -> str:
     """The rows as docs/gpu.md's table (float32 scores, groups of K, an H200's 4.8 TB/s)."""
-    from gae_xp.bench.traffic import H200_BANDWIDTH
+    from tools.traffic import H200_BANDWIDTH
 
     lines = ["| layout | N | launches (of them numba-CUDA kernels) | bytes/score | predicted us at 4.8 TB/s "
              "| host syncs |", "|---|---|---|---|---|---|"]
