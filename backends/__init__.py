@@ -75,6 +75,13 @@ REGISTRY: dict[str, str] = {
     "xp": "gae_xp.backends.xp",
 }
 
+#: backend name -> the module of that backend's own plan for repeated ``gae()`` calls of one layout
+#: (``gae_xp._plans``; ``plan_maker``). A plan module imports its backend's module, never the reverse.
+PLAN_MODULES: dict[str, str] = {
+    "numba-cuda": "gae_xp.backends._numba_cuda_plan",
+    "numba": "gae_xp.backends._numba_plan",
+}
+
 _LOADED: dict[str, Backend] = {"jax": _lax_scan.BACKEND, "xp": _generic.BACKEND}
 _CHOSEN: dict = {}
 
@@ -119,6 +126,15 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
                                       if backend.unavailable_reason(xp, arrays) is None
                                       and (backend.segments or not segments))
     return chosen
+
+
+def plan_maker(backend: Backend) -> Callable | None:
+    """The function that makes ``backend``'s own plan of a checked call it solved, ``make(call, arguments)`` ->
+    the plan or None (``PLAN_MODULES``); None for a backend without one (``gae_xp._plans`` then makes its own)."""
+    module = PLAN_MODULES.get(backend.name)
+    if module is None or _LOADED.get(backend.name) is not backend:
+        return None
+    return importlib.import_module(module).make
 
 
 def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Backend:

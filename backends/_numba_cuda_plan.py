@@ -1,6 +1,6 @@
 """The numba-CUDA kernels' plan: a repeated ``gae()`` call of one layout, launched from argument blocks packed once.
 
-``NumbaCUDABackend.make_plan`` makes a ``CudaPlan`` from a call that went
+``make`` (named by ``backends.PLAN_MODULES``) makes a ``CudaPlan`` from a call that went
 through every check of ``gae_xp._prepare`` and that these kernels solved,
 where ``gae_xp._plans.BoundLayoutPlan`` could serve it too (the problem's
 per-step arrays are the caller's own torch tensors, the coefficients Python

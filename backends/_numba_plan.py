@@ -1,6 +1,6 @@
 """The numba CPU kernels' plan: what a repeated ``gae()`` call of one layout needs from the checks, worked out once.
 
-A ``NumbaPlan`` is made (``NumbaCPUBackend.make_plan``) from a call that went
+A ``NumbaPlan`` is made (``make``, named by ``backends.PLAN_MODULES``) from a call that went
 through every check of ``gae_xp._prepare`` and was solved by these kernels;
 ``gae_xp._plans`` serves later calls of the same key with it (see there for
 what the key holds). It keeps the call's layout (time axis, rows, the output

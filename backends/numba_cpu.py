@@ -103,12 +103,6 @@ class NumbaCPUBackend:
         like = p.rewards
         return _like(advantages.reshape(shape), like), _like(returns.reshape(shape), like)
 
-    def make_plan(self, call, arguments):
-        """The plan that serves later ``gae()`` calls of this call's layout (``gae_xp._plans``), or None."""
-        from . import _numba_plan
-
-        return _numba_plan.make(call, arguments)
-
     def summarize(self, problem):
         """Each segment's summary (see ``gae_xp._pieces``), (..., n, 5), in one read-only pass."""
         p = problem

@@ -39,7 +39,7 @@ and are cached on disk; absent arrays are passed as ``None`` (one integer
 parameter, nothing to marshal). They are launched through the driver with
 argument blocks laid out once per kernel (``_cuda_launch``), not by numba's
 per-call dispatcher. A repeated ``gae()`` call of one layout on torch CUDA
-tensors is a plan of its own (``make_plan``, ``_numba_cuda_plan``): blocks
+tensors is a plan of its own (``_numba_cuda_plan``): blocks
 packed once per layout, a call writing only its arrays' data pointers into
 them. With ``NUMBA_ENABLE_CUDASIM=1`` (set before
 numba is imported) the same kernels run in numba's simulator on NumPy arrays.
@@ -57,7 +57,8 @@ import numpy as np
 
 from gae_xp._compat import device_of, is_cupy_array, is_jax_array, is_numpy_array, is_torch_array
 from gae_xp._pieces import identity_map
-from gae_xp._prepare import fill_invalid, guarded_offsets
+from gae_xp._prepare import guarded_offsets
+from gae_xp._problem import fill_invalid
 
 from . import _cuda_plan
 from ._cuda_launch import Descriptor
@@ -174,13 +175,6 @@ class NumbaCUDABackend:
         return _forward("vtrace", p, inputs, bootstrap=p.bootstrap, clips=clips)
 
     # --- pieces ----------------------------------------------------------------------------------------------
-
-    def make_plan(self, call, arguments):
-        """The plan that serves later ``gae()`` calls of this call's layout from argument blocks packed once
-        (``_numba_cuda_plan``), or None (``gae_xp._plans`` then makes its own)."""
-        from . import _numba_cuda_plan
-
-        return _numba_cuda_plan.make(call, arguments)
 
     def summarize(self, problem):
         """Each segment's summary (``gae_xp._pieces.FIELDS``), (..., n, 5) in the compute dtype: launch 1, and

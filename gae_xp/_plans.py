@@ -211,13 +211,12 @@ def _torch_tensor():
     return _TORCH.tensor
 
 
-def make_plan(call, solver, arguments: dict):
+def make_plan(call, solver, arguments: dict, own_plan=None):
     """The plan of a checked, solved ``gae()`` call (``arguments``: its own, by name): the backend's own
-    (``Backend.make_plan``) where it has one that serves this call; else, where the checked layout is the caller's
-    own arrays, a plan that binds a later call's arrays into it (``BoundLayoutPlan``); else a plan that runs the
-    checks and the layout again on the backend chosen."""
-    make = getattr(solver, "make_plan", None)
-    plan = None if make is None else make(call, arguments)
+    (``own_plan(call, arguments)``, ``gae_xp.backends.plan_maker``) where it has one that serves this call; else,
+    where the checked layout is the caller's own arrays, a plan that binds a later call's arrays into it
+    (``BoundLayoutPlan``); else a plan that runs the checks and the layout again on the backend chosen."""
+    plan = None if own_plan is None else own_plan(call, arguments)
     if plan is None:
         plan = BoundLayoutPlan.of(call, solver, arguments)
     return plan if plan is not None else ChosenBackendPlan(call, solver, arguments["truncated_bootstrap"])

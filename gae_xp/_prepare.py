@@ -610,20 +610,13 @@ def guarded_offsets(xp, offsets, length: int):
     ``0 = o_0 <= ... <= o_n = T``. Where they do not, the offsets returned are
     ``[0, T, ..., T]`` (one segment, then empty ones), so that no kernel reads
     or writes outside its arrays, and the caller fills its outputs with NaN
-    (``fill_invalid``). Array operations only: no host synchronisation.
+    (``_problem.fill_invalid``). Array operations only: no host synchronisation.
     """
     n = offsets.shape[0]
     valid = (offsets[0] == 0) & (offsets[n - 1] == length) & xp.all(offsets[1:] >= offsets[:-1])
     index = xp.arange(n, dtype=offsets.dtype, device=device_of(offsets))
     fallback = xp.where(index == 0, xp.zeros_like(offsets), xp.full_like(offsets, length))
     return xp.where(valid, offsets, fallback), valid
-
-
-def fill_invalid(xp, result, valid):
-    """result, or NaN everywhere when ``valid`` (a 0-d bool array, or None: nothing to check) is False."""
-    if valid is None:
-        return result
-    return xp.where(valid, result, xp.full((), math.nan, dtype=result.dtype, device=device_of(result)))  # no host copy
 
 
 def _shown(values) -> str:

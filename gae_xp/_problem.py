@@ -10,6 +10,7 @@ uses ``GaeProblem.steps`` and ``GaeProblem.map_steps``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -137,8 +138,6 @@ class PreparedCall:
         """A result in the output dtype, with time back on the caller's axis (NaN where ``offsets_valid`` is
         False)."""
         if self.offsets_valid is not None:
-            from ._prepare import fill_invalid
-
             result = fill_invalid(self.problem.xp, result, self.offsets_valid)
         return restore(self.problem.xp, result, self.out_dtype, self.axis)
 
@@ -167,3 +166,10 @@ def restore(xp, result, dtype, axis: int):
     if result.dtype != dtype:  # astype(copy=False) would return result itself, after array-api-compat's checks
         result = xp.astype(result, dtype, copy=False)
     return result if axis == result.ndim - 1 else xp.moveaxis(result, -1, axis)
+
+
+def fill_invalid(xp, result, valid):
+    """result, or NaN everywhere when ``valid`` (a 0-d bool array, or None: nothing to check) is False."""
+    if valid is None:
+        return result
+    return xp.where(valid, result, xp.full((), math.nan, dtype=result.dtype, device=device_of(result)))  # no host copy

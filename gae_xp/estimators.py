@@ -209,7 +209,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         _plans.PLANS.put(key, _plans.make_plan(call, solver, {
             "rewards": rewards, "values": values, "next_values": next_values, "terminated": terminated,
             "truncated": truncated, "mask": mask, "gamma": gamma, "lam": lam, "critic_lam": critic_lam,
-            "bootstrap_value": bootstrap_value, "truncated_bootstrap": truncated_bootstrap}))
+            "bootstrap_value": bootstrap_value, "truncated_bootstrap": truncated_bootstrap},
+            own_plan=backends.plan_maker(solver)))
     return call.restore(advantages), call.restore(returns)
 
 

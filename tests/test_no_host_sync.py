@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import ListRefusing, make_case, xp_assert_close
 
-from gae_xp import _compat, _pieces, _prepare, backends
+from gae_xp import _compat, _pieces, _prepare, _problem, backends
 
 
 def test_the_identity_map_is_made_on_the_device():
@@ -31,7 +31,7 @@ def test_invalid_offsets_fill_with_nan_made_on_the_device(valid):
     import array_api_compat.numpy as xp
 
     result = np.arange(6.0, dtype=np.float32).reshape(2, 3)
-    got = _prepare.fill_invalid(ListRefusing(xp), result, np.asarray(valid))
+    got = _problem.fill_invalid(ListRefusing(xp), result, np.asarray(valid))
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, result if valid else np.full_like(result, np.nan))
 

@@ -497,3 +497,22 @@ def test_a_call_whose_layout_is_its_own_arrays_binds_them_and_skips_prepare(libr
         with spied() as events:
             gae_xp.gae(**call)
         assert [type(plan) for plan in events["made"]] == [_plans.ChosenBackendPlan], options
+
+
+def test_each_backend_gets_its_own_plan_from_the_registry():
+    """The numba backend's calls are served by its own plan (``backends.PLAN_MODULES`` names the module: the
+    backend's module does not import it), the generic path's by a plan that binds the next call's arrays; a
+    look-alike of a registered backend gets none of the registered plans."""
+    from types import SimpleNamespace
+
+    from gae_xp import backends
+
+    pytest.importorskip("numba")
+    rewards = np.zeros((4, 16), np.float32)
+    for backend, kind in {"numba": "NumbaPlan", "xp": "BoundLayoutPlan"}.items():
+        _plans.PLANS.clear()
+        gae_xp.gae(rewards, rewards, backend=backend)
+        (plan,) = _plans.PLANS._plans.values()
+        assert type(plan).__name__ == kind
+    assert backends.plan_maker(backends.load("xp")) is None
+    assert backends.plan_maker(SimpleNamespace(name="numba")) is None
