@@ -1,7 +1,7 @@
 r"""Triton kernels of the Triton route besides GAE's forward: the scan, the adjoint (backward) and the estimators.
 
 One program per row walks the row block by block (``BLOCK`` steps, the
-number of blocks a run-time value: a new T compiles nothing new), keeps the
+number of blocks a run-time value: see "Compilation" below), keeps the
 carry between blocks in registers, and solves each block's affine maps
 ``y -> x_t + a_t y`` with ``tl.associative_scan`` on (coefficient, x) pairs.
 Where two maps compose, a zero coefficient cuts exactly: the product with
@@ -10,6 +10,16 @@ inf or NaN beyond a cut cannot leak (``0 * inf`` is NaN). Arrays are read
 in place through their strides (a (..., T) array as (rows, T): a view
 unless its batch axes cannot merge); float16 and bfloat16 are computed in
 float32, float64 in float64; bool flags are read as bytes.
+
+Compilation: a kernel is specialised on the options present, the dtype, the
+block size (``_block``: the row's power of two up to ``SHORT_ROWS`` steps,
+``LONG_BLOCK`` beyond) and Triton's own specialisation of integer arguments
+(T and the strides: 1, a multiple of 16, or neither). That last one is what
+lets the compiler prove 16-byte alignment and issue 16-byte loads and
+stores; a hint inside the kernel (``tl.multiple_of`` on a scalar argument)
+does not reach the vectoriser in Triton 3.9. So a new T or layout compiles
+nothing new unless it changes one of those classes (T = 1000 after T = 1500
+compiles nothing; T = 1024 after them compiles the aligned variant once).
 
 * ``scan(x, a, reverse=...)``: ``y_t = x_t + a_t y_{t+1}`` (reverse) or
   ``y_{t-1}`` (forward), ``a`` a float or an array broadcastable to x.
@@ -121,15 +131,6 @@ def _zero(WIDE: tl.constexpr):
 
 
 @triton.jit
-def _base(row, row_stride, ALIGNED: tl.constexpr):
-    """A row's first element; with ``ALIGNED`` the host has checked every row stride a multiple of 16 bytes, which
-    the compiler is told so that it may load 16 bytes at once."""
-    if ALIGNED:
-        row_stride = tl.multiple_of(row_stride, 16)
-    return row * row_stride
-
-
-@triton.jit
 def _floats(pointer, base, time_stride, steps, inside, WIDE: tl.constexpr):
     return _compute(tl.load(pointer + base + steps * time_stride, mask=inside, other=0.0), WIDE)
 
@@ -179,14 +180,14 @@ def _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS: tl.co
 # --- the kernels ---------------------------------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["length", "x_row", "a_row"])
+@triton.jit
 def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row, a_time,
-               REVERSE: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr, ALIGNED: tl.constexpr,
+               REVERSE: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr,
                BLOCK: tl.constexpr):
     """``y_t = x_t + a_t y_{t+1}`` (``REVERSE``) or ``y_{t-1}`` along one row per program."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
-    x_base, a_base, out_base = _base(row, x_row, ALIGNED), _base(row, a_row, ALIGNED), _base(row, length, ALIGNED)
+    x_base, a_base, out_base = row * x_row, row * a_row, row * length
     carry = _zero(WIDE)
     blocks = tl.cdiv(length, BLOCK)
     for i in range(0, blocks):
@@ -201,8 +202,7 @@ def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row,
         carry = _lane(y, lanes, 0 if REVERSE else BLOCK - 1)
 
 
-@triton.jit(do_not_specialize=["length", "segments", "search_steps", "grads_row", "returns_row", "terminated_row",
-                               "truncated_row", "mask_row", "gamma_row", "lam_row"])
+@triton.jit(do_not_specialize=["segments", "search_steps"])
 def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
                   grad_advantages, grad_returns, terminated, truncated, mask, gamma_steps, lam_steps, offsets,
                   gamma: tl.float64, lam: tl.float64, length, segments, search_steps,
@@ -211,12 +211,12 @@ def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
                   HAS_ADVANTAGES: tl.constexpr, HAS_RETURNS: tl.constexpr, HAS_NEXT: tl.constexpr,
                   HAS_CARRY: tl.constexpr, HAS_TERMINATED: tl.constexpr, HAS_TRUNCATED: tl.constexpr,
                   HAS_MASK: tl.constexpr, GAMMA_STEPS: tl.constexpr, LAM_STEPS: tl.constexpr,
-                  HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, WIDE: tl.constexpr, ALIGNED: tl.constexpr,
+                  HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, WIDE: tl.constexpr,
                   BLOCK: tl.constexpr):
     """The adjoint of GAE's reverse scan for one row per program, forward in time (see the module docstring)."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
-    out_base = _base(row, length, ALIGNED)
+    out_base = row * length
     flow = _zero(WIDE)  # phi at the previous block's last step
     into = _zero(WIDE)  # the coefficient that carries it into this block's first step
     pending = _zero(WIDE)  # b at the latest real step so far in the segment
@@ -224,26 +224,26 @@ def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
         steps = i * BLOCK + lanes
         inside = steps < length
         segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
-        ended = _flags(terminated, _base(row, terminated_row, ALIGNED), terminated_time, steps, inside,
+        ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside,
                        HAS_TERMINATED)
-        cut = ended | _flags(truncated, _base(row, truncated_row, ALIGNED), truncated_time, steps, inside,
+        cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside,
                              HAS_TRUNCATED)
         if HAS_MASK:
-            real = _flags(mask, _base(row, mask_row, ALIGNED), mask_time, steps, inside, True)
+            real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
         else:
             real = inside
         kept = (real | FILL) & inside
-        g = _coefficient(gamma_steps, _base(row, gamma_row, ALIGNED), gamma_time, steps, inside, gamma, GAMMA_STEPS,
+        g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
-        w = g * _coefficient(lam_steps, _base(row, lam_row, ALIGNED), lam_time, steps, inside, lam, LAM_STEPS, WIDE)
+        w = g * _coefficient(lam_steps, row * lam_row, lam_time, steps, inside, lam, LAM_STEPS, WIDE)
         upstream = tl.zeros_like(w)
         if HAS_ADVANTAGES:
-            upstream += tl.where(kept, _floats(grad_advantages, _base(row, grads_row, ALIGNED), grads_time, steps,
-                                               kept, WIDE), 0.0)
+            upstream += tl.where(kept, _floats(grad_advantages, row * grads_row, grads_time, steps,
+                                               inside, WIDE), 0.0)
         on_return = tl.zeros_like(w)
         if HAS_RETURNS:
-            on_return = tl.where(kept, _floats(grad_returns, _base(row, returns_row, ALIGNED), returns_time, steps,
-                                               kept, WIDE), 0.0)
+            on_return = tl.where(kept, _floats(grad_returns, row * returns_row, returns_time, steps,
+                                               inside, WIDE), 0.0)
             upstream += on_return
         leaving = tl.where(real, tl.where(cut, 0.0, w), 1.0)  # the coefficient into the next step
         entering = tl.where(first, 0.0, _from_neighbour(leaving, lanes, into, False, BLOCK))
@@ -271,9 +271,7 @@ def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
         into = _lane(leaving, lanes, BLOCK - 1)
 
 
-@triton.jit(do_not_specialize=["length", "segments", "search_steps", "rewards_row", "values_row", "following_row",
-                               "rhos_row", "terminated_row", "truncated_row", "mask_row", "gamma_row", "lam_row",
-                               "bootstrap_row", "bootstrap_segment"])
+@triton.jit(do_not_specialize=["segments", "search_steps"])
 def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, terminated, truncated, mask,
                   gamma_steps, lam_steps, bootstrap, offsets,
                   gamma: tl.float64, lam: tl.float64, clip_rho: tl.float64, clip_c: tl.float64, clip_pg: tl.float64,
@@ -284,11 +282,11 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                   FAMILY: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_TERMINATED: tl.constexpr,
                   HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr, GAMMA_STEPS: tl.constexpr,
                   LAM_STEPS: tl.constexpr, HAS_OFFSETS: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
-                  WIDE: tl.constexpr, ALIGNED: tl.constexpr, BLOCK: tl.constexpr):
+                  WIDE: tl.constexpr, BLOCK: tl.constexpr):
     """Discounted returns, lambda-returns or V-trace (``FAMILY``) of one row per program, from its last block."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
-    out_base = _base(row, length, ALIGNED)
+    out_base = row * length
     carry = _zero(WIDE)  # the solution at the first step of the block after this one
     ahead = _zero(WIDE)  # the side chain there: V at the next real step (V-trace), a real step ahead (lambda)
     blocks = tl.cdiv(length, BLOCK)
@@ -296,17 +294,17 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
         steps = (blocks - 1 - i) * BLOCK + lanes
         inside = steps < length
         segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
-        ended = _flags(terminated, _base(row, terminated_row, ALIGNED), terminated_time, steps, inside,
+        ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside,
                        HAS_TERMINATED)
-        cut = ended | _flags(truncated, _base(row, truncated_row, ALIGNED), truncated_time, steps, inside,
+        cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside,
                              HAS_TRUNCATED)
         if HAS_MASK:
-            real = _flags(mask, _base(row, mask_row, ALIGNED), mask_time, steps, inside, True)
+            real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
         else:
             real = inside
-        g = _coefficient(gamma_steps, _base(row, gamma_row, ALIGNED), gamma_time, steps, inside, gamma, GAMMA_STEPS,
+        g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
-        r = tl.where(real, _floats(rewards, _base(row, rewards_row, ALIGNED), rewards_time, steps, real, WIDE), 0.0)
+        r = tl.where(real, _floats(rewards, row * rewards_row, rewards_time, steps, inside, WIDE), 0.0)
         if HAS_BOOTSTRAP:
             boundary = _compute(tl.load(bootstrap + row * bootstrap_row + segment * bootstrap_segment,
                                         mask=last & inside, other=0.0), WIDE)
@@ -316,7 +314,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
             coefficient = tl.where(real, tl.where(cut, 0.0, g), 1.0)
             x = r + tl.where(last & (coefficient != 0.0), coefficient * boundary, 0.0)
         elif FAMILY == 1:  # LAMBDA: cut at a done step and at the segment's last real step, bootstrapped by V'
-            lam_t = _coefficient(lam_steps, _base(row, lam_row, ALIGNED), lam_time, steps, inside, lam, LAM_STEPS, WIDE)
+            lam_t = _coefficient(lam_steps, row * lam_row, lam_time, steps, inside, lam, LAM_STEPS, WIDE)
             seen = _compute(tl.where(real, 1.0, 0.0), WIDE)  # a real step at or after t in the segment
             seen_product, seen_local = tl.associative_scan((tl.where(real | last, 0.0, 1.0), seen), 0, _compose,
                                                            reverse=True)
@@ -325,16 +323,16 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
             ahead = _lane(seen, lanes, 0)
             stop = cut | (real & (after == 0.0))
             kept = tl.where(stop, 0.0, 1.0)
-            bootstrapped = tl.where(real, _floats(following, _base(row, following_row, ALIGNED), following_time,
-                                                  steps, real, WIDE), 0.0)
+            bootstrapped = tl.where(real, _floats(following, row * following_row, following_time,
+                                                  steps, inside, WIDE), 0.0)
             x = tl.where(real, r + tl.where(ended, 0.0, g * (1.0 - lam_t * kept) * bootstrapped), 0.0)
             w = g * lam_t
             coefficient = tl.where(real, tl.where(stop, 0.0, w), 1.0)
         else:  # VTRACE
-            lam_t = _coefficient(lam_steps, _base(row, lam_row, ALIGNED), lam_time, steps, inside, lam, LAM_STEPS, WIDE)
-            v = tl.where(real, _floats(values, _base(row, values_row, ALIGNED), values_time, steps, real, WIDE), 0.0)
+            lam_t = _coefficient(lam_steps, row * lam_row, lam_time, steps, inside, lam, LAM_STEPS, WIDE)
+            v = tl.where(real, _floats(values, row * values_row, values_time, steps, inside, WIDE), 0.0)
             if HAS_NEXT:
-                next_value = _floats(following, _base(row, following_row, ALIGNED), following_time, steps, inside,
+                next_value = _floats(following, row * following_row, following_time, steps, inside,
                                      WIDE)
             else:  # V at the next real step of the segment, else its bootstrap value
                 latest_product, latest_local = tl.associative_scan(
@@ -343,7 +341,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                 latest = _enter(latest_product, latest_local, ahead)
                 next_value = tl.where(last, boundary, _from_neighbour(latest, lanes, ahead, True, BLOCK))
                 ahead = _lane(latest, lanes, 0)
-            rho = tl.exp(tl.where(real, _floats(log_rhos, _base(row, rhos_row, ALIGNED), rhos_time, steps, real, WIDE),
+            rho = tl.exp(tl.where(real, _floats(log_rhos, row * rhos_row, rhos_time, steps, inside, WIDE),
                                   0.0))
             x = tl.where(real, tl.minimum(rho, _scalar(clip_rho, WIDE))
                          * (r + tl.where(ended, 0.0, g * next_value) - v), 0.0)
@@ -383,8 +381,7 @@ def scan(x, a, *, reverse: bool):
     block = _block(length)
     with _on_device(x):
         _scan_rows[(rows,)](out, values, coefficients, 0.0 if steps else a, length, *_strides(values),
-                            *_strides(coefficients), REVERSE=reverse, STEPS=steps, WIDE=_wide(x.dtype),
-                            ALIGNED=_aligned([out, values, coefficients], length), BLOCK=block,
+                            *_strides(coefficients), REVERSE=reverse, STEPS=steps, WIDE=_wide(x.dtype), BLOCK=block,
                             num_warps=_warps(block))
     return out
 
@@ -433,8 +430,8 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
                 HAS_NEXT=p.next_values is not None, HAS_CARRY=p.carry is not None,
                 HAS_TERMINATED=flags[0] is not None, HAS_TRUNCATED=flags[1] is not None, HAS_MASK=flags[2] is not None,
                 GAMMA_STEPS=coefficients[0] is not None, LAM_STEPS=coefficients[1] is not None,
-                HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked), WIDE=_wide(r.dtype),
-                ALIGNED=_aligned([*written[:3], *arrays], length), BLOCK=block, num_warps=_warps(block))
+                HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked), WIDE=_wide(r.dtype), BLOCK=block,
+                num_warps=_warps(block))
     grads["bootstrap"] = grads["bootstrap"].reshape(tuple(p.bootstrap.shape))
     if p.carry is not None:
         grads["carry"] = grads["carry"].reshape(tuple(p.carry.shape))
@@ -499,7 +496,7 @@ def _reverse(family: int, problem, *, following=None, clips=(1.0, 1.0, 1.0)):
             FAMILY=family, HAS_NEXT=following is not None, HAS_TERMINATED=per_step[4] is not None,
             HAS_TRUNCATED=per_step[5] is not None, HAS_MASK=per_step[6] is not None,
             GAMMA_STEPS=per_step[7] is not None, LAM_STEPS=per_step[8] is not None, HAS_OFFSETS=p.offsets is not None,
-            HAS_BOOTSTRAP=bootstrap is not None, WIDE=_wide(r.dtype), ALIGNED=_aligned([*outputs, *per_step], length),
+            HAS_BOOTSTRAP=bootstrap is not None, WIDE=_wide(r.dtype),
             BLOCK=block, num_warps=_warps(block))
     return tuple(fill_invalid(torch, out, valid) for out in (outputs[:1] if family != VTRACE else outputs))
 
@@ -566,15 +563,6 @@ def _block(length: int) -> int:
 
 def _warps(block: int) -> int:
     return 8 if block >= LONG_BLOCK else 4
-
-
-def _aligned(arrays, length: int) -> bool:
-    """True when every array starts on 16 bytes, runs along time with stride 1 and has a row stride of a multiple
-    of 16 elements, T included (the outputs' row stride): the kernels may then read and write 16 bytes at once."""
-    if length % 16:
-        return False
-    return all(array is None or not (array.data_ptr() % 16 or array.stride(-1) != 1 or array.stride(0) % 16)
-               for array in arrays)
 
 
 def _on_device(array):
