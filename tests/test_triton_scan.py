@@ -353,3 +353,25 @@ def test_property_backward_and_returns_match_their_references(length, rows, hole
     solved = prepare(torch.from_numpy(arrays["rewards"]), **given, lam=1.0, needs_values=False, backend="xp",
                      bootstrap_value=torch.from_numpy(arrays["bootstrap"]))
     np.testing.assert_allclose(kernels.solve_discounted_returns(solved.problem).numpy(), returns, **TOLERANCE)
+
+
+# --- the custom operator's backward ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [("mask", "terminated", "critic_lam"), ("next_values", "truncated", "gamma")])
+def test_the_operators_cuda_backward_runs_the_triton_adjoint(options):
+    """``gae_xp::gae_backward``'s CUDA implementation takes the Triton kernels where triton imports: run here on CPU
+    tensors under the interpreter, against the operator's CPU implementation (numba)."""
+    torch_ops = pytest.importorskip("gae_xp.backends.torch_ops")
+    assert torch_ops._TRITON_INSTALLED
+    arrays = data(15)
+    kwargs = gae_kwargs(arrays, options)
+    call = prepare(torch.from_numpy(arrays["rewards"]), torch.from_numpy(arrays["values"]),
+                   **{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()},
+                   backend="xp")
+    arguments = torch_ops.operator_arguments(call.problem)
+    upstream = [torch.from_numpy(np.random.default_rng(16).normal(size=arrays["rewards"].shape)) for _ in range(2)]
+    triton_grads = torch_ops._gae_backward_cuda(*upstream, *arguments)
+    numba_grads = torch_ops._gae_backward_cpu(*upstream, *arguments)
+    for name, on_triton, on_numba in zip(torch_ops.DIFFERENTIABLE, triton_grads, numba_grads):
+        np.testing.assert_allclose(on_triton.numpy(), on_numba.numpy(), **TOLERANCE, err_msg=name)
