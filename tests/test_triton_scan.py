@@ -375,3 +375,46 @@ def test_the_operators_cuda_backward_runs_the_triton_adjoint(options):
     numba_grads = torch_ops._gae_backward_cpu(*upstream, *arguments)
     for name, on_triton, on_numba in zip(torch_ops.DIFFERENTIABLE, triton_grads, numba_grads):
         np.testing.assert_allclose(on_triton.numpy(), on_numba.numpy(), **TOLERANCE, err_msg=name)
+
+
+# --- compilation ---------------------------------------------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for a kernel: records the specialisation key Triton's launcher would compute for each launch."""
+
+    def __init__(self, kernel):
+        self.kernel, self.keys = kernel, []
+
+    def __getitem__(self, grid):
+        return self.launch
+
+    def launch(self, *args, num_warps, **constexprs):
+        from triton.backends.compiler import BaseBackend
+        from triton.runtime.jit import native_specialize_impl
+
+        skip = set(getattr(self.kernel, "do_not_specialize", ()))
+        names = [name for name in self.kernel.arg_names if name not in constexprs]
+        key = [native_specialize_impl(BaseBackend, arg, False, name not in skip and self.kernel.arg_names.index(name)
+                                      not in skip, True) for name, arg in zip(names, args)]
+        self.keys.append((tuple(key), tuple(sorted(constexprs.items())), num_warps))
+
+
+@pytest.mark.parametrize("kernel, run", [
+    ("_scan_rows", lambda p: kernels.scan(p.rewards, 0.9, reverse=True)),
+    ("_reverse_rows", kernels.solve_discounted_returns),
+    ("_adjoint_rows", lambda p: kernels.gae_backward(p, p.rewards, None))])
+def test_a_new_length_compiles_nothing_new(monkeypatch, kernel, run):
+    """Launches at T = 37, 45, 1000, 1500 (rows of more than one block), and at T = 1024, 2048 (T a multiple of
+    16: Triton's aligned variant), have one specialisation key per class: the block count is a run-time value."""
+    recorder = _Recorder(getattr(kernels, kernel))
+    monkeypatch.setattr(kernels, kernel, recorder)
+    monkeypatch.setattr(kernels, "SHORT_ROWS", 16)
+    keys = {}
+    for length in (37, 45, 1000, 1500, 1024, 2048):
+        call = prepare(torch.zeros((2, length), dtype=torch.float32), torch.zeros((2, length), dtype=torch.float32),
+                       terminated=torch.zeros((2, length), dtype=torch.bool), backend="xp")
+        run(call.problem)
+        keys[length] = recorder.keys[-1]
+    assert keys[37] == keys[45] == keys[1000] == keys[1500]
+    assert keys[1024] == keys[2048]
