@@ -17,8 +17,10 @@ them here. The operators make the kernels one node that autograd and
   ``register_autograd`` wires to the forward. ``gae()`` is linear in its
   float inputs once flags and coefficients are fixed, so the backward is
   the adjoint scan: the same coefficients run forward in time, cut at the
-  same places (``gae_xp.backends._numba_backward``), and its own backward
-  is the forward operator again (second derivatives are exact).
+  same places (``gae_xp.backends._numba_backward``; on CUDA tensors the
+  Triton kernels of ``gae_xp.backends._triton_scan`` where triton imports,
+  else numba-CUDA's), and its own backward is the forward operator again
+  (second derivatives are exact).
 
 Inputs are a ``GaeProblem``'s fields: time last, compute dtype (float32 or
 float64), ``bootstrap`` (and ``carry``) of the batch shape plus a trailing
@@ -59,6 +61,8 @@ from . import xp as _generic
 NAME = "torch-op"
 #: Read once here, not per call: under ``torch.compile`` a cached lookup would be traced on every compilation.
 _NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+#: Triton comes with torch's Linux CUDA builds: where it imports, the backward of CUDA tensors runs its kernels.
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 
 
 class TorchOpBackend:
@@ -188,8 +192,14 @@ def _gae_backward_cpu(grad_advantages, grad_returns, *inputs):
 
 
 def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
+    """The adjoint on the GPU: the Triton kernels (``_triton_scan.gae_backward``) where triton imports, else the
+    numba-CUDA ones."""
     problem = _problem(dict(zip(INPUTS, inputs)))
-    return _gradients(_cuda_backend().gae_backward(problem, grad_advantages, grad_returns), problem)
+    if _TRITON_INSTALLED:
+        from ._triton_scan import gae_backward as kernel
+    else:
+        kernel = _cuda_backend().gae_backward
+    return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
 
 
 def _gae_backward_fake(grad_advantages, grad_returns, *inputs):

@@ -1,0 +1,91 @@
+"""The Triton kernels compiled for sm_90 without a GPU (``tests/triton_ptx.py``): 16-byte accesses, no local memory,
+instructions per step within the H200's issue budget.
+
+The compilation runs in a process of its own, without ``TRITON_INTERPRET``
+(which replaces the compiler). Every kernel of the package is compiled in
+aligned, contiguous float32 layouts (``tests/triton_ptx.cases``; the GAE
+forward is represented by ``tests/gpu/triton_gae.py``'s kernel until its own
+kernels join the list).
+
+The instruction bound. An H200 issues at most 132 SMs x 4 schedulers x 32
+lanes x 1.98 GHz = 33.4e12 thread instructions per second; a copy moved
+3.67 TB/s on it (``../shared/gpu`` table: 38400x128, 16 B a step, 21.4 us).
+A kernel that moves ``b`` bytes a step at the copy's speed handles
+3.67e12 / b steps a second, so it can spend 33.4e12 / (3.67e12 / b) = 9.1 b
+instructions a step before issue, not memory, bounds it. The static SASS
+count divided by the steps a thread handles per block over-counts the loop
+(the prologue and the per-block carry exchange are in it); the bound allows
+1.5x the budget (the issue's target for the worst shape), so a kernel above
+it cannot come near the copy however it is launched.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+
+ROOT = Path(__file__).parent.parent
+SCRIPT = Path(__file__).parent / "triton_ptx.py"
+ISSUE_RATE = 132 * 4 * 32 * 1.98e9  # thread instructions per second, H200
+COPY_BANDWIDTH = 16 * 38400 * 128 / 21.4e-6  # bytes per second, the measured copy
+
+
+def _ptxas():
+    import triton
+
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict:
+    if not _ptxas().exists():
+        pytest.skip(f"Triton's ptxas is missing ({_ptxas()})")
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {case["name"]: case for case in json.loads(done.stdout)}
+
+
+pytestmark = pytest.mark.slow  # about 25 s of compilation on a shared 2-core machine
+
+
+def test_every_kernel_is_compiled(kernels):
+    from gae_xp.backends import _triton_scan
+
+    names = " ".join(kernels)
+    for function in ("scan", "adjoint", "discounted returns", "lambda-returns", "V-trace", "GAE forward"):
+        assert function in names
+    assert {"_scan_rows", "_adjoint_rows", "_reverse_rows"} <= set(vars(_triton_scan))
+
+
+def test_float_accesses_are_16_bytes_wide(kernels):
+    """Aligned contiguous float rows are read and written 16 bytes at a time; the only narrower accesses are the
+    bool flags (4 steps of 1 byte a thread) and the per-segment values (bootstrap, carry: one number)."""
+    for name, case in kernels.items():
+        assert "ld.global.v4.b32" in case["loads"], name
+        assert "st.global.v4.b32" in case["stores"], name
+        assert set(case["loads"]) <= {"ld.global.v4.b32", "ld.global.b32"}, name
+        assert set(case["stores"]) <= {"st.global.v4.b32", "st.global.b32"}, name
+
+
+def test_no_local_memory(kernels):
+    for name, case in kernels.items():
+        assert not case["local"], f"{name}: PTX uses local memory"
+        assert case["sass_local"] == 0, f"{name}: ptxas spills ({case['sass_local']} LDL/STL)"
+
+
+def test_instructions_per_step_within_the_issue_budget(kernels):
+    for name, case in kernels.items():
+        budget = ISSUE_RATE / (COPY_BANDWIDTH / case["bytes_per_step"])
+        per_step = case["sass"] / case["steps_per_thread"]
+        assert per_step <= 1.5 * budget, f"{name}: {per_step:.0f} SASS instructions a step, budget {budget:.0f}"

@@ -1,0 +1,149 @@
+"""Compile every Triton kernel of the package for sm_90 on a machine without a GPU and describe its PTX (JSON).
+
+Run as a script in a process of its own (``TRITON_INTERPRET`` unset: the
+interpreter replaces the kernels' compiler): ``python tests/triton_ptx.py``
+prints one JSON object per compiled case: its global loads' and stores'
+widths, whether its PTX uses local memory, its static PTX and SASS
+instruction counts, its SASS local loads and stores (spills), the steps
+each thread handles per block and the bytes each step moves. ``tests/test_triton_ptx.py`` checks them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+from gae_xp.backends import _triton_scan  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+ALIGNED = [["tt.divisibility", 16]]
+
+
+def _stand_in():
+    """tests/gpu/triton_gae.py's kernel: it stands for the GAE forward kernels until those join ``CASES``."""
+    spec = importlib.util.spec_from_file_location("triton_gae", Path(__file__).parent / "gpu" / "triton_gae.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._gae_rows
+
+
+def _case(name, function, types: dict, constexprs: dict, *, warps: int, aligned=(), bytes_per_step: int):
+    """One compilation: the kernel's arguments' types (pointers and scalars; constexprs from ``constexprs``), the
+    arguments Triton's launcher would find 16-aligned (every pointer and integer of an aligned layout)."""
+    signature = {arg: types.get(arg, "constexpr") for arg in function.arg_names}
+    attrs = {(function.arg_names.index(arg),): ALIGNED for arg in aligned}
+    return {"name": name, "function": function, "signature": signature, "constexprs": constexprs, "attrs": attrs,
+            "warps": warps, "block": constexprs["BLOCK"], "bytes_per_step": bytes_per_step}
+
+
+def _pointers(function, dtype: str, flags=(), integers=()) -> dict:
+    """Every argument typed: pointers to ``dtype`` (bytes for ``flags``, int64 for offsets), float64 scalars,
+    32-bit integers."""
+    types = {}
+    for arg in function.arg_names:
+        if arg.isupper():
+            continue
+        if arg in integers:
+            types[arg] = "i32"
+        elif arg in ("gamma", "lam", "coefficient", "clip_rho", "clip_c", "clip_pg"):
+            types[arg] = "fp64"
+        elif arg == "offsets":
+            types[arg] = "*i64"
+        else:
+            types[arg] = "*u8" if arg in flags else dtype
+    return types
+
+
+def cases() -> list[dict]:
+    """The kernels of the package in the configurations the tests check: aligned contiguous float32 rows."""
+    scan = _triton_scan._scan_rows
+    scan_ints = ("length", "x_row", "x_time", "a_row", "a_time")
+    out = [_case("scan reverse, float coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
+                 {"REVERSE": True, "STEPS": False, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1},
+                 warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=8),
+           _case("scan forward, per-step coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
+                 {"REVERSE": False, "STEPS": True, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1},
+                 warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=12)]
+    adjoint = _triton_scan._adjoint_rows
+    rows = [arg for arg in adjoint.arg_names if arg.endswith("_row")]
+    times = {arg: 1 for arg in adjoint.arg_names if arg.endswith("_time")}
+    flags = ("terminated", "truncated", "mask")
+    for name, options, extra_bytes in (("adjoint", {}, 0), ("adjoint, terminated and mask",
+                                                            {"HAS_TERMINATED": True, "HAS_MASK": True}, 2)):
+        constexprs = {"HAS_ADVANTAGES": True, "HAS_RETURNS": True, "HAS_NEXT": False, "HAS_CARRY": False,
+                      "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA_STEPS": False,
+                      "LAM_STEPS": False, "HAS_OFFSETS": False, "FILL": False, "WIDE": False, "BLOCK": 1024,
+                      **times, **options}
+        pointers = [arg for arg in adjoint.arg_names[:13]]
+        out.append(_case(name, adjoint, _pointers(adjoint, "*fp32", flags, ("length", "segments", "search_steps",
+                                                                           *rows)),
+                         constexprs, warps=8, aligned=(*pointers, "length", *rows), bytes_per_step=16 + extra_bytes))
+    reverse = _triton_scan._reverse_rows
+    rows = [arg for arg in reverse.arg_names if arg.endswith("_row")]
+    times = {arg: 1 for arg in reverse.arg_names if arg.endswith("_time")}
+    for name, family, options, step_bytes in (("discounted returns", _triton_scan.RETURNS, {}, 8),
+                                              ("lambda-returns, mask", _triton_scan.LAMBDA, {"HAS_MASK": True}, 13),
+                                              ("V-trace, terminated and mask", _triton_scan.VTRACE,
+                                               {"HAS_TERMINATED": True, "HAS_MASK": True}, 26)):
+        constexprs = {"FAMILY": family, "HAS_NEXT": family == _triton_scan.LAMBDA, "HAS_TERMINATED": False,
+                      "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA_STEPS": False, "LAM_STEPS": False,
+                      "HAS_OFFSETS": False, "HAS_BOOTSTRAP": family != _triton_scan.LAMBDA, "WIDE": False,
+                      "BLOCK": 1024, **times, **options}
+        pointers = [arg for arg in reverse.arg_names[:13]]
+        out.append(_case(name, reverse, _pointers(reverse, "*fp32", flags, ("length", "segments", "search_steps",
+                                                                           "bootstrap_segment", *rows)),
+                         constexprs, warps=8, aligned=(*pointers, "length", *rows), bytes_per_step=step_bytes))
+    gae = _stand_in()
+    out.append(_case("GAE forward (stand-in: tests/gpu/triton_gae.py)", gae,
+                     {**_pointers(gae, "*fp32", ("terminated",), ("length", "row_stride")), "gamma": "fp32",
+                      "lam": "fp32"},
+                     {"HAS_DONES": True, "BLOCK": 1024, "BLOCKS": 4}, warps=8,
+                     aligned=("rewards", "values", "terminated", "advantages", "returns", "length", "row_stride"),
+                     bytes_per_step=17))
+    return out
+
+
+def nvdisasm() -> Path:
+    """The nvdisasm that ships with Triton's NVIDIA backend (beside its ptxas)."""
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+
+
+def sass(cubin: bytes) -> list[str]:
+    """The SASS instructions of a cubin (nvdisasm), one per line, without addresses or comments."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        text = subprocess.run([str(nvdisasm()), "-c", file.name], check=True, capture_output=True, text=True).stdout
+    return [m.group(1) for line in text.splitlines() if (m := re.search(r"/\*[0-9a-f]{4,}\*/\s+([^;]+);", line))]
+
+
+def describe(case: dict) -> dict:
+    source = triton.compiler.ASTSource(case["function"], case["signature"], case["constexprs"], case["attrs"])
+    compiled = triton.compile(source, target=TARGET, options={"num_warps": case["warps"]})
+    ptx = compiled.asm["ptx"]
+    body = [line.strip() for line in ptx.splitlines()]
+    instructions = [line for line in body if line.endswith(";") and not line.startswith(("//", ".", "{", "}"))
+                    and not re.match(r"^\$?\w+:", line)]
+    accesses = [line for line in instructions if re.search(r"\b(ld|st)\.global", line)]
+    return {"name": case["name"], "loads": sorted({re.search(r"ld\.global[.\w]*", a).group(0) for a in accesses
+                                                    if "ld.global" in a}),
+            "stores": sorted({re.search(r"st\.global[.\w]*", a).group(0) for a in accesses if "st.global" in a}),
+            "local": ".local" in ptx or "local_depot" in ptx, "instructions": len(instructions),
+            "steps_per_thread": case["block"] // (32 * case["warps"]), "bytes_per_step": case["bytes_per_step"],
+            "sass": len(code := sass(compiled.asm["cubin"])),
+            "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", line)) for line in code)}
+
+
+if __name__ == "__main__":
+    json.dump([describe(case) for case in cases()], sys.stdout, indent=1)
