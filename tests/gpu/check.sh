@@ -1,57 +1,179 @@
 #!/usr/bin/env bash
-# The GPU check: one prepared run of at most 8 minutes on a machine with an NVIDIA GPU (tests/gpu/README.md):
-#   1. tests/gpu: CuPy and torch CUDA against the float64 reference (at most 150 s);
-#   2. tests/gpu/bench_gpu.py: every shape and baseline of the GPU benchmark (no new shape after 240 s, killed at
-#      300 s), results as bench_gpu.json and bench_gpu.md.
-# A failing test does not stop the benchmark; a baseline that cannot run says why in its row. Logs, JSON and
-# Markdown go to $OUT (or /tmp/gae_xp-gpu).
+# The GPU check: one prepared run of at most 8 minutes, install included, on a machine with an NVIDIA GPU and no
+# package registry (tests/gpu/README.md). Five parts, in this order, each under its own budget (`timeout`), each
+# writing its results to $OUT before the next starts, so that a run killed at any point keeps what was done:
+#   tests      tests/gpu, the files in FILES' order, each under its own share of the budget (gpu-tests.xml);
+#   sanitizer  compute-sanitizer memcheck and racecheck on small calls of every kernel structure (sanitizer.txt);
+#   profile    cProfile of 2,000 eager calls at 38400x128 and 4096x32 per route (host-profile.txt);
+#   bench      tests/gpu/bench_gpu.py: every route, baseline, case, dtype and Triton tuning variant per shape
+#              (bench_gpu.json and bench_gpu.md, rewritten after every shape);
+#   verdicts   one line per target of "The GPU at the copy floor" (verdicts.md).
+# A failing or timed-out part does not stop the next. $OUT (or /tmp/gae_xp-gpu) holds 8 files at most: check.md
+# (the machine, the packages and one line per part as it ends), the six above and logs.tar (each part's log,
+# appended as the part ends).
 #
-# Nothing is downloaded there. The checkout is installed from itself (no network, no build isolation:
-# setuptools must be there), and the Python packages the machine lacks travel as wheels in .whl/ (ignored by
-# git), fetched here by tests/gpu/fetch_wheels.sh; carry .whl with the checkout.
-# The tests run from outside the checkout: its gae_xp/ would shadow the installed package, whose
-# gae_xp.backends is mapped from backends/ at install.
+# Nothing is downloaded there. The checkout is installed from itself (no network, no build isolation: setuptools
+# must be there), and the Python packages the machine lacks travel as wheels in .whl/ (ignored by git), fetched
+# where PyPI is reachable by tests/gpu/fetch_wheels.sh; carry .whl with the checkout. The tests run from outside
+# the checkout: its gae_xp/ would shadow the installed package, whose gae_xp.backends is mapped from backends/.
+#
+# GAE_XP_CHECK_DRY_RUN=1 runs every part on the CPU with tiny stand-in work and the checkout's own environment
+# (no install): tests/test_gpu_check.py checks the script that way. PYTHON, NVIDIA_SMI and COMPUTE_SANITIZER name
+# the programs used; GAE_XP_BUDGET_<PART> (e.g. GAE_XP_BUDGET_BENCH=60) shortens a part's budget.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
+here=$repo/tests/gpu
 site=${GAE_XP_SITE:-/tmp/gae_xp-site}
 out=${OUT:-/tmp/gae_xp-gpu}
 python=${PYTHON:-python3}
+dry_run=${GAE_XP_CHECK_DRY_RUN:-0}
+logs=$(mktemp -d)
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-started=$(date +%s)
+export PYTHONUNBUFFERED=1 GAE_XP_HYPOTHESIS_PROFILE=gpu
 
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
-install=(-m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$site")
-if compgen -G "$repo/.whl/*.whl" >/dev/null; then
-  "$python" "${install[@]}" --no-compile "$repo"/.whl/*.whl || exit 1
-else
-  echo "no wheels in $repo/.whl: run tests/gpu/fetch_wheels.sh where PyPI is reachable and carry .whl" >&2
-fi
-"$python" "${install[@]}" --no-build-isolation "$repo" || exit 1
-export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+# Seconds per part; their sum, with the install, is the 8 minutes (480 s) the check may take.
+BUDGETS=(install=30 tests=120 sanitizer=80 profile=45 bench=180 verdicts=15)
+# The GPU test files, in the order they run: the two the first H200 run never reached come first, then any other
+# file (a Triton route's own, say), the long test_cuda.py last; each gets at most its cap out of what is left.
+FILES=(test_sync_and_graphs.py=30 test_devices_and_streams.py=20 'test_*.py=30' test_cuda.py=120)
+
+budget_of() {  # the budget of part $1: GAE_XP_BUDGET_<PART> if set, else BUDGETS'
+  local entry override
+  override=GAE_XP_BUDGET_${1^^}
+  if [[ -n ${!override:-} ]]; then echo "${!override}"; return; fi
+  for entry in "${BUDGETS[@]}"; do [[ ${entry%%=*} == "$1" ]] && echo "${entry#*=}" && return; done
+  echo "check.sh: no budget for part $1" >&2; exit 2
+}
+
+started=$SECONDS
+{
+  echo "# GPU check"
+  echo
+  echo "- started: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  [[ $dry_run == 1 ]] && echo "- DRY RUN: tiny stand-in work on the CPU, nothing measured"
+  echo "- budgets (s): ${BUDGETS[*]}"
+  gpu=$("${NVIDIA_SMI:-nvidia-smi}" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)
+  echo "- GPU: ${gpu:-none found by ${NVIDIA_SMI:-nvidia-smi}}"
+} > "$out/check.md"
+
+part() {  # part NAME COMMAND...: COMMAND under NAME's budget, its output in NAME.log (appended to logs.tar)
+  local name=$1 budget status began=$SECONDS outcome
+  shift
+  budget=$(budget_of "$name")
+  echo "== $name (budget $budget s, $(( SECONDS - started )) s so far)"
+  timeout -k 5 "$budget" "$@" 2>&1 | tee "$logs/$name.log"
+  status=${PIPESTATUS[0]}
+  case $status in
+    0) outcome=done ;;
+    124|137) outcome="stopped at its budget" ;;
+    *) outcome=failed ;;
+  esac
+  grep -q '^| part |' "$out/check.md" || printf '\n| part | budget s | took s | exit | outcome |\n|---|---|---|---|---|\n' \
+    >> "$out/check.md"
+  echo "| $name | $budget | $(( SECONDS - began )) | $status | $outcome |" >> "$out/check.md"
+  tar -rf "$out/logs.tar" -C "$logs" "$name.log"
+  echo "== $name: $outcome (exit $status) in $(( SECONDS - began )) s"
+}
+
+install() {  # the carried wheels and the checkout into $site (a dry run uses the checkout's own environment)
+  if [[ $dry_run == 1 ]]; then echo "dry run: no install"; else
+    local pip=(-m pip install --quiet --no-index --no-deps --no-cache-dir --upgrade --target "$site")
+    if compgen -G "$repo/.whl/*.whl" >/dev/null; then
+      "$python" "${pip[@]}" --no-compile "$repo"/.whl/*.whl || return 1
+    else
+      echo "no wheels in $repo/.whl: run tests/gpu/fetch_wheels.sh where PyPI is reachable and carry .whl" >&2
+    fi
+    "$python" "${pip[@]}" --no-build-isolation "$repo" || return 1
+  fi
+  "$python" "$here/report_check.py" environment >> "$out/check.md"
+}
+
+run_tests() {  # each file of FILES under min(its cap, what is left of the part's budget); JUnit merged as they end
+  local budget=$1 left entry pattern cap file files code status=0 ran=() xml=()
+  local began=$SECONDS
+  read -ra files <<< "$FILES_LIST"
+  local flags=(-o addopts= -m gpu -q -rs -p no:cacheprovider --durations=10)
+  [[ $dry_run == 1 ]] && flags+=(--collect-only)
+  for entry in "${files[@]}"; do
+    pattern=${entry%%=*} cap=${entry#*=}
+    for file in "$here"/$pattern; do
+      [[ $pattern == *'*'* && " $FILES_LIST " == *" $(basename "$file")="* ]] && continue
+      [[ -f $file && " ${ran[*]} " != *" $file "* ]] || continue
+      ran+=("$file")
+      left=$(( budget - (SECONDS - began) ))
+      (( left > 5 )) || { echo "== $(basename "$file"): not run, the part's budget is spent"; continue; }
+      echo "== $(basename "$file") (at most $(( cap < left ? cap : left )) s)"
+      # -o addopts=: the project's own (--dist loadfile) need pytest-xdist, which that machine may lack
+      timeout -k 5 $(( cap < left ? cap : left )) "$python" -m pytest "$file" --rootdir "$repo" \
+        -c "$repo/pyproject.toml" "${flags[@]}" --junitxml "$logs/$(basename "$file" .py).xml"
+      code=$?
+      echo "== $(basename "$file"): exit $code"
+      (( code == 0 || code == 5 )) || status=$code  # 5: every test deselected (no -m gpu test in the file)
+      xml+=("$logs/$(basename "$file" .py).xml")
+      "$python" "$here/report_check.py" junit "$out/gpu-tests.xml" "${xml[@]}"
+    done
+  done
+  return $status
+}
+
+sanitize() {  # memcheck and racecheck on tests/gpu/sanitize_calls.py, half of the part's budget each
+  local budget=$1 tool sanitizer=${COMPUTE_SANITIZER:-} candidate
+  local flags=()
+  [[ $dry_run == 1 ]] && flags+=(--dry-run)
+  if [[ -z $sanitizer ]]; then
+    for candidate in "$(command -v compute-sanitizer)" /usr/local/cuda/bin/compute-sanitizer \
+        /usr/local/cuda-*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer/compute-sanitizer \
+        "$("$python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cuda_sanitizer_api"))' \
+           2>/dev/null)/compute-sanitizer/compute-sanitizer"; do
+      [[ -x $candidate ]] && sanitizer=$candidate && break
+    done
+  fi
+  if [[ -z $sanitizer || ! -x $sanitizer ]]; then
+    echo "compute-sanitizer: not found (PATH, /usr/local/cuda*/bin, the nvidia wheels): memcheck and racecheck" \
+      "did not run" | tee "$out/sanitizer.txt"
+    return 1
+  fi
+  echo "compute-sanitizer: $sanitizer" > "$out/sanitizer.txt"
+  local status=0
+  for tool in memcheck racecheck; do
+    echo "== $tool" | tee -a "$out/sanitizer.txt"
+    timeout -k 5 $(( budget / 2 - 2 )) "$sanitizer" --tool "$tool" --error-exitcode 3 "$python" \
+      "$here/sanitize_calls.py" "${flags[@]}" 2>&1 | tee -a "$out/sanitizer.txt"
+    local code=${PIPESTATUS[0]}
+    echo "== $tool: exit $code" | tee -a "$out/sanitizer.txt"
+    (( code == 0 )) || status=$code
+  done
+  return $status
+}
+
+profile() {
+  local flags=()
+  [[ $dry_run == 1 ]] && flags+=(--dry-run)
+  "$python" "$here/profile_host.py" --out "$out/host-profile.txt" "${flags[@]}"
+}
+
+bench() {  # no new shape after the budget less 40 s: the largest shape's rows take about that
+  local flags=(--budget $(( $1 > 80 ? $1 - 40 : $1 / 2 )) --out "$out")
+  [[ $dry_run == 1 ]] && flags+=(--dry-run)
+  "$python" "$here/bench_gpu.py" "${flags[@]}"
+}
+
+verdicts() {
+  "$python" "$here/report_check.py" verdicts "$out"
+}
+
+FILES_LIST="${FILES[*]}"
+export repo here site out python dry_run logs FILES_LIST
+export -f install run_tests sanitize profile bench verdicts
+[[ $dry_run == 1 ]] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 cd /tmp || exit 1
-"$python" - <<'PY' || exit 1
-import importlib
-import gae_xp
-from gae_xp.backends import _cuda_import
-print("gae_xp", gae_xp.__file__, "| kernels compiled by", _cuda_import.NAME)
-for name in ("numba_cuda", "numba", "torch", "cupy", "triton", "cuda.compute", "numba_cuda_mlir"):
-    try:
-        print(f"  {name} {getattr(importlib.import_module(name), '__version__', '?')}")
-    except Exception as error:  # absent, or failing to load: say which
-        print(f"  {name}: not loaded ({type(error).__name__}: {str(error).splitlines()[0][:100]})")
-from numba import cuda
-print("GPU visible to numba:", cuda.is_available())
-PY
-
-echo "== GPU tests"
-# -o addopts=: the project's own (--dist loadfile) need pytest-xdist, which that machine may lack
-timeout 150 "$python" -m pytest "$repo/tests/gpu" --rootdir "$repo" -c "$repo/pyproject.toml" -o addopts= -m gpu -q -rs \
-  -p no:cacheprovider --junitxml "$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
-tests_status=${PIPESTATUS[0]}
-
-echo "== GPU benchmark"
-timeout 300 "$python" "$repo/tests/gpu/bench_gpu.py" --budget 240 --out "$out" 2>&1 | tee "$out/bench_gpu.log"
-bench_status=${PIPESTATUS[0]}
-echo "== check.sh took $(( $(date +%s) - started )) s (tests: exit $tests_status, benchmark: exit $bench_status)"
-exit $(( tests_status != 0 ? tests_status : bench_status ))
+part install bash -c install
+# the tests read the profile named by GAE_XP_HYPOTHESIS_PROFILE: gpu draws 3 examples per property
+part tests bash -c "run_tests $(budget_of tests)"
+part sanitizer bash -c "sanitize $(budget_of sanitizer)"
+part profile bash -c profile
+part bench bash -c "bench $(budget_of bench)"
+part verdicts bash -c verdicts
+echo "- total: $(( SECONDS - started )) s" >> "$out/check.md"
+rm -rf "$logs"
+echo "== check.sh took $(( SECONDS - started )) s; results in $out: $(ls "$out" | tr '\n' ' ')"
