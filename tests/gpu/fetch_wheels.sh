@@ -7,6 +7,7 @@ cd "$(dirname "$0")/../.."
 mkdir -p .whl
 wheels=(
   array-api-compat==1.16.0  # gae_xp's one dependency beyond NumPy
+  numpy==2.4.6              # numba-cuda 0.30.4 cannot compile under the image's NumPy 2.5 (numba-cuda#907)
   cuda-cccl==1.0.0          # cuda.compute for the CUB scan baseline (1.0 compiles its operators with numba-cuda)
 )
 platforms=()
@@ -14,6 +15,6 @@ for tag in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_26_x86_64 man
            manylinux2014_x86_64; do
   platforms+=(--platform "$tag")
 done
-python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+"${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" -d .whl "${wheels[@]}"
 ls -l .whl
