@@ -496,6 +496,10 @@ def _cell(value, fmt: str) -> str:
     return "" if value is None else format(value, fmt)
 
 
+def _us(milliseconds: float | None) -> float | None:
+    return None if milliseconds is None else 1e3 * milliseconds
+
+
 def markdown(rows: list[Row], skipped=(), header: str = "", new_t=()) -> str:
     """The rows as one Markdown table, the Triton variants' best per shape, the first calls at a new T."""
     lines = [header, "", "| shape | dtype | case | path | device us | x copy | wall us | host us | max rel. error "
@@ -506,8 +510,8 @@ def markdown(rows: list[Row], skipped=(), header: str = "", new_t=()) -> str:
             lines.append(f"| {shape} | {row.dtype} | {row.case} | {row.path} | not run: {row.failed} | | | | | |")
             continue
         lines.append(" | ".join([
-            f"| {shape}", row.dtype, row.case, row.path, _cell(1e3 * row.device_ms, ".1f"),
-            _cell(row.copy_ratio, ".2f"), _cell(1e3 * row.wall_ms, ".1f"), _cell(row.host_us, ".1f"),
+            f"| {shape}", row.dtype, row.case, row.path, _cell(_us(row.device_ms), ".1f"),
+            _cell(row.copy_ratio, ".2f"), _cell(_us(row.wall_ms), ".1f"), _cell(row.host_us, ".1f"),
             _cell(row.error, ".1e"), row.note]) + " |")
     lines += ["", "device: CUDA events around one call, a spin kernel queued first (host enqueueing hidden); wall: "
               "synchronize, call, synchronize; host: the Python call without waiting; medians. x copy: device "
@@ -520,7 +524,7 @@ def markdown(rows: list[Row], skipped=(), header: str = "", new_t=()) -> str:
                   "| shape | dtype | best variant | device us | x copy | default route's us |", "|" + "---|" * 6]
         for (shape, dtype), (row, default) in best.items():
             lines.append(f"| {shape[0]}x{shape[1]} | {dtype} | {row.variant} | {1e3 * row.device_ms:.1f} | "
-                         f"{row.copy_ratio:.2f} | {_cell(default and 1e3 * default.device_ms, '.1f')} |")
+                         f"{row.copy_ratio:.2f} | {_cell(default and _us(default.device_ms), '.1f')} |")
     if new_t:
         lines += ["", "The first call at a new B and T (float32, after every route ran at the first shape), ms wall:",
                   "", "| path | shape | case | first call | repeated |", "|---|---|---|---|---|"]
