@@ -31,8 +31,10 @@ logs=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GAE_XP_HYPOTHESIS_PROFILE=gpu
 
-# Seconds per part; their sum, with the install, is the 8 minutes (480 s) the check may take.
-BUDGETS=(install=30 tests=120 sanitizer=80 profile=45 bench=180 verdicts=15)
+# Seconds per part, install included; with GRACE (the seconds a part stopped at its budget has to exit before it
+# is killed) after each, they fit in the 8 minutes (480 s) the check may take.
+BUDGETS=(install=30 tests=115 sanitizer=76 profile=40 bench=180 verdicts=10)
+GRACE=2
 # The GPU test files, in the order they run: the two the first H200 run never reached come first, then any other
 # file (a Triton route's own, say), the long test_cuda.py last; each gets at most its cap out of what is left.
 FILES=(test_sync_and_graphs.py=30 test_devices_and_streams.py=20 'test_*.py=30' test_cuda.py=120)
@@ -61,7 +63,7 @@ part() {  # part NAME COMMAND...: COMMAND under NAME's budget, its output in NAM
   shift
   budget=$(budget_of "$name")
   echo "== $name (budget $budget s, $(( SECONDS - started )) s so far)"
-  timeout -k 5 "$budget" "$@" 2>&1 | tee "$logs/$name.log"
+  timeout -k "$GRACE" "$budget" "$@" 2>&1 | tee "$logs/$name.log"
   status=${PIPESTATUS[0]}
   case $status in
     0) outcome=done ;;
@@ -100,11 +102,11 @@ run_tests() {  # each file of FILES under min(its cap, what is left of the part'
       [[ $pattern == *'*'* && " $FILES_LIST " == *" $(basename "$file")="* ]] && continue
       [[ -f $file && " ${ran[*]} " != *" $file "* ]] || continue
       ran+=("$file")
-      left=$(( budget - (SECONDS - began) ))
-      (( left > 5 )) || { echo "== $(basename "$file"): not run, the part's budget is spent"; continue; }
+      left=$(( budget - GRACE - (SECONDS - began) ))
+      (( left > 2 * GRACE )) || { echo "== $(basename "$file"): not run, the part's budget is spent"; continue; }
       echo "== $(basename "$file") (at most $(( cap < left ? cap : left )) s)"
       # -o addopts=: the project's own (--dist loadfile) need pytest-xdist, which that machine may lack
-      timeout -k 5 $(( cap < left ? cap : left )) "$python" -m pytest "$file" --rootdir "$repo" \
+      timeout -k "$GRACE" $(( cap < left ? cap : left )) "$python" -m pytest "$file" --rootdir "$repo" \
         -c "$repo/pyproject.toml" "${flags[@]}" --junitxml "$logs/$(basename "$file" .py).xml"
       code=$?
       echo "== $(basename "$file"): exit $code"
@@ -137,7 +139,7 @@ sanitize() {  # memcheck and racecheck on tests/gpu/sanitize_calls.py, half of t
   local status=0
   for tool in memcheck racecheck; do
     echo "== $tool" | tee -a "$out/sanitizer.txt"
-    timeout -k 5 $(( budget / 2 - 2 )) "$sanitizer" --tool "$tool" --error-exitcode 3 "$python" \
+    timeout -k "$GRACE" $(( budget / 2 - GRACE )) "$sanitizer" --tool "$tool" --error-exitcode 3 "$python" \
       "$here/sanitize_calls.py" "${flags[@]}" 2>&1 | tee -a "$out/sanitizer.txt"
     local code=${PIPESTATUS[0]}
     echo "== $tool: exit $code" | tee -a "$out/sanitizer.txt"
@@ -163,7 +165,7 @@ verdicts() {
 }
 
 FILES_LIST="${FILES[*]}"
-export repo here site out python dry_run logs FILES_LIST
+export repo here site out python dry_run logs FILES_LIST GRACE
 export -f install run_tests sanitize profile bench verdicts
 [[ $dry_run == 1 ]] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 cd /tmp || exit 1

@@ -276,8 +276,33 @@ def write_verdicts(out: Path) -> str:
 
 # --------------------------------------------------------------------------------------------------------- docs
 
-NO_RUN = """No run of this check is recorded here yet: **no figure in this section is measured**. A run fills it
-with `python tests/gpu/report_check.py docs $OUT --write docs/gpu.md`, from the files below."""
+NO_RUN = """No run of this check is recorded here yet: **no figure in this section is measured**. A run adds "The
+last run" below: its date, commit, GPU, CPU and package versions, the table of parts as they ended, a verdict
+line per target, bench_gpu.md's tables, the host time per eager call and the sanitizer's summaries, written by
+`python tests/gpu/report_check.py docs $OUT --write docs/gpu.md` from the run's files."""
+#: What each part of check.sh does, in its order.
+PARTS = {"install": "the carried wheels and the checkout, installed without a registry; the versions",
+         "tests": "tests/gpu file by file (test_sync_and_graphs.py, test_devices_and_streams.py, any other, "
+                  "test_cuda.py), 3 hypothesis examples per property",
+         "sanitizer": "`tests/gpu/sanitize_calls.py` under memcheck, then racecheck",
+         "profile": "`tests/gpu/profile_host.py`",
+         "bench": "`tests/gpu/bench_gpu.py`, no new shape in its last 40 s",
+         "verdicts": "`tests/gpu/report_check.py verdicts`"}
+TARGETS = ["the Triton route's device time: at most 1.25x the copy at the seven shapes with at least 264 rows or "
+           "T <= 4096, at most 1.6x at 16x524288, faster than rl-triton 0.1.3 and than tests/gpu/triton_gae.py at "
+           "every shape (float32 and bfloat16; constant, terminated, dones+mask)",
+           "the eager whole call at 38400x128: at most 60 us wall, 30 us of host time on torch, 40 us on CuPy; at "
+           "most 30 us under CUDA-graph replay",
+           "the numba-CUDA route: at most 2x the copy at every shape",
+           "no loss of correctness (the GPU tests; every route's output against float64); a first call at a new "
+           "B and T compiles nothing"]
+
+
+def budgets() -> dict:
+    """check.sh's declared budget per part, in seconds."""
+    line = next(line for line in (Path(__file__).parent / "check.sh").read_text().splitlines()
+                if line.startswith("BUDGETS=("))
+    return {name: int(seconds) for name, seconds in re.findall(r"(\w+)=(\d+)", line)}
 
 
 def section(out: Path | None) -> str:
@@ -292,7 +317,12 @@ def section(out: Path | None) -> str:
              "| `host-profile.txt` | profile | cProfile of 2,000 eager calls per route at 38400x128 and 4096x32 |",
              "| `bench_gpu.json`, `bench_gpu.md` | bench | every route, baseline, case, dtype and Triton variant |",
              "| `verdicts.md` | verdicts | one line per target: MET, NOT MET or NOT MEASURED, with its figure |",
-             "| `logs.tar` | all | each part's log |", ""]
+             "| `logs.tar` | all | each part's log |", "",
+             f"The parts, in order, each under its budget ({sum(budgets().values())} s in all; a part that fails "
+             "or overruns does not stop the next):", "", "| part | budget s | what |", "|---|---|---|",
+             *[f"| {name} | {seconds} | {PARTS[name]} |" for name, seconds in budgets().items()], "",
+             "The verdicts judge the targets of \"The GPU at the copy floor\" (NOT MEASURED where a figure is "
+             "missing):", "", *[f"- {target}" for target in TARGETS], ""]
     check = _read(out, "check.md")
     if check is None:
         lines += [NO_RUN, END]
