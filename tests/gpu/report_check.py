@@ -98,8 +98,10 @@ def cpu_model() -> str:
 
 # -------------------------------------------------------------------------------------------------------- junit
 
-def merge_junit(target: Path, parts: list[Path]) -> dict:
-    """The parts' test suites under one ``testsuites`` (written atomically); the totals."""
+def merge_junit(target: Path, parts: list[Path], stopped=()) -> dict:
+    """The parts' test suites under one ``testsuites`` (written atomically); the totals. A part without a report
+    (not run, or killed) and the parts named in ``stopped`` (interrupted at their cap: the tests they ran) are
+    marked incomplete."""
     merged = ElementTree.Element("testsuites")
     for part in parts:
         try:
@@ -109,6 +111,8 @@ def merge_junit(target: Path, parts: list[Path]) -> dict:
             continue
         for suite in [root] if root.tag == "testsuite" else root.iter("testsuite"):
             suite.set("name", part.stem)
+            if part.stem in stopped:
+                suite.set("incomplete", "1")
             merged.append(suite)
     temporary = target.with_suffix(".tmp")
     ElementTree.ElementTree(merged).write(temporary, encoding="utf-8", xml_declaration=True)
@@ -243,7 +247,7 @@ def _correctness(bench: dict | None, tests: dict | None) -> str:
     figure = f"{test_text}; {bench_text}"
     if over or (tests and (tests["failures"] or tests["errors"])):
         return f"- {target}: NOT MET ({figure})"
-    if tests is None or tests["incomplete"] or not tests["tests"] or not errors:
+    if tests is None or tests["incomplete"] or tests["tests"] <= tests["skipped"] or not errors:
         return f"- {target}: NOT MEASURED ({figure})"
     return f"- {target}: MET ({figure})"
 
@@ -370,6 +374,7 @@ def main(argv=None) -> int:
     junit = commands.add_parser("junit")
     junit.add_argument("target", type=Path)
     junit.add_argument("parts", type=Path, nargs="+")
+    junit.add_argument("--stopped", default="", help="space-separated names of the parts stopped at their cap")
     judged = commands.add_parser("verdicts")
     judged.add_argument("out", type=Path)
     docs = commands.add_parser("docs")
@@ -379,7 +384,7 @@ def main(argv=None) -> int:
     if options.command == "environment":
         print(environment())
     elif options.command == "junit":
-        totals = merge_junit(options.target, options.parts)
+        totals = merge_junit(options.target, options.parts, options.stopped.split())
         print(f"GPU tests so far: {totals}")
     elif options.command == "verdicts":
         print(write_verdicts(options.out), end="")
