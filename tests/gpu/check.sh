@@ -12,10 +12,11 @@
 # (the machine, the packages and one line per part as it ends), the six above and logs.tar (each part's log,
 # appended as the part ends).
 #
-# Nothing is downloaded there. The checkout is installed from itself (no network, no build isolation: setuptools
-# must be there), and the Python packages the machine lacks travel as wheels in .whl/ (ignored by git), fetched
-# where PyPI is reachable by tests/gpu/fetch_wheels.sh; carry .whl with the checkout. The tests run from outside
-# the checkout: its gae_xp/ would shadow the installed package, whose gae_xp.backends is mapped from backends/.
+# Nothing is downloaded there. The checkout is installed from itself (no network, no build isolation; where that
+# fails, for want of a recent setuptools, gae_xp is imported from the checkout, whose gae_xp/backends links to
+# backends/), and the Python packages the machine lacks travel as wheels in .whl/ (ignored by git), fetched where
+# PyPI is reachable by tests/gpu/fetch_wheels.sh; carry .whl with the checkout. The parts run from /tmp: the
+# checkout's gae_xp/ would otherwise shadow the installed package.
 #
 # GAE_XP_CHECK_DRY_RUN=1 runs every part on the CPU with tiny stand-in work and the checkout's own environment
 # (no install): tests/test_gpu_check.py checks the script that way. PYTHON, NVIDIA_SMI and COMPUTE_SANITIZER name
