@@ -46,7 +46,8 @@ STUB_SANITIZER = """#!/usr/bin/env bash
 # compute-sanitizer's options (--tool X --error-exitcode N) dropped, its program run, its summary printed
 while [[ $1 == --* ]]; do shift 2; done
 "$@"; status=$?
-echo "========= ERROR SUMMARY: 0 errors"
+echo "========= ERROR SUMMARY: ${STUB_SANITIZER_ERRORS:-0} errors"
+(( ${STUB_SANITIZER_ERRORS:-0} == 0 )) || exit 3
 exit $status
 """
 STUB_SMI = """#!/usr/bin/env bash
@@ -143,6 +144,8 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     sanitizer = (out / "sanitizer.txt").read_text()
     assert "== memcheck: exit 0" in sanitizer and "== racecheck: exit 0" in sanitizer
     assert sanitizer.count("0 failed call(s)") == 2 and "FAILED" not in sanitizer
+    memcheck, racecheck = sanitizer.split("== racecheck\n")
+    assert memcheck.split("== memcheck\n")[1].startswith("ok triton ") and racecheck.startswith("ok numba-cuda ")
     profile = (out / "host-profile.txt").read_text()
     assert len(re.findall(r"^== (triton|numba-cuda) at ", profile, re.M)) == 2
     assert profile.count("-- top 15 by tottime") == profile.count("-- top 15 by cumtime") == 2
@@ -158,12 +161,15 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
 
 def test_a_failing_part_does_not_stop_the_rest(tmp_path):
     done = subprocess.run(["bash", str(CHECK)], env=environment(tmp_path, stub_python=True, STUB_FAIL="profile bench",
-                                                               STUB_TESTS_EXIT="1"),
+                                                               STUB_TESTS_EXIT="1", STUB_SANITIZER_ERRORS="2"),
                           capture_output=True, text=True, timeout=120)
     out = tmp_path / "out"
     rows = part_rows(out)
     assert list(rows) == PARTS
     assert rows["tests"][1:] == (1, "failed") and rows["profile"][1:] == (3, "failed")
+    assert rows["sanitizer"][1:] == (3, "failed")  # both tools ran, each reporting errors
+    sanitizer = (out / "sanitizer.txt").read_text()
+    assert "== memcheck: exit 3" in sanitizer and "== racecheck: exit 3" in sanitizer
     assert rows["bench"][1:] == (1, "failed") and rows["verdicts"][1:] == (0, "done")
     assert logs(out) == [f"{name}.log" for name in PARTS]
     # no JUnit from the stub pytest: every file is listed as not finished, so correctness is not measured
@@ -321,3 +327,30 @@ def test_the_docs_section_says_nothing_is_measured_until_a_run_fills_it(report, 
 def test_docs_gpu_md_holds_the_section_as_the_script_writes_it(report):
     document = Path(__file__).parent.parent / "docs" / "gpu.md"
     assert report.section(None) in document.read_text()
+
+
+# ------------------------------------------------------------------------------------ the sanitizer's calls (sim)
+
+@pytest.mark.cudasim
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="needs NUMBA_ENABLE_CUDASIM=1 (own process)")
+def test_the_sanitizers_calls_run_on_the_numba_cuda_route_and_match_float64():
+    """Every call ``sanitize_calls.py`` hands compute-sanitizer is one the numba-CUDA route takes, with the answer
+    of the generic path in float64 (the simulator, NumPy arrays, a tiny shape)."""
+    import importlib.util
+
+    import numpy as np
+
+    import gae_xp
+
+    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
+    calls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calls)
+    library = calls.Library(dry_run=True)  # NumPy arrays: the simulator's
+    given = library.convert(calls.inputs(np.random.default_rng(5), (2, 20)), "float32")
+    widened = library.widen(given)
+    references = calls.calls(gae_xp, widened, "xp")
+    for name, call in calls.calls(gae_xp, given, "numba-cuda").items():
+        got, want = call(given), references[name](widened)
+        assert len(got) == len(want)
+        for x, y in zip(got, want):
+            assert calls.relative_error(x, y) <= calls.TOLERANCE["float32"], name

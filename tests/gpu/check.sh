@@ -150,12 +150,13 @@ sanitize() {  # memcheck and racecheck on tests/gpu/sanitize_calls.py, half of t
     return 1
   fi
   echo "compute-sanitizer: $sanitizer" > "$out/sanitizer.txt"
-  local status=0
-  for tool in memcheck racecheck; do
+  local status=0 routes=triton,numba-cuda
+  for tool in memcheck racecheck; do  # the routes in turn first, so that a tool stopped at its budget saw both
     echo "== $tool" | tee -a "$out/sanitizer.txt"
     timeout -k "$GRACE" $(( budget / 2 - GRACE )) "$sanitizer" --tool "$tool" --error-exitcode 3 "$python" \
-      "$here/sanitize_calls.py" "${flags[@]}" 2>&1 | tee -a "$out/sanitizer.txt"
+      "$here/sanitize_calls.py" --routes "$routes" "${flags[@]}" 2>&1 | tee -a "$out/sanitizer.txt"
     local code=${PIPESTATUS[0]}
+    routes=numba-cuda,triton
     echo "== $tool: exit $code" | tee -a "$out/sanitizer.txt"
     (( code == 0 )) || status=$code
   done
