@@ -191,7 +191,7 @@ def test_a_part_over_its_budget_is_stopped_and_the_next_runs(tmp_path):
 def test_a_killed_run_keeps_the_files_of_the_parts_before(tmp_path):
     out = tmp_path / "out"
     check = subprocess.Popen(["bash", str(CHECK)], env=environment(tmp_path, stub_python=True, STUB_STALL="bench"),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
     try:
         deadline = time.monotonic() + 90
         while not (tmp_path / "stall.pid").exists():  # the benchmark has started: the parts before it are done
