@@ -354,3 +354,16 @@ def test_the_sanitizers_calls_run_on_the_numba_cuda_route_and_match_float64():
         assert len(got) == len(want)
         for x, y in zip(got, want):
             assert calls.relative_error(x, y) <= calls.TOLERANCE["float32"], name
+
+
+def test_gpu_test_files_past_the_parts_budget_are_listed_as_not_finished(tmp_path):
+    subprocess.run(["bash", str(CHECK)], env=environment(tmp_path, stub_python=True, STUB_FAIL="profile bench",
+                                                         GAE_XP_BUDGET_TESTS="8"),
+                   capture_output=True, text=True, timeout=120)
+    out = tmp_path / "out"
+    assert part_rows(out)["tests"] == (8, 124, "stopped at its budget")
+    suites = re.findall(r'<testsuite name="(\w+)" tests="0" incomplete="1"', (out / "gpu-tests.xml").read_text())
+    assert suites[:2] == ["test_sync_and_graphs", "test_devices_and_streams"] and suites[-1] == "test_cuda"
+    with tarfile.open(out / "logs.tar") as archive:
+        log = archive.extractfile("tests.log").read().decode()
+    assert log.count("not run, the part's budget is spent") == len(suites)

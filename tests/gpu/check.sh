@@ -136,11 +136,12 @@ sanitize() {  # memcheck and racecheck on tests/gpu/sanitize_calls.py, half of t
   local budget=$1 tool sanitizer=${COMPUTE_SANITIZER:-} candidate
   local flags=()
   [[ $dry_run == 1 ]] && flags+=(--dry-run)
-  if [[ -z $sanitizer ]]; then
-    for candidate in "$(command -v compute-sanitizer)" /usr/local/cuda/bin/compute-sanitizer \
-        /usr/local/cuda-*/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer/compute-sanitizer \
-        "$("$python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cuda_sanitizer_api"))' \
-           2>/dev/null)/compute-sanitizer/compute-sanitizer"; do
+  if [[ -z $sanitizer ]]; then  # PATH, the CUDA toolkit's folders, then the nvidia wheels (cuda-sanitizer-api)
+    local wheels
+    wheels=$("$python" -c 'import nvidia; print(*nvidia.__path__)' 2>/dev/null)
+    for candidate in "$(command -v compute-sanitizer)" /usr/local/cuda*/bin/compute-sanitizer \
+        /usr/local/cuda*/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer/compute-sanitizer \
+        $( [[ -n $wheels ]] && find $wheels -maxdepth 4 -name compute-sanitizer -type f 2>/dev/null); do
       [[ -x $candidate ]] && sanitizer=$candidate && break
     done
   fi
