@@ -20,7 +20,8 @@
 #
 # GAE_XP_CHECK_DRY_RUN=1 runs every part on the CPU with tiny stand-in work and the checkout's own environment
 # (no install): tests/test_gpu_check.py checks the script that way. PYTHON, NVIDIA_SMI and COMPUTE_SANITIZER name
-# the programs used; GAE_XP_BUDGET_<PART> (e.g. GAE_XP_BUDGET_BENCH=60) shortens a part's budget.
+# the programs used; GAE_XP_BUDGET_<PART> (e.g. GAE_XP_BUDGET_BENCH=60) shortens a part's budget; GAE_XP_COMMIT
+# names the commit measured where the copy has no .git (`GAE_XP_COMMIT=$(git rev-parse --short HEAD)` here).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here=$repo/tests/gpu
@@ -52,7 +53,9 @@ started=$SECONDS
 {
   echo "# GPU check"
   echo
-  echo "- started: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  # GAE_XP_COMMIT names the commit where the copy on the GPU machine has no .git
+  echo "- started: $(date -u '+%Y-%m-%d %H:%M UTC'), commit ${GAE_XP_COMMIT:-$(git -C "$repo" rev-parse --short HEAD \
+    2>/dev/null || echo 'unknown (no .git: set GAE_XP_COMMIT)')}"
   [[ $dry_run == 1 ]] && echo "- DRY RUN: tiny stand-in work on the CPU, nothing measured"
   echo "- budgets (s): ${BUDGETS[*]}"
   gpu=$("${NVIDIA_SMI:-nvidia-smi}" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null)
