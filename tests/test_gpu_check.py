@@ -111,7 +111,8 @@ def test_the_gpu_test_files_run_in_an_order_that_reaches_every_file():
     line = next(line for line in CHECK.read_text().splitlines() if line.startswith("FILES=("))
     files = re.findall(r"'?([\w*.]+)=(\d+)'?", line)
     names = [name for name, _ in files]
-    assert names[:2] == ["test_sync_and_graphs.py", "test_devices_and_streams.py"]  # never reached on the H200
+    assert names[0] == "test_routes.py"  # both routes, every structure, first
+    assert names[1:3] == ["test_sync_and_graphs.py", "test_devices_and_streams.py"]  # never reached on the H200
     assert names[-1] == "test_cuda.py"  # the longest last: the others run whatever it leaves
     assert all(any(fnmatch.fnmatch(path.name, name) for name in names) for path in GPU_DIR.glob("*.py")
                if path.name.startswith("test_"))
@@ -139,8 +140,8 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     check = (out / "check.md").read_text()
     assert "DRY RUN" in check and "Stub GPU" in check and "numpy " in check
     # the parts' own outputs
-    assert [m.group(1) for m in re.finditer(r'testsuite name="(\w+)"', (out / "gpu-tests.xml").read_text())][:2] == \
-        ["test_sync_and_graphs", "test_devices_and_streams"]
+    assert [m.group(1) for m in re.finditer(r'testsuite name="(\w+)"', (out / "gpu-tests.xml").read_text())][:3] == \
+        ["test_routes", "test_sync_and_graphs", "test_devices_and_streams"]
     sanitizer = (out / "sanitizer.txt").read_text()
     assert "== memcheck: exit 0" in sanitizer and "== racecheck: exit 0" in sanitizer
     assert sanitizer.count("0 failed call(s)") == 2 and "FAILED" not in sanitizer
@@ -348,8 +349,8 @@ def test_the_sanitizers_calls_run_on_the_numba_cuda_route_and_match_float64():
     library = calls.Library(dry_run=True)  # NumPy arrays: the simulator's
     given = library.convert(calls.inputs(np.random.default_rng(5), (2, 20)), "float32")
     widened = library.widen(given)
-    references = calls.calls(gae_xp, widened, "xp")
-    for name, call in calls.calls(gae_xp, given, "numba-cuda").items():
+    references = calls.calls(gae_xp, "xp")
+    for name, call in calls.calls(gae_xp, "numba-cuda").items():
         got, want = call(given), references[name](widened)
         assert len(got) == len(want)
         for x, y in zip(got, want):
@@ -363,7 +364,8 @@ def test_gpu_test_files_past_the_parts_budget_are_listed_as_not_finished(tmp_pat
     out = tmp_path / "out"
     assert part_rows(out)["tests"] == (8, 124, "stopped at its budget")
     suites = re.findall(r'<testsuite name="(\w+)" tests="0" incomplete="1"', (out / "gpu-tests.xml").read_text())
-    assert suites[:2] == ["test_sync_and_graphs", "test_devices_and_streams"] and suites[-1] == "test_cuda"
+    assert suites[:3] == ["test_routes", "test_sync_and_graphs", "test_devices_and_streams"]
+    assert suites[-1] == "test_cuda"
     with tarfile.open(out / "logs.tar") as archive:
         log = archive.extractfile("tests.log").read().decode()
     assert log.count("not run, the part's budget is spent") == len(suites)

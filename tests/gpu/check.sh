@@ -37,9 +37,10 @@ export PYTHONUNBUFFERED=1 GAE_XP_HYPOTHESIS_PROFILE=gpu
 # is killed) after each, they fit in the 8 minutes (480 s) the check may take.
 BUDGETS=(install=30 tests=115 sanitizer=76 profile=40 bench=180 verdicts=10)
 GRACE=2
-# The GPU test files, in the order they run: the two the first H200 run never reached come first, then any other
-# file (a Triton route's own, say), the long test_cuda.py last; each gets at most its cap out of what is left.
-FILES=(test_sync_and_graphs.py=45 test_devices_and_streams.py=20 'test_*.py=30' test_cuda.py=115)
+# The GPU test files, in the order they run: both routes' every structure, sync-free calls, graphs and streams
+# (test_routes.py), the two files the first H200 run never reached, then any other file (a Triton route's own,
+# say), the long test_cuda.py last; each gets at most its cap out of what is left.
+FILES=(test_routes.py=40 test_sync_and_graphs.py=40 test_devices_and_streams.py=15 'test_*.py=30' test_cuda.py=115)
 
 budget_of() {  # the budget of part $1: GAE_XP_BUDGET_<PART> if set, else BUDGETS'
   local entry override

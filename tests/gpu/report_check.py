@@ -286,8 +286,8 @@ line per target, bench_gpu.md's tables, the host time per eager call and the san
 `python tests/gpu/report_check.py docs $OUT --write docs/gpu.md` from the run's files."""
 #: What each part of check.sh does, in its order.
 PARTS = {"install": "the carried wheels and the checkout, installed without a registry; the versions",
-         "tests": "tests/gpu file by file (test_sync_and_graphs.py, test_devices_and_streams.py, any other, "
-                  "test_cuda.py), 3 hypothesis examples per property",
+         "tests": "tests/gpu file by file (test_routes.py, test_sync_and_graphs.py, test_devices_and_streams.py, "
+                  "any other, test_cuda.py), 3 hypothesis examples per property",
          "sanitizer": "`tests/gpu/sanitize_calls.py` under memcheck, then racecheck",
          "profile": "`tests/gpu/profile_host.py`",
          "bench": "`tests/gpu/bench_gpu.py`, no new shape in its last 40 s",

@@ -39,8 +39,9 @@ def inputs(rng, shape) -> dict:
             "bootstrap_value": rng.standard_normal(shape[:-1]), "log_rhos": rng.normal(0, 0.5, shape)}
 
 
-def calls(gae_xp, a: dict, backend: str) -> dict:
-    """name -> call(a) for every structure; ``a`` holds the arrays in the library and dtype of the run."""
+def calls(gae_xp, backend: str) -> dict:
+    """name -> call(a) for every structure, ``a`` the arrays (``inputs``, converted) in the run's library and
+    dtype."""
     def gae(**keywords):
         return lambda a: gae_xp.gae(a["rewards"], a["values"], backend=backend, **{
             k: (a[v] if isinstance(v, str) else v) for k, v in keywords.items()})
@@ -145,13 +146,13 @@ def run_route(gae_xp, library: Library, backend: str, stand_in: str):
                 continue
             given = library.convert(arrays, dtype)
             widened = library.widen(given)
-            for name, call in calls(gae_xp, given, stand_in).items():
+            for name, call in calls(gae_xp, stand_in).items():
                 if dtype != "float32" and name not in OTHER_DTYPE_CALLS:
                     continue
                 label = f"{backend} {shape[0]}x{shape[1]} {dtype} {name}"
                 try:
                     got = call(given)
-                    want = calls(gae_xp, widened, "xp")[name](widened)
+                    want = calls(gae_xp, "xp")[name](widened)
                     library.synchronize()
                     error = max(relative_error(library.to_numpy(x), library.to_numpy(y)) for x, y in zip(got, want))
                 except Exception as failure:  # the route raised: a failure of this structure, the rest runs
