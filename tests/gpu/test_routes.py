@@ -42,12 +42,14 @@ def route(request):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU visible to torch")
+    from array_api_compat import array_namespace
+
     from gae_xp import backends
 
     if request.param not in backends.names():
         pytest.skip(f"this gae_xp has no {request.param!r} route (its routes: {', '.join(backends.names())})")
-    reason = backends.load(request.param).unavailable_reason(torch, [torch.zeros((1, 1), device="cuda")],
-                                                             forced=True)
+    sample = torch.zeros((1, 1), device="cuda")
+    reason = backends.load(request.param).unavailable_reason(array_namespace(sample), [sample], forced=True)
     if reason is not None:
         pytest.skip(f"{request.param}: {reason}")
     return request.param
