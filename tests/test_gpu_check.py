@@ -369,3 +369,24 @@ def test_gpu_test_files_past_the_parts_budget_are_listed_as_not_finished(tmp_pat
     with tarfile.open(out / "logs.tar") as archive:
         log = archive.extractfile("tests.log").read().decode()
     assert log.count("not run, the part's budget is spent") == len(suites)
+
+
+def test_the_sanitizers_torch_calls_run_on_torch_cpu_tensors():
+    """sanitize_calls.py's torch code (conversions to every dtype, the float64 reference on the host, the backward
+    pass) on torch CPU tensors with the generic path standing in for a GPU route: every call within tolerance."""
+    import importlib.util
+
+    import gae_xp
+
+    pytest.importorskip("torch")
+    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
+    calls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calls)
+    lines = list(calls.run_route(gae_xp, calls.Library(dry_run=False, device="cpu"), "xp", "xp"))
+    assert not [line for line in lines if not line.startswith(("ok ", "backward "))], lines
+    expected = sum(len(calls.calls(gae_xp, "xp")) if dtype == "float32" else len(calls.OTHER_DTYPE_CALLS)
+                   for dtypes in calls.DTYPES.values() for dtype in dtypes)
+    assert sum(line.startswith("ok ") for line in lines) == expected
+    assert sum(line.startswith("backward (terminated, mask): max rel. error") for line in lines) == 2
+    assert {line.split()[3] for line in lines if line.startswith("ok ")} == {"float32", "float64", "float16",
+                                                                              "bfloat16"}

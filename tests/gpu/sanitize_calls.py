@@ -77,10 +77,10 @@ def relative_error(got, want) -> float:
 
 
 class Library:
-    """torch CUDA tensors, or NumPy arrays for a dry run."""
+    """torch tensors on ``device`` (CUDA on the GPU machine), or NumPy arrays for a dry run."""
 
-    def __init__(self, dry_run: bool):
-        self.dry_run = dry_run
+    def __init__(self, dry_run: bool, device: str = "cuda"):
+        self.dry_run, self.device = dry_run, device
         if not dry_run:
             import torch
 
@@ -93,12 +93,12 @@ class Library:
             if self.dry_run:
                 out[name] = array.astype(dtype) if floating and dtype != "bfloat16" else array
             else:
-                tensor = self.torch.as_tensor(array, device="cuda")
+                tensor = self.torch.as_tensor(array, device=self.device)
                 out[name] = tensor.to(getattr(self.torch, dtype)) if floating else tensor
         length = arrays["rewards"].shape[-1]
         host = np.array([0, length // 3, length // 3, length])  # an empty sequence in the middle
         out["host_offsets"] = host
-        out["device_offsets"] = host if self.dry_run else self.torch.as_tensor(host, device="cuda")
+        out["device_offsets"] = host if self.dry_run else self.torch.as_tensor(host, device=self.device)
         return out
 
     def widen(self, given: dict) -> dict:
@@ -116,7 +116,7 @@ class Library:
         return array.detach().double().cpu().numpy()
 
     def synchronize(self):
-        if not self.dry_run:
+        if not self.dry_run and self.device == "cuda":
             self.torch.cuda.synchronize()
 
 
