@@ -55,6 +55,8 @@ settings.register_profile("full", max_examples=40, **_SETTINGS)
 settings.register_profile("thorough", max_examples=400, **_SETTINGS)
 # numba's CUDA simulator runs Python per thread: its CI step draws fewer examples (the CPU targets draw the default).
 settings.register_profile("simulator", max_examples=10, **_SETTINGS)
+# tests/gpu/check.sh: the GPU tests share about two minutes of a GPU machine, compiles included.
+settings.register_profile("gpu", max_examples=3, **_SETTINGS)
 PROFILE = os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default")
 settings.load_profile(PROFILE)
 #: Examples per property on a JAX target in the quick run: eager JAX compiles every operation anew for each shape an

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -162,11 +163,41 @@ def bench():
     return load("bench_gpu")
 
 
+@pytest.fixture
+def on_the_cpu(bench, monkeypatch):
+    """The benchmark's code run on the CPU (its dry run: the generic path stands in for the gae_xp routes)."""
+    monkeypatch.setattr(bench.DEVICE, "name", "cpu")
+    return bench
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    """A stand-in ``gae_xp.backends.triton`` with two tuning variants; ``entered`` lists the settings of every
+    ``tuned()`` block as it is entered."""
+    import contextlib
+    import types
+
+    module = types.ModuleType("gae_xp.backends.triton")
+    module.TUNING_VARIANTS = {"block 1024, 4 warps": {"block": 1024, "num_warps": 4, "num_stages": 2},
+                              "block 4096, 8 warps": {"block": 4096, "num_warps": 8, "num_stages": 3}}
+    module.entered = []
+
+    @contextlib.contextmanager
+    def tuned(**settings):
+        module.entered.append(settings)
+        yield
+
+    module.tuned = tuned
+    monkeypatch.setitem(sys.modules, "gae_xp.backends.triton", module)
+    return module
+
+
 def test_floor_bytes_agree_with_the_traffic_model(bench):
     from tools import traffic
 
-    assert bench.FLOOR_BYTES["constant"] == traffic.FLOOR_BYTES
+    assert bench.FLOOR_BYTES["constant"] == traffic.FLOOR_BYTES == bench.floor_bytes("constant", "float32")
     assert bench.FLOOR_BYTES["dones+mask"] == traffic.FLOOR_BYTES + 2  # one byte per bool flag
+    assert bench.floor_bytes("dones+mask", "bfloat16") == 4 * 2 + 2
     assert set(traffic.CASES) <= set(bench.CASES)
 
 
@@ -174,48 +205,95 @@ def test_spin_and_samples(bench):
     assert bench.spin_cycles(1e-6) == int(20e-6 * bench.SPIN_CLOCK_HZ)  # at least 20 us of spin
     assert bench.spin_cycles(1e-3) == int(2e-3 * bench.SPIN_CLOCK_HZ)  # twice the host's time
     assert bench.spin_cycles(10.0) == int(0.1 * bench.SPIN_CLOCK_HZ)  # capped
-    assert bench.runs_for(1e-6) == 50 and bench.runs_for(1.0) == 3 and bench.runs_for(0.01) == 30
+    assert bench.runs_for(1e-6) == 50 and bench.runs_for(1.0) == 3 and bench.runs_for(0.01) == 10
 
 
 def test_shapes_are_the_issues(bench):
-    assert bench.GRID == [(8192, 1024), (8192, 2048), (8192, 4096), (2048, 4096), (16, 524288)]
-    assert bench.SLIME == [(256, 131072)]
-    assert bench.TRAINER == [(38400, 128)] and bench.SHAPES[0] == (38400, 128)  # issue 29's whole-call shape
-    assert sorted(bench.SHORT) == sorted((b, t) for b in (4096, 32768) for t in (8, 32, 128))
+    """Issue 41's targets: 1.25x the copy at seven shapes, 1.6x at the few long rows; the trainer's shape first."""
+    assert sorted(bench.SHAPES) == sorted([(38400, 128), (4096, 32), (32768, 128), (8192, 1024), (8192, 4096),
+                                           (2048, 4096), (256, 131072), (16, 524288)])
+    assert sorted(bench.TRAINER + bench.SHORT + bench.GRID + bench.SLIME) == sorted(bench.SHAPES)
+    assert bench.SHAPES[0] == (38400, 128) and bench.FEW_LONG_ROWS in bench.SHAPES
     assert set(bench.COMPILE_SHAPES) <= set(bench.SHAPES)
+    assert bench.DTYPES == ("float32", "bfloat16") and bench.CASES == ("constant", "terminated", "dones+mask")
 
 
-def synthetic_rows(bench, fused_ms: float, triton_ms: float):
-    rows = []
-    for shape in bench.GRID + bench.SLIME:
-        elements = shape[0] * shape[1]
-        bandwidth = 4.0e12
-        moved = 24 * elements / (fused_ms * 1e-3) / bandwidth
-        rows.append(bench.Row(shape, "constant", "gae_xp fused (torch)", fused_ms, fused_ms + 0.01, 9.0, 10,
-                              moved_share=moved))
-        rows.append(bench.Row(shape, "constant", "triton, program per row", triton_ms, triton_ms, 5.0, 10))
-    rows.append(bench.Row((256, 131072), "dones+mask", "gae_xp fused (torch)", 0.25, 0.26, 9.0, 10))
-    rows.append(bench.Row((4096, 8), "constant", "gae_xp fused (torch)", 0.004, 0.030, 20.0, 10))
-    rows.append(bench.Row((4096, 32), "constant", "thread per row (numba-cuda)", failed="row_gae: ImportError"))
-    return rows
+def test_without_a_triton_route_there_are_no_variants_and_its_rows_say_why(on_the_cpu, monkeypatch):
+    bench = on_the_cpu
+    monkeypatch.setitem(sys.modules, "gae_xp.backends.triton", None)  # importing it raises ImportError
+    assert bench.triton_variants() == {}
+    assert not [path for path in bench.paths() if path.variant]
+    inputs = bench.make_inputs((2, 8), "float32")
+    monkeypatch.setattr(bench.DEVICE, "name", "cuda")  # the route itself, not the dry run's stand-in
+    triton = next(path for path in bench.paths() if path.name == bench.TRITON_ROUTE)
+    row = bench.measure((2, 8), "constant", "float32", triton, inputs, None, 1.0)
+    assert row.failed and row.device_ms is None and row.copy_ratio is None  # the row says why; the run goes on
+    assert "not run: " + row.failed in bench.markdown([row])
 
 
-def test_verdicts_say_met_and_missed(bench):
-    verdicts = bench.verdicts(synthetic_rows(bench, fused_ms=0.1, triton_ms=1.0))
-    text = "\n".join(verdicts)
-    assert "256x131072 constant fused: 0.100 ms (target <= 0.2 ms): met" in text
-    assert "256x131072 dones+mask fused: 0.250 ms (target <= 0.23 ms): MISSED" in text
-    assert "slime's published 18.4 ms / fused: 184x (target >= 90x): met" in text
-    assert "16x524288 fused vs Triton per row: 10.00x (target >= 5x): met" in text
-    assert "4096x8 fused full call: 30.0 us wall (target <= 25 us): MISSED" in text
-    slow = "\n".join(bench.verdicts(synthetic_rows(bench, fused_ms=1.0, triton_ms=0.5)))
-    assert "8192x1024 fused vs Triton per row: 0.50x (target > 1x): MISSED" in slow
+def test_each_tuning_variant_is_timed_inside_its_settings(on_the_cpu, fake_triton):
+    bench = on_the_cpu
+    assert bench.triton_variants() == fake_triton.TUNING_VARIANTS
+    variants = [path for path in bench.paths() if path.variant]
+    assert [path.variant for path in variants] == list(fake_triton.TUNING_VARIANTS)
+    assert all(path.cases == ("constant",) and path.name.startswith(bench.TRITON_ROUTE) for path in variants)
+    inputs = bench.make_inputs((3, 16), "float32")
+    expected = bench.reference(inputs, "constant")
+    copy = bench.copy_row((3, 16), "constant", "float32")
+    rows = [bench.measure((3, 16), "constant", "float32", path, inputs, expected, copy.device_ms)
+            for path in variants]
+    assert all(not row.failed and row.error < 1e-6 and row.variant for row in rows), rows
+    # every call of a variant, its warm-ups included, ran inside tuned() with that variant's settings
+    seen = {tuple(sorted(settings.items())) for settings in fake_triton.entered}
+    assert seen == {tuple(sorted(s.items())) for s in fake_triton.TUNING_VARIANTS.values()}
+    assert len(fake_triton.entered) >= sum(2 + row.runs for row in rows)
 
 
-def test_markdown_lists_every_row_and_the_skipped_shapes(bench):
-    rows = synthetic_rows(bench, fused_ms=0.1, triton_ms=1.0)
-    table = bench.markdown(rows, skipped=[(32768, 128)], header="header")
-    body = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+def test_the_fastest_variant_per_shape_is_reported(bench):
+    rows = [bench.Row((8192, 1024), "constant", f"{bench.TRITON_ROUTE} [a]", "float32", 0.040, variant="a",
+                      copy_ratio=1.2),
+            bench.Row((8192, 1024), "constant", f"{bench.TRITON_ROUTE} [b]", "float32", 0.035, variant="b",
+                      copy_ratio=1.05),
+            bench.Row((8192, 1024), "constant", bench.TRITON_ROUTE, "float32", 0.045, copy_ratio=1.3),
+            bench.Row((8192, 1024), "constant", f"{bench.TRITON_ROUTE} [c]", "float32", failed="compile error",
+                      variant="c")]
+    best = bench.best_variants(rows)
+    assert list(best) == [((8192, 1024), "float32")]
+    fastest, default = best[(8192, 1024), "float32"]
+    assert fastest.variant == "b" and default.device_ms == 0.045
+    table = bench.markdown(rows)
+    assert "| 8192x1024 | float32 | b | 35.0 | 1.05 | 45.0 |" in table
+
+
+def test_markdown_lists_every_row_the_first_calls_and_the_skipped_shapes(bench):
+    rows = [bench.Row((4096, 32), "constant", "copy", "float32", 0.002, 0.01, 5.0, 30, 1.0),
+            bench.Row((4096, 32), "constant", bench.TRITON_ROUTE, "bfloat16", 0.0025, 0.03, 20.0, 10, 1.25,
+                      error=1e-3),
+            bench.Row((4096, 32), "terminated", "thread per row (numba-cuda)", failed="row_gae: ImportError")]
+    new_t = [{"path": bench.TRITON_ROUTE, "shape": [1000, 77], "case": "constant", "first_ms": 0.5,
+              "repeat_ms": 0.1}, {"path": bench.NUMBA_ROUTE, "shape": [1000, 77], "case": "constant",
+                                  "failed": "ValueError: no GPU"}]
+    table = bench.markdown(rows, skipped=[(32768, 128)], header="header", new_t=new_t)
+    body = [line for line in table.splitlines() if line.startswith("| 4096x32 ")]
     assert len(body) == len(rows)
+    assert "| 4096x32 | bfloat16 | constant | gae_xp triton (torch) | 2.5 | 1.25 | 30.0 | 20.0 | 1.0e-03 |" in table
     assert "not run: row_gae: ImportError" in table
+    assert "| gae_xp triton (torch) | 1000x77 | constant | 0.50 | 0.10 |" in table
+    assert "| gae_xp numba-cuda (torch) | 1000x77 | constant | not run: ValueError: no GPU | |" in table
     assert "Not run (over the time budget): 32768x128." in table
+
+
+def test_a_dry_run_writes_its_tables_after_every_shape(on_the_cpu, fake_triton, tmp_path, monkeypatch):
+    bench = on_the_cpu
+    written = []
+    real_write = bench.write
+    monkeypatch.setattr(bench, "write", lambda out, info, rows, *rest: (written.append(len(rows)),
+                                                                         real_write(out, info, rows, *rest)))
+    assert bench.main(["--dry-run", "--shapes", "2x8,3x5", "--out", str(tmp_path)]) == 0
+    assert len(written) == 3 and 0 < written[0] < written[1] == written[2]  # after each shape, then at the end
+    result = json.loads((tmp_path / "bench_gpu.json").read_text())
+    assert result["dry_run"] and result["skipped"] == [] and result["environment"]["triton variants"] == sorted(
+        fake_triton.TUNING_VARIANTS)
+    variant_rows = [row for row in result["rows"] if row["variant"]]
+    assert len(variant_rows) == 2 * 2 * len(fake_triton.TUNING_VARIANTS)  # 2 shapes x 2 dtypes, constant case
+    assert "DRY RUN" in (tmp_path / "bench_gpu.md").read_text()
