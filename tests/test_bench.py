@@ -884,9 +884,8 @@ def test_first_call_lines():
                {"library": "torch:cpu", "B": 8, "T": 131072, "case": "dones+mask", "error": "ImportError: no"}]
     first, failed = report.first_call_lines(records)
     assert first == ("numpy, B=8, T=131072, constant, backend='auto': 850 ms, then 2 ms for the second call "
-                     "(numba compiling its kernels or loading them from its cache, once per process); before it, import "
-                     "gae_xp took 50 ms and "
-                     "numpy 100 ms")
+                     "(numba compiling its kernels or loading them from its cache, once per process); before it, "
+                     "import gae_xp took 50 ms and numpy 100 ms")
     assert failed == "torch:cpu, B=8, T=131072, dones+mask, backend='auto': not measured (ImportError: no)"
 
 
