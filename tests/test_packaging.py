@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +126,77 @@ def test_no_file_names_a_tool_users_cannot_install():
         text = path.read_text(encoding="utf-8", errors="replace").lower()
         found += [f"{name}: {tool}" for tool in UNINSTALLABLE if tool in text]
     assert not found, found
+
+
+def _site_packages(python: Path) -> Path:
+    found = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
+def _installed_files(site: Path) -> tuple[set[str], set[str]]:
+    """(the files under site-packages/gae_xp, the files gae_xp's RECORD lists there), relative to site-packages."""
+    (record,) = site.glob("gae_xp-*.dist-info/RECORD")
+    listed = {line.split(",")[0] for line in record.read_text().splitlines() if line.startswith("gae_xp/")}
+    present = {path.relative_to(site).as_posix() for path in (site / "gae_xp").rglob("*") if path.is_file()}
+    return present, listed
+
+
+def test_an_installed_copy_gets_nothing_compiled_inside_it_and_reinstalls_editable(tmp_path):
+    """Issue 44, 1: the bench compiled numba's cache into site-packages/gae_xp/bench/__pycache__; pip uninstall left
+    those files, and the leftover folder then imported as an empty namespace package (``gae_xp.gae`` missing after
+    ``pip install -e .``). Here: a fresh venv, ``pip install .``, the bench and the group kernel run from outside
+    the source with an empty cache directory, nothing in the package but what the install wrote, the compiled code
+    in the cache directory, then ``pip install -e .`` and ``import gae_xp; gae_xp.gae``."""
+    pytest.importorskip("numba")
+    builders = [dist for dist in importlib.metadata.distributions(name="setuptools")
+                if int(dist.version.split(".")[0]) >= 77]
+    if not builders:
+        pytest.skip("building without isolation (no package registry here) needs setuptools>=77 installed")
+    source = tmp_path / "source"  # a copy, so that the build writes nothing into this checkout
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", "_build", ".hypothesis", ".pytest_cache", ".venv*"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    site = _site_packages(python)
+    # The dependencies (and the build's setuptools) come from this environment, as plain folders: the .pth files
+    # there, an editable gae_xp's among them, are not read.
+    import array_api_compat
+    import llvmlite
+    import numba
+    import numpy
+
+    folders = {str(Path(module.__file__).parents[1]) for module in (numpy, array_api_compat, numba, llvmlite)}
+    folders.add(str(builders[0].locate_file("")))
+    (site / "gae_xp_test_dependencies.pth").write_text("\n".join(sorted(folders)) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-build-isolation",
+           "--no-index", "--quiet"]
+    env = {key: value for key, value in os.environ.items() if key not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+    env["GAE_XP_CACHE_DIR"] = str(tmp_path / "cache")
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    done = subprocess.run([*pip, str(source)], **run)
+    assert done.returncode == 0, done.stderr
+    present, listed = _installed_files(site)
+    assert present == listed and any(name.endswith(".pyc") for name in listed)
+    bench = [str(python), "-m", "gae_xp", "bench", "--library", "numpy", "--T", "512", "--chunk-size", "auto",
+             "--repeat", "3", "--no-first-call"]
+    done = subprocess.run(bench, **run)
+    assert done.returncode == 0, done.stderr
+    assert "bare numba loop" in done.stdout, "the bench's small-call part (its bare numba loops) did not run"
+    groups = "import numpy as np, gae_xp; print(gae_xp.group_advantages(np.arange(6.0), np.array([0, 0, 1, 1, 2, 2])))"
+    done = subprocess.run([str(python), "-c", groups], **run)
+    assert done.returncode == 0, done.stderr
+    assert _installed_files(site) == (listed, listed), "something was written inside the installed package"
+    cached = {path.name.rsplit("-", 1)[0] for path in (tmp_path / "cache").iterdir()}
+    assert {"_numba_kernels", "_numba_groups", "small_calls"} <= cached, cached
+    assert any((tmp_path / "cache").rglob("*.nbc")) and any((tmp_path / "cache").rglob("*.nbi"))
+
+    done = subprocess.run([*pip, "--editable", str(source)], **run)
+    assert done.returncode == 0, done.stderr
+    assert not (site / "gae_xp").exists(), sorted(map(str, (site / "gae_xp").rglob("*")))
+    imported = "import gae_xp; gae_xp.gae; print(gae_xp.__file__)"
+    done = subprocess.run([str(python), "-c", imported], **run)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve().is_relative_to(source.resolve()), done.stdout
