@@ -26,6 +26,12 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: Tools that pip and apt cannot install, once named by the project (a drawing tool that redrew
 #: docs/architecture.png). Written in two parts so that this file does not name them itself.
 UNINSTALLABLE = ["farm" "-studio"]
+#: Words of the environment the project was built in, not of the project (issue 44, 5), as regular expressions,
+#: written in parts so that this file does not match them itself; pytest's own use of one of them (a fixture's
+#: scope, its hook's argument) is allowed.
+ENVIRONMENT_WORDS = [r"\bwork" r"place", r"\bdevice" r" tool", r"\ble" r"nt\b", r"\ble" r"ase[sd]?\b",
+                     r"\bsess" r"ions?\b", r"\bthe le" r"ad\b", r"\bengin" r"eers?\b"]
+PYTEST_SESSION = r'scope="sess' r'ion"|\(sess' r'ion\)|sess' r'ion\.config'
 
 
 def _setup_module():
@@ -115,6 +121,20 @@ def _project_files() -> list[Path]:
     skipped = {"build", "dist", "__pycache__", "_build"}
     return [path for path in ROOT.rglob("*")
             if not any(part.startswith(".") or part in skipped for part in path.relative_to(ROOT).parts)]
+
+
+def test_the_project_speaks_of_itself_alone():
+    """No tracked file speaks of the environment the project was built in, only of what a user can use: "a GPU
+    machine without a package registry", "a shared 2-core VM"."""
+    found = []
+    for path in _project_files():
+        if not path.is_file() or path.suffix in (".png", ".ico", ".gz", ".whl"):
+            continue
+        text = re.sub(PYTEST_SESSION, "", path.read_text(encoding="utf-8", errors="replace"))
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for word in ENVIRONMENT_WORDS
+                      if re.search(word, line, re.IGNORECASE)]
+    assert not found, "\n".join(found)
 
 
 def test_no_file_names_a_tool_users_cannot_install():

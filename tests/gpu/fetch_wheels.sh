@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheels tests/gpu/check.sh needs on a bare GPU machine of this workplace (Python 3.12, x86_64, CUDA 13,
+# The wheels tests/gpu/check.sh needs on a bare GPU machine without a package registry (Python 3.12, x86_64, CUDA 13,
 # with torch, Triton, CuPy, numba and numba-cuda already there), downloaded into .whl/ where PyPI is reachable.
 # .whl/ is ignored by git: carry it with the checkout (tests/gpu/README.md).
 set -euo pipefail
