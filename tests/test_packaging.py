@@ -69,7 +69,7 @@ def test_one_version():
 def test_metadata_names_authors_and_homes():
     project = PYPROJECT["project"]
     assert project["authors"] and project["maintainers"] and project["keywords"] and project["classifiers"]
-    assert set(project["urls"]) == {"Repository", "Documentation", "Issues", "Changelog"}
+    assert set(project["urls"]) == {"Homepage", "Repository", "Documentation", "Issues", "Changelog"}
     assert all(url.startswith("https://") for url in project["urls"].values())
 
 
@@ -200,6 +200,11 @@ def test_an_installed_copy_gets_nothing_compiled_inside_it_and_reinstalls_editab
     assert done.returncode == 0, done.stderr
     present, listed = _installed_files(site)
     assert present == listed and any(name.endswith(".pyc") for name in listed)
+    # Issue 44, 7: pip 23's `pip show` printed a blank Home-page (it reads only that field)
+    (metadata,) = site.glob("gae_xp-*.dist-info/METADATA")
+    fields = metadata.read_text().split("\n\n")[0].splitlines()
+    assert f"Home-page: {PYPROJECT['project']['urls']['Homepage']}" in fields
+    assert "License-Expression: MIT" in fields and "License-File: LICENSE" in fields
     bench = [str(python), "-m", "gae_xp", "bench", "--library", "numpy", "--T", "512", "--chunk-size", "auto",
              "--repeat", "3", "--no-first-call"]
     done = subprocess.run(bench, **run)
