@@ -238,6 +238,18 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
         (``mask`` only). A call whose options are a case's, or the same
         without ``truncated``, finds its kernel ready.
 
+    Returns
+    -------
+    None
+        The kernels are compiled into this process (and written to numba's
+        cache, ``gae_xp.backends._numba_cache.cache_dir()``), or loaded from
+        that cache; nothing is returned.
+
+    Raises
+    ------
+    ValueError
+        When ``cases`` names a case not listed above.
+
     Examples
     --------
     >>> import gae_xp
