@@ -36,11 +36,12 @@ import os
 import sys
 import tempfile
 
-import gae_xp
-
-#: The folders whose functions (their subfolders' too) the locator serves: the package's and the backends' (this
-#: file's; in a clone, ``gae_xp/backends`` links to the top-level ``backends/``).
-_SERVED = tuple(os.path.join(os.path.dirname(os.path.realpath(path)), "") for path in (gae_xp.__file__, __file__))
+#: The package this module belongs to (``gae_xp``, imported before its ``backends``), read without an import.
+_PACKAGE_FILE = getattr(sys.modules.get((__package__ or "").rpartition(".")[0]), "__file__", None)
+#: The folders whose functions (their subfolders' too) the locator serves: the backends' (this file's; in a clone,
+#: ``gae_xp/backends`` links to the top-level ``backends/``) and the package's.
+_SERVED = tuple(os.path.join(os.path.dirname(os.path.realpath(path)), "") for path in (__file__, _PACKAGE_FILE)
+                if path)
 
 
 def user_cache_dir() -> str:
