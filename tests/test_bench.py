@@ -254,6 +254,25 @@ def test_a_slow_framework_loop_is_extrapolated_from_a_prefix():
     assert adapters.time_framework(flat, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
 
 
+def test_only_per_step_loops_are_extrapolated_from_a_prefix():
+    """Issue 44, 4: slime's chunked_gae read ~292.9 ms, extrapolated from a prefix, where T=131072 took 84-105 ms."""
+    from gae_xp.bench import adapters
+
+    chunked = next(row for row in adapters.ROWS if row.label.startswith("slime chunked_gae"))
+    assert not chunked.linear_in_T
+    loops = [row for row in adapters.ROWS if row.label.startswith(("verl", "slime vanilla", "AReaL", "CleanRL"))]
+    assert loops and all(row.linear_in_T for row in loops)
+    ran = []
+
+    def timer(call, number):
+        return call() * 1e-3 * number
+
+    row = adapters.Row("C", "C", lambda library, B, T: (lambda: ran.append(T) or T, lambda: None),
+                       linear_in_T=chunked.linear_in_T)
+    assert adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
+    assert ran == [8 * runner.PROBE_STEPS]
+
+
 def test_a_cold_first_call_is_not_extrapolated_to_the_whole_sequence():
     """A probe's first call pays torch's set-up (54 ms against 0.3 ms here): scaled by T/512 it read 4 s for 0.2 s."""
     from gae_xp.bench import adapters
