@@ -244,6 +244,12 @@ FRAGMENTS = {
 }
 
 
+#: Blocks of 15-30 s on a 2-core CPU (4 processes or devices, half a GiB): run with the full matrix (-m slow).
+SLOW_BLOCKS = {("docs/scale.md", "import dask.array as da, gae_xp"), ("docs/scale.md", "import os"),
+               ("docs/scale.md", "# torchrun --nproc-per-node 4 cp.py      (gloo on CPU; the same code runs on NCCL "
+                                 "with CUDA tensors)")}
+
+
 def python_blocks() -> list[tuple[str, str]]:
     """(document, block) for every ```python block of docs/*.md."""
     return [(path.relative_to(ROOT).as_posix(), block) for path in DOCUMENTS if path.name != "README.md"
@@ -263,9 +269,9 @@ def _promised(block: str) -> str:
     return "\n".join(promised)
 
 
-def test_every_fragment_is_still_quoted():
+def test_every_fragment_and_slow_block_is_still_quoted():
     keys = {(document, block.splitlines()[0]) for document, block in python_blocks()}
-    assert not set(FRAGMENTS) - keys, sorted(set(FRAGMENTS) - keys)
+    assert not (set(FRAGMENTS) | SLOW_BLOCKS) - keys, sorted((set(FRAGMENTS) | SLOW_BLOCKS) - keys)
 
 
 def _needs(block: str) -> None:
@@ -284,8 +290,9 @@ def _needs(block: str) -> None:
         pytest.importorskip(module)
 
 
-@pytest.mark.parametrize(("document", "block"), python_blocks(),
-                         ids=[_block_id(d, b) for d, b in python_blocks()])
+@pytest.mark.parametrize(("document", "block"), [
+    pytest.param(d, b, id=_block_id(d, b), marks=[pytest.mark.slow] if (d, b.splitlines()[0]) in SLOW_BLOCKS else [])
+    for d, b in python_blocks()])
 def test_a_docs_example_runs_as_written(document, block, tmp_path):
     _needs(block)
     first = block.splitlines()[0]
