@@ -89,7 +89,15 @@ def test_every_cached_kernel_of_gae_xp_gets_the_locator():
         assert isinstance(kernel._cache._impl.locator, _numba_cache.ContentCacheLocator), kernel
 
 
-def test_numba_cuda_kernels_get_the_locator_too():
+def test_numba_cuda_kernels_get_the_locator_too(clean_environment, tmp_path):
+    """numba-cuda keeps its own caching module: its cache of a gae_xp function goes to the same directory."""
     caching = pytest.importorskip("numba.cuda.core.caching")
+    dispatcher = pytest.importorskip("numba.cuda.dispatcher")
+    clean_environment.setenv("GAE_XP_CACHE_DIR", str(tmp_path / "cache"))
     _numba_cache.install_cuda()
     assert caching.CacheImpl._locator_classes[0] is _numba_cache.ContentCacheLocator
+    from gae_xp.backends import _numba_groups
+
+    cache = dispatcher.CUDACache(_numba_groups.group_moments.py_func)
+    assert isinstance(cache._impl.locator, _numba_cache.ContentCacheLocator)
+    assert cache._cache_path.startswith(str(tmp_path / "cache") + os.sep)
