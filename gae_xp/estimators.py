@@ -241,9 +241,10 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
     Returns
     -------
     None
-        The kernels are compiled into this process (and written to numba's
-        cache, ``gae_xp.backends._numba_cache.cache_dir()``), or loaded from
-        that cache; nothing is returned.
+        The kernels are compiled into this process and written to gae_xp's
+        cache directory (``$NUMBA_CACHE_DIR/gae_xp``, ``$GAE_XP_CACHE_DIR``
+        or the user's cache directory, ``~/.cache/gae_xp`` on Linux), or
+        loaded from it; nothing is returned.
 
     Raises
     ------
