@@ -9,6 +9,7 @@ README.md with every relative target rewritten against the project's homes in py
 * a picture ``![...](PATH)`` -> the raw file on the repository's ``main`` branch;
 * any other file -> its page on the repository (``Repository``/blob/main/PATH).
 
+It also hands setuptools ``Homepage`` as ``url`` (the metadata's ``Home-page``, which older tools read).
 Everything else in pyproject.toml is static; tests/test_packaging.py checks the rewrite.
 """
 
@@ -72,4 +73,7 @@ def long_description(root: pathlib.Path = ROOT) -> str:
 if __name__ == "__main__":
     from setuptools import setup
 
-    setup(long_description=long_description(), long_description_content_type="text/markdown")
+    # url: the metadata's Home-page, which older tools read (pip 23's `pip show`); newer ones take the
+    # Project-URL labelled Homepage
+    setup(long_description=long_description(), long_description_content_type="text/markdown",
+          url=project_urls()["Homepage"])

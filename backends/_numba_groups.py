@@ -5,7 +5,8 @@ Pass 1 counts each group's scores that are not NaN and sums them (``m0 = sum / n
 ``d = x - m0`` and ``d^2`` per group, and ``mean = m0 + sum(d) / n``, ``M2 = max(sum(d^2) - sum(d)^2 / n, 0)``:
 the corrected two-pass sum of ``gae_xp._segments``, whose formulas and exactness argument hold here term for term.
 An index outside [0, n_groups) (never made by gae_xp's own dense index) is skipped: no read or write outside the
-arrays, whatever the input.
+arrays, whatever the input. Its numba cache is found by this file's contents, in gae_xp's cache directory
+(``gae_xp.backends._numba_cache``), never beside the installed package.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ import math
 
 import numpy as np
 from numba import njit
+
+from ._numba_cache import install as _install_cache_locator
+
+_install_cache_locator()  # before the kernel below is made: numba picks its cache's locator then
 
 
 @njit(cache=True, nogil=True)

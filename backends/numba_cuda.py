@@ -694,6 +694,9 @@ def _jit(spec):
 
     if simulated():
         return cuda.jit(spec.signature)(spec.function)
+    from ._numba_cache import install_cuda
+
+    install_cuda()  # the kernels' cache goes to gae_xp's cache directory, never beside the installed package
     bounds = {} if spec.launch_bounds is None else {"launch_bounds": spec.launch_bounds}
     return cuda.jit(spec.signature, cache=True, extensions=_EXTENSIONS, **bounds)(spec.function)
 

@@ -12,6 +12,7 @@ everything it imports, so the arrows point right, except where two boxes import 
 
 from __future__ import annotations
 
+import argparse
 import ast
 import collections
 import pathlib
@@ -167,7 +168,11 @@ def draw(out: pathlib.Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    out = pathlib.Path(argv[0]) if argv else ROOT / "docs" / "architecture.png"
+    parser = argparse.ArgumentParser(prog="python docs/architecture_figure.py",
+                                     description="Draw the package's modules and their imports (matplotlib only).")
+    parser.add_argument("out", nargs="?", type=pathlib.Path, default=ROOT / "docs" / "architecture.png",
+                        help="the picture to write (default: docs/architecture.png)")
+    out = parser.parse_args(argv).out
     draw(out)
     print(f"wrote {out}")
     return 0

@@ -20,6 +20,7 @@ a GPU; numba's own marshalling of the arguments and the driver call do not.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import math
@@ -425,16 +426,29 @@ def check(names=("traffic", "arguments")) -> list[str]:
     return [name for name in names if fill(text, name, TABLES[name]()) != text]
 
 
-if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    write = "--write" in arguments
-    names = [name for name in arguments if name != "--write"] or ["traffic", "arguments"]
+def main(argv: list[str] | None = None) -> int:
+    """Print the tables named in ``argv`` (default: traffic and arguments), or write them into docs/gpu.md."""
+    summary, _, usage = __doc__.partition("\n\n")
+    parser = argparse.ArgumentParser(prog="python docs/gpu_tables.py", description=summary,
+                                     epilog=usage, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tables", nargs="*", metavar="TABLE", default=["traffic", "arguments"],
+                        help=f"one or more of {', '.join(TABLES)} (default: traffic arguments)")
+    parser.add_argument("--write", action="store_true", help="write the tables into docs/gpu.md between its markers")
+    options = parser.parse_args(argv)
+    unknown = [name for name in options.tables if name not in TABLES]
+    if unknown:
+        parser.error(f"unknown table {', '.join(unknown)}: choose from {', '.join(TABLES)}")
     text = PAGE.read_text()
-    for name in names:
+    for name in options.tables:
         table = TABLES[name]()
-        if write:
+        if options.write:
             text = fill(text, name, table)
         else:
             print(table, end="\n\n")
-    if write:
+    if options.write:
         PAGE.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import matplotlib
@@ -119,4 +120,7 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale.png"))
+    parser = argparse.ArgumentParser(prog="python docs/scale_figure.py", description=__doc__.partition("\n")[0])
+    parser.add_argument("out", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "scale.png"),
+                        help="the picture to write (default: docs/scale.png)")
+    main(parser.parse_args().out)

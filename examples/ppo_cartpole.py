@@ -1,7 +1,8 @@
 """PPO on gymnasium's CartPole-v1, in one file, with its advantages computed by ``gae_xp.gae`` on torch tensors.
 
     pip install ".[examples]"                   # gymnasium, torch, matplotlib
-    python examples/ppo_cartpole.py             # trains until the last 100 episodes average >= 475, draws the curve
+    python examples/ppo_cartpole.py             # trains until the last 100 episodes average >= 475, prints the times
+    python examples/ppo_cartpole.py --plot curve.png   # the same, and draws the learning curve into curve.png
     python examples/ppo_cartpole.py --smoke     # a few updates: finite losses, gae_xp equals the loop (CI)
 
 The PPO is CleanRL's ``ppo.py`` (the same network, losses and hyperparameters), with what CleanRL's version
@@ -21,8 +22,12 @@ So the advantages are one call::
 
 and after every rollout the script also runs CleanRL's loop (its recurrence, with the terminated/truncated
 split) on the same tensors, timing both. The run stops when the mean return of the last 100 episodes reaches
-475 (CartPole-v1's reward threshold), or at ``--total-timesteps``; it then prints the times and draws the
-learning curve (``--plot``). One torch thread; ``--seed`` seeds torch, numpy and the envs.
+475 (CartPole-v1's reward threshold), or at ``--total-timesteps``; it then prints the times, and with
+``--plot PATH`` draws the learning curve. One torch thread, torch's deterministic algorithms; ``--seed`` seeds
+torch, numpy and the envs. A run is repeatable on one machine (the same CPU and the same torch, numpy and
+gymnasium): the same seed gives the same episodes, steps and returns. Another CPU may not: torch's float kernels
+take other paths there (vector width, fused multiply-adds), their last bits differ, and training, which amplifies
+them, follows another course to the threshold.
 """
 
 from __future__ import annotations
@@ -176,6 +181,7 @@ def update(agent, optimizer, data, advantages, returns, args):
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     envs = gym.make_vec("CartPole-v1", num_envs=args.num_envs, vectorization_mode="vector_entry_point")

@@ -231,6 +231,9 @@ def require_array(name: str, value) -> None:
     if isinstance(value, np.ma.MaskedArray):
         raise TypeError(f"{name} is a numpy.ma.MaskedArray, whose mask gae_xp does not read: pass "
                         f"{name}.filled(...) or its .data, and give the real steps as mask=~{name}.mask")
+    if isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, ...), got a {type(value).__name__}: "
+                        f"pass np.asarray({name}) (or your library's asarray)")
     if not is_array(value):
         raise TypeError(f"{name} must be an array (NumPy, PyTorch, CuPy, JAX, ...), got {type(value).__name__}")
 

@@ -239,6 +239,19 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
         (``mask`` only). A call whose options are a case's, or the same
         without ``truncated``, finds its kernel ready.
 
+    Returns
+    -------
+    None
+        The kernels are compiled into this process and written to gae_xp's
+        cache directory (``$NUMBA_CACHE_DIR/gae_xp``, ``$GAE_XP_CACHE_DIR``
+        or the user's cache directory, ``~/.cache/gae_xp`` on Linux), or
+        loaded from it; nothing is returned.
+
+    Raises
+    ------
+    ValueError
+        When ``cases`` names a case not listed above.
+
     Examples
     --------
     >>> import gae_xp

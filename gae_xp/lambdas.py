@@ -38,7 +38,7 @@ __all__ = ["length_adaptive_lambda", "relative_position_lambda"]
 
 def length_adaptive_lambda(alpha: float, *, lengths: Array | None = None, mask: Array | None = None,
                            cu_seqlens: Array | None = None, per_token: bool = False, axis: int = -1,
-                           dtype=None) -> Array:
+                           dtype: Any = None) -> Array:
     r"""VAPO's length-adaptive GAE lambda for every trajectory: ``lambda = max(0, 1 - 1 / (alpha l))``.
 
     A trajectory of ``l`` steps gets ``1 - 1 / (alpha l)``; where that is
@@ -107,7 +107,7 @@ def length_adaptive_lambda(alpha: float, *, lengths: Array | None = None, mask: 
 
 def relative_position_lambda(q: float, *, lengths: Array | None = None, mask: Array | None = None,
                              cu_seqlens: Array | None = None, per_token: bool = False, axis: int = -1,
-                             dtype=None) -> Array:
+                             dtype: Any = None) -> Array:
     r"""AReaL's relative-position GAE lambda for every trajectory: ``lambda = q ** (1 / (l - 1))`` for ``l >= 2``.
 
     With gamma = 1, a reward at the last of ``l`` steps reaches step ``k``

@@ -89,7 +89,7 @@ def _fewer_examples_on_jax_in_the_quick_run(request):
             setattr(test, attribute, kept)
 
 # The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it
-# is first imported, which torch may do before that test runs, so it is set for the whole session.
+# is first imported, which torch may do before that test runs, so it is set for the whole test run.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REQUIRED = {name.strip() for name in os.environ.get("GAE_XP_REQUIRE", "").split(",") if name.strip()}

@@ -254,6 +254,25 @@ def test_a_slow_framework_loop_is_extrapolated_from_a_prefix():
     assert adapters.time_framework(flat, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
 
 
+def test_only_per_step_loops_are_extrapolated_from_a_prefix():
+    """Issue 44, 4: slime's chunked_gae read ~292.9 ms, extrapolated from a prefix, where T=131072 took 84-105 ms."""
+    from gae_xp.bench import adapters
+
+    chunked = next(row for row in adapters.ROWS if row.label.startswith("slime chunked_gae"))
+    assert not chunked.linear_in_T
+    loops = [row for row in adapters.ROWS if row.label.startswith(("verl", "slime vanilla", "AReaL", "CleanRL"))]
+    assert loops and all(row.linear_in_T for row in loops)
+    ran = []
+
+    def timer(call, number):
+        return call() * 1e-3 * number
+
+    row = adapters.Row("C", "C", lambda library, B, T: (lambda: ran.append(T) or T, lambda: None),
+                       linear_in_T=chunked.linear_in_T)
+    assert adapters.time_framework(row, None, 2, 8 * runner.PROBE_STEPS, timer, budget_s=1e-9)[1] is None
+    assert ran == [8 * runner.PROBE_STEPS]
+
+
 def test_a_cold_first_call_is_not_extrapolated_to_the_whole_sequence():
     """A probe's first call pays torch's set-up (54 ms against 0.3 ms here): scaled by T/512 it read 4 s for 0.2 s."""
     from gae_xp.bench import adapters
@@ -715,7 +734,8 @@ def test_an_extra_that_is_not_installed_is_named_with_what_it_gave_here():
                             measurement("gae_xp[numba]", effective=None, median=2e-3).as_dict()]}
     (line,) = report.extra_hints(["numba"], ["numpy", "jax:cpu"], recorded)
     assert line.startswith("numba is not installed: pip install 'gae_xp[numba]'")
-    assert "measured by this project with `gae-xp bench --paths gae_xp[xp],gae_xp[numba]` on CPU X, 2 cores: " in line
+    assert ("measured by this project on another machine, not this one (CPU X, 2 cores), with "
+            "`gae-xp bench --paths gae_xp[xp],gae_xp[numba]`: ") in line
     assert "2 ms ±0% against the generic path's 6 ms ±0% (3x faster)" in line
     assert report.extra_hints(["numba"], ["jax:cpu"], recorded) == []
     (gpu,) = report.extra_hints(["numba-cuda"], ["cupy"], {"results": []})
@@ -730,7 +750,8 @@ def test_a_recorded_gain_within_the_spread_is_no_speed_up():
                 "results": [measurement("gae_xp[xp]", median=11.3e-3, spread=0.55 * 11.3e-3).as_dict(),
                             measurement("gae_xp[numba]", effective=None, median=10.6e-3, spread=1.7e-3).as_dict()]}
     (line,) = report.extra_hints(["numba"], ["numpy"], recorded)
-    assert "on CPU X, 2 cores (load average 13 during the run: a busy machine's figures): " in line
+    assert "another machine, not this one (CPU X, 2 cores, load average 13 during the run: a busy machine's figures)" \
+        in line
     assert line.endswith("10.6 ms ±16% against the generic path's 11.3 ms ±55% (too noisy to tell: spreads ±16% and "
                          "±55%; busy machine, load average 13 on 2 usable cores)")
     assert "faster" not in line
@@ -878,13 +899,34 @@ def test_the_plot_keeps_its_title_inside_and_its_legend_off_the_data(libraries_,
 
 def test_first_call_lines():
     records = [{"library": "numpy", "B": 8, "T": 131072, "case": "constant", "import_gae_xp_s": 0.05,
-                "import_library_s": 0.1, "first_s": 0.85, "second_s": 2e-3},
+                "import_library_s": 0.1, "first_s": 0.85, "second_s": 2e-3, "numba": True},
                {"library": "torch:cpu", "B": 8, "T": 131072, "case": "dones+mask", "error": "ImportError: no"}]
     first, failed = report.first_call_lines(records)
     assert first == ("numpy, B=8, T=131072, constant, backend='auto': 850 ms, then 2 ms for the second call "
-                     "(compilation or a cache load, once per process); before it, import gae_xp took 50 ms and "
-                     "numpy 100 ms")
+                     "(numba compiling its kernels or loading them from its cache, once per process); before it, "
+                     "import gae_xp took 50 ms and numpy 100 ms")
     assert failed == "torch:cpu, B=8, T=131072, dones+mask, backend='auto': not measured (ImportError: no)"
+
+
+def test_a_first_call_without_numba_claims_no_compilation():
+    """Issue 44, 2: without numba, the first-call line said "(compilation or a cache load, ...)"."""
+    record = {"library": "numpy", "B": 8, "T": 4096, "case": "constant", "import_gae_xp_s": 0.05,
+              "import_library_s": 0.1, "first_s": 0.02, "second_s": 2e-3}
+    (without,) = report.first_call_lines([{**record, "numba": False}])
+    assert "(one-time set-up, nothing compiled by gae_xp, once per process)" in without
+    assert "compil" not in without.replace("nothing compiled", "")
+    (jax,) = report.first_call_lines([{**record, "library": "jax:cpu", "numba": False}])
+    assert "(JAX tracing and compiling, once per process)" in jax
+
+
+def test_a_recorded_quiet_machine_is_called_quiet():
+    recorded = {"command": "gae-xp bench", "machine": {"cpu": "CPU Y", "cpus": 2, "usable_cpus": 2,
+                                                       "load_average_highest": 0.4},
+                "results": [measurement("gae_xp[xp]", median=6e-3).as_dict(),
+                            measurement("gae_xp[numba]", effective=None, median=2e-3).as_dict()]}
+    (line,) = report.extra_hints(["numba"], ["numpy"], recorded)
+    assert "another machine, not this one (CPU Y, 2 cores, load average 0.4 during the run: a quiet machine's " \
+           "figures)" in line
 
 
 # ---------------------------------------------------------------------------------------------------- the harness

@@ -55,6 +55,23 @@ def test_public_functions_are_documented(name):
         assert not missing, f"{name}.{function_name} lacks the numpydoc sections {missing}"
 
 
+@pytest.mark.parametrize("package", ["gae_xp", "gae_xp.distributed", "gae_xp.testing"])
+def test_every_exported_function_is_annotated(package):
+    """Issue 44, 7: length_adaptive_lambda, relative_position_lambda and the distributed gae lacked annotations."""
+    module = importlib.import_module(package)
+    functions = [getattr(module, name) for name in module.__all__ if inspect.isfunction(getattr(module, name))]
+    unannotated = [f"{function.__module__}.{function.__name__}({name})" for function in functions
+                   for name in inspect.signature(function).parameters
+                   if name not in inspect.get_annotations(function)]
+    assert functions and not unannotated, unannotated
+
+
+def test_warm_up_documents_what_it_returns():
+    doc = inspect.getdoc(importlib.import_module("gae_xp").warm_up)
+    for section in ("Parameters", "Returns", "Examples"):
+        assert re.search(rf"^{section}\n-+$", doc, re.MULTILINE), section
+
+
 @pytest.mark.parametrize("package", ["gae_xp", "gae_xp.distributed"])
 def test_every_exported_function_has_its_examples_run(package):
     """A function exported by ``__all__`` (and so on the docs site's API pages) lives in a module listed above:

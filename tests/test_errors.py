@@ -128,6 +128,19 @@ def test_a_likely_mistake_is_named_with_its_fix(call, message):
         call()
 
 
+@pytest.mark.parametrize("call, name", [
+    (lambda: gae_xp.gae([1.0, 2.0], np.zeros(2)), "rewards"),
+    (lambda: gae_xp.gae(np.zeros(2), (0.0, 0.0)), "values"),
+    (lambda: gae_xp.gae(np.zeros(2), np.zeros(2), mask=[True, False]), "mask"),
+    (lambda: gae_xp.whiten([1.0, 2.0]), "x"),
+])
+def test_a_list_for_an_array_is_told_to_use_asarray(call, name):
+    """Issue 44, 7: a list passed as rewards could be told to use np.asarray."""
+    told = rf"^{name} must be an array .*, got a (list|tuple): pass np\.asarray\({name}\)"
+    with pytest.raises(TypeError, match=told):
+        call()
+
+
 @pytest.mark.parametrize("call, plain", [
     (_gae(values=np.zeros((3, 10))), "values must have the shape of rewards"),  # a batch axis differs: no guess
     (_gae(values=np.zeros((2, 12))), "values must have the shape of rewards"),  # two steps longer

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +26,12 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 #: Tools that pip and apt cannot install, once named by the project (a drawing tool that redrew
 #: docs/architecture.png). Written in two parts so that this file does not name them itself.
 UNINSTALLABLE = ["farm" "-studio"]
+#: Words of the environment the project was built in, not of the project (issue 44, 5), as regular expressions,
+#: written in parts so that this file does not match them itself; pytest's own use of one of them (a fixture's
+#: scope, its hook's argument) is allowed.
+ENVIRONMENT_WORDS = [r"\bwork" r"place", r"\bdevice" r" tool", r"\ble" r"nt\b", r"\ble" r"ase[sd]?\b",
+                     r"\bsess" r"ions?\b", r"\bthe le" r"ad\b", r"\bengin" r"eers?\b"]
+PYTEST_SESSION = r'scope="sess' r'ion"|\(sess' r'ion\)|sess' r'ion\.config'
 
 
 def _setup_module():
@@ -60,7 +69,7 @@ def test_one_version():
 def test_metadata_names_authors_and_homes():
     project = PYPROJECT["project"]
     assert project["authors"] and project["maintainers"] and project["keywords"] and project["classifiers"]
-    assert set(project["urls"]) == {"Repository", "Documentation", "Issues", "Changelog"}
+    assert set(project["urls"]) == {"Homepage", "Repository", "Documentation", "Issues", "Changelog"}
     assert all(url.startswith("https://") for url in project["urls"].values())
 
 
@@ -114,6 +123,20 @@ def _project_files() -> list[Path]:
             if not any(part.startswith(".") or part in skipped for part in path.relative_to(ROOT).parts)]
 
 
+def test_the_project_speaks_of_itself_alone():
+    """No tracked file speaks of the environment the project was built in, only of what a user can use: "a GPU
+    machine without a package registry", "a shared 2-core VM"."""
+    found = []
+    for path in _project_files():
+        if not path.is_file() or path.suffix in (".png", ".ico", ".gz", ".whl"):
+            continue
+        text = re.sub(PYTEST_SESSION, "", path.read_text(encoding="utf-8", errors="replace"))
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for word in ENVIRONMENT_WORDS
+                      if re.search(word, line, re.IGNORECASE)]
+    assert not found, "\n".join(found)
+
+
 def test_no_file_names_a_tool_users_cannot_install():
     found = []
     for path in _project_files():
@@ -134,3 +157,83 @@ def test_the_wheel_ships_the_package_and_not_the_developer_tools():
                for path in (ROOT / "gae_xp").rglob("__init__.py") if "backends" not in path.parts}
     assert folders | {"gae_xp.backends"} == set(packages)
     assert (ROOT / "tools" / "__init__.py").is_file() and not (ROOT / "gae_xp" / "bench" / "traffic.py").exists()
+
+
+def _site_packages(python: Path) -> Path:
+    found = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
+def _installed_files(site: Path) -> tuple[set[str], set[str]]:
+    """(the files under site-packages/gae_xp, the files gae_xp's RECORD lists there), relative to site-packages."""
+    (record,) = site.glob("gae_xp-*.dist-info/RECORD")
+    listed = {line.split(",")[0] for line in record.read_text().splitlines() if line.startswith("gae_xp/")}
+    present = {path.relative_to(site).as_posix() for path in (site / "gae_xp").rglob("*") if path.is_file()}
+    return present, listed
+
+
+def test_an_installed_copy_gets_nothing_compiled_inside_it_and_reinstalls_editable(tmp_path):
+    """Issue 44, 1: the bench compiled numba's cache into site-packages/gae_xp/bench/__pycache__; pip uninstall left
+    those files, and the leftover folder then imported as an empty namespace package (``gae_xp.gae`` missing after
+    ``pip install -e .``). Here: a fresh venv, ``pip install .``, the bench and the group kernel run from outside
+    the source with an empty cache directory, nothing in the package but what the install wrote, the compiled code
+    in the cache directory, then ``pip install -e .`` and ``import gae_xp; gae_xp.gae``."""
+    pytest.importorskip("numba")
+    # setuptools>=77 here: the build uses it, offline; else pip's isolated build fetches it from the registry
+    builders = [dist for dist in importlib.metadata.distributions(name="setuptools")
+                if int(dist.version.split(".")[0]) >= 77]
+    source = tmp_path / "source"  # a copy, so that the build writes nothing into this checkout
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", "_build", ".hypothesis", ".pytest_cache", ".venv*"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    site = _site_packages(python)
+    # The dependencies (and the build's setuptools) come from this environment, as plain folders: the .pth files
+    # there, an editable gae_xp's among them, are not read.
+    import array_api_compat
+    import llvmlite
+    import numba
+    import numpy
+
+    folders = {str(Path(module.__file__).parents[1]) for module in (numpy, array_api_compat, numba, llvmlite)}
+    folders |= {str(builder.locate_file("")) for builder in builders[:1]}
+    (site / "gae_xp_test_dependencies.pth").write_text("\n".join(sorted(folders)) + "\n")
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--quiet",
+           *(["--no-build-isolation", "--no-index"] if builders else [])]
+    env = {key: value for key, value in os.environ.items() if key not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+    env["GAE_XP_CACHE_DIR"] = str(tmp_path / "cache")
+    run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+    done = subprocess.run([*pip, str(source)], **run)
+    if done.returncode != 0 and not builders and "setuptools" in done.stderr:
+        pytest.skip(f"setuptools>=77 is neither installed nor reachable: {done.stderr.strip().splitlines()[-1]}")
+    assert done.returncode == 0, done.stderr
+    present, listed = _installed_files(site)
+    assert present == listed and any(name.endswith(".pyc") for name in listed)
+    # Issue 44, 7: pip 23's `pip show` printed a blank Home-page (it reads only that field)
+    (metadata,) = site.glob("gae_xp-*.dist-info/METADATA")
+    fields = metadata.read_text().split("\n\n")[0].splitlines()
+    assert f"Home-page: {PYPROJECT['project']['urls']['Homepage']}" in fields
+    assert "License-Expression: MIT" in fields and "License-File: LICENSE" in fields
+    bench = [str(python), "-m", "gae_xp", "bench", "--library", "numpy", "--T", "512", "--chunk-size", "auto",
+             "--repeat", "3", "--no-first-call"]
+    done = subprocess.run(bench, **run)
+    assert done.returncode == 0, done.stderr
+    assert "bare numba loop" in done.stdout, "the bench's small-call part (its bare numba loops) did not run"
+    groups = "import numpy as np, gae_xp; print(gae_xp.group_advantages(np.arange(6.0), np.array([0, 0, 1, 1, 2, 2])))"
+    done = subprocess.run([str(python), "-c", groups], **run)
+    assert done.returncode == 0, done.stderr
+    assert _installed_files(site) == (listed, listed), "something was written inside the installed package"
+    cached = {path.name.rsplit("-", 1)[0] for path in (tmp_path / "cache").iterdir()}
+    assert {"_numba_kernels", "_numba_groups", "small_calls"} <= cached, cached
+    assert any((tmp_path / "cache").rglob("*.nbc")) and any((tmp_path / "cache").rglob("*.nbi"))
+
+    done = subprocess.run([*pip, "--editable", str(source)], **run)
+    assert done.returncode == 0, done.stderr
+    assert not (site / "gae_xp").exists(), sorted(map(str, (site / "gae_xp").rglob("*")))
+    imported = "import gae_xp; gae_xp.gae; print(gae_xp.__file__)"
+    done = subprocess.run([str(python), "-c", imported], **run)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve().is_relative_to(source.resolve()), done.stdout

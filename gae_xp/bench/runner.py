@@ -484,7 +484,7 @@ first = time.perf_counter()
 call()
 second = time.perf_counter()
 print(json.dumps({"import_gae_xp_s": imported - start, "import_library_s": loaded - imported,
-                  "first_s": first - ready, "second_s": second - first}))
+                  "first_s": first - ready, "second_s": second - first, "numba": "numba" in sys.modules}))
 """
 
 
@@ -493,7 +493,8 @@ def first_call(library: str, workload: Workload, threads: int | None = None) -> 
 
     What a user meets once per process: numba compiling its kernels or
     loading them from its on-disk cache, JAX tracing and compiling. Returns
-    ``{"import_gae_xp_s", "import_library_s", "first_s", "second_s"}``, or
+    ``{"import_gae_xp_s", "import_library_s", "first_s", "second_s", "numba"}`` (``numba``: whether the call
+    imported numba, so compiled or loaded a kernel), or
     ``{"error": ...}`` when the subprocess failed. The subprocess imports the
     gae_xp this process imported.
     """

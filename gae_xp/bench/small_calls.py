@@ -154,9 +154,14 @@ RATIO_CASES = ("constant", "dones+mask")
 
 
 def _bare_loops():
-    """The bare numba loops a user would write for the two cases (compiled on first use)."""
+    """The bare numba loops a user would write for the two cases (compiled on first use, cached in gae_xp's cache
+    directory: ``gae_xp.backends._numba_cache``)."""
     import numba
     import numpy as np
+
+    from gae_xp.backends._numba_cache import install
+
+    install()
 
     @numba.njit(cache=True)
     def constant(rewards, values, gamma, lam):

@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import weakref
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -252,7 +253,7 @@ class TorchExchange:
         return out.reshape(self.world, flat.shape[0])
 
 
-def all_gather_flat(out, flat, group=None) -> None:
+def all_gather_flat(out: Any, flat: Any, group: Any = None) -> None:
     """Every rank's 1-d tensor ``flat``, concatenated in rank order into ``out`` (one collective).
 
     ``torch.distributed.all_gather_single`` where this torch has it (2.13 on,

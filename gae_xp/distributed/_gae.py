@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,8 +22,8 @@ __all__ = ["gae"]
 GAE_OPTIONS = frozenset(inspect.signature(estimators.gae).parameters) - {"rewards", "values", "cu_seqlens"}
 
 
-def gae(rewards: Array, values: Array, *, context: Context | None = None, group=None, layout=None, cu_seqlens=None,
-        **options) -> tuple[Array, Array]:
+def gae(rewards: Array, values: Array, *, context: Context | None = None, group: Any = None, layout: str | None = None,
+        cu_seqlens: Array | Sequence[int] | None = None, **options: Any) -> tuple[Array, Array]:
     r"""GAE of this rank's shard of the time axis: ``(advantages, returns)`` of the shard, equal to ``gae_xp.gae``
     on the whole sequence.
 

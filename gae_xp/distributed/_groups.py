@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import _segments
@@ -19,7 +21,7 @@ TABLE = ("id", "count", "mean", "m2")
 
 
 def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | None = "mean",
-                     scale: str | None = "group", eps: float = 1e-6, unbiased: bool = True, group=None) -> Array:
+                     scale: str | None = "group", eps: float = 1e-6, unbiased: bool = True, group: Any = None) -> Array:
     r"""``gae_xp.group_advantages`` over the scores of every rank of ``group``: this rank's advantages, equal to
     the single-process function on all ranks' scores concatenated in rank order.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ __all__ = ["whiten"]
 ROW = ("protocol", "status", "world", "dtype", "count", "mean", "m2", "reserved")
 
 
-def whiten(x: Array, mask: Array | None = None, *, group=None, unbiased: bool = True, eps: float = 1e-8,
+def whiten(x: Array, mask: Array | None = None, *, group: Any = None, unbiased: bool = True, eps: float = 1e-8,
            shift_mean: bool = True, masked_fill: float | None = 0.0) -> Array:
     r"""``gae_xp.whiten`` over the entries of every rank of ``group``: this rank's ``x`` normalised with the
     mean and variance of all ranks' real entries together.

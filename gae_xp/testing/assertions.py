@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from gae_xp._compat import array_namespace, device_of, is_extension_float
@@ -12,7 +14,7 @@ from .libraries import to_numpy
 _TOLERANCES = {2.0**-52: 1e-10, 2.0**-23: 2e-5, 2.0**-10: 3e-3, 2.0**-7: 2e-2}
 
 
-def tolerance(xp, dtype) -> float:
+def tolerance(xp: Any, dtype: Any) -> float:
     """The absolute tolerance, per unit of the largest ``|value|``, of a result in ``dtype`` against the float64 loop.
 
     Parameters
@@ -41,7 +43,7 @@ def tolerance(xp, dtype) -> float:
     return _TOLERANCES[float(xp.finfo(dtype).eps)]
 
 
-def xp_assert_close(actual, desired, *, like, dtype=None, scale: float | None = None) -> None:
+def xp_assert_close(actual: Any, desired: Any, *, like: Any, dtype: Any = None, scale: float | None = None) -> None:
     """Assert that ``actual`` is an array of ``like``'s namespace, on its device, close to ``desired``.
 
     Checked, in order: the namespace (``array_namespace``), the dtype

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
-def make_case(rng: np.random.Generator, shape, *, axis: int = -1, dones: float = 0.0, holes: float = 0.0,
-              padding: int = 0, per_step_gamma: bool = False, per_row_lam: bool = False, bootstrap: bool = False,
-              next_values: bool = False, gamma: float = 0.99, lam: float = 0.95, critic_lam: float | None = None,
-              per_step_critic_lam: bool = False, dtype=np.float64) -> dict:
+def make_case(rng: np.random.Generator, shape: tuple[int, ...], *, axis: int = -1, dones: float = 0.0,
+              holes: float = 0.0, padding: int = 0, per_step_gamma: bool = False, per_row_lam: bool = False,
+              bootstrap: bool = False, next_values: bool = False, gamma: float = 0.99, lam: float = 0.95,
+              critic_lam: float | None = None, per_step_critic_lam: bool = False, dtype: Any = np.float64) -> dict:
     """``gae()`` keyword arguments as NumPy arrays, time on ``axis``.
 
     Parameters

@@ -103,7 +103,7 @@ def target_unavailable(target: str) -> str | None:
     return backends.load(backend).unavailable_reason(library.xp, [sample], forced=True)
 
 
-def to_numpy(array) -> np.ndarray:
+def to_numpy(array: Any) -> np.ndarray:
     """Any library's array as a NumPy array in host memory (bfloat16 widened to float32, which NumPy lacks)."""
     from gae_xp._compat import is_cupy_array, is_jax_array, is_torch_array
 
