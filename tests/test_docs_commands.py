@@ -113,8 +113,12 @@ COMMANDS: dict[str, Run] = {
     "python -m gae_xp.bench.small_calls --first-call": its_help("python -m gae_xp.bench.small_calls", BENCHMARK),
     "python -m gae_xp.bench.small_calls --ratio": its_help("python -m gae_xp.bench.small_calls", BENCHMARK),
     "python -m gae_xp.bench.turns": its_help("python -m gae_xp.bench.turns", BENCHMARK),
-    "python -m gae_xp.bench.traffic": not_run("the traffic tools leave the package (issue 44, 6); "
-                                              "tests/test_traffic.py runs their model"),
+    "python -m gae_xp.bench.scale": its_help("python -m gae_xp.bench.scale", BENCHMARK),
+    "python -m tools.traffic": its_help("python -m tools.traffic", "tests/test_traffic.py runs the model and "
+                                        "checks the pages it writes (it needs the CUDA toolkit wheels)"),
+    "python tests/gpu/report_check.py docs $OUT --write docs/gpu.md":
+        its_help("python tests/gpu/report_check.py", "reads a GPU check's outputs ($OUT): tests/test_gpu_check.py "
+                 "runs it on a dry run's"),
     "python tests/conformance/float32_accuracy.py": its_help("python tests/conformance/float32_accuracy.py",
                                                              BENCHMARK),
     "NUMBA_NUM_THREADS=1 python docs/kernel_ab.py 71b2c04 --rows R --length T --rounds N":
