@@ -30,6 +30,8 @@ from gae_xp._compat import (
 )
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
 
+from . import _fallback
+
 # The two traceable routes are imported with the registry: neither imports a framework.
 from . import jax as _lax_scan
 from . import xp as _generic
@@ -91,8 +93,8 @@ def load(name: str) -> Backend:
 
 
 def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
-    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first
-    that can.
+    """The backend to run: the named one (ValueError if it cannot serve these arrays, ``RouteUnavailableError`` if
+    its compiler failed) or, for "auto", the first that can and whose compiler has not failed in this process.
 
     ``segments``: the problem has segments or an incoming carry (packed
     sequences, a rank's shard, a Dask block), which not every backend takes.
@@ -100,8 +102,7 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
     if not isinstance(name, str) or name not in REGISTRY and name != "auto":
         raise ValueError(f"backend must be one of {', '.join(map(repr, names()))}, got {name!r}")
     if name != "auto":
-        backend = load(name)
-        reason = backend.unavailable_reason(xp, arrays, forced=True)
+        backend, reason = _asked(name, xp, arrays, forced=True)
         if reason is None and segments and not backend.segments:
             reason = ("it does not take packed sequences or pieces (cu_seqlens, shards, blocks): "
                       f"{', '.join(repr(n) for n in _with_segments())} do")
@@ -115,10 +116,76 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
     kind = (_kind(xp, arrays), segments)
     chosen = _CHOSEN.get(kind)
     if chosen is None:
-        chosen = _CHOSEN[kind] = next(backend for backend in map(load, REGISTRY)
-                                      if backend.unavailable_reason(xp, arrays) is None
-                                      and (backend.segments or not segments))
+        failed = []
+        for candidate in REGISTRY:
+            if _fallback.broken(candidate) is not None:
+                continue
+            try:
+                backend, reason = _asked(candidate, xp, arrays, forced=False)
+            except _fallback.RouteUnavailableError:
+                failed.append(candidate)
+                continue
+            if reason is None and (backend.segments or not segments):
+                chosen = _CHOSEN[kind] = backend
+                break
+        for candidate in failed:
+            _fallback.warn_once(candidate, _fallback.broken(candidate), chosen.name)
     return chosen
+
+
+def run(call: PreparedCall | PreparedScan, work: Callable[[Backend], Any], *, segments: bool = False):
+    """``(work(backend), backend)`` on the backend that ``solver(call)`` picks; when that backend's compiler fails
+    (``_fallback.is_compiler_failure``), "auto" runs ``work`` again on the next route, with one warning per cause,
+    and a named backend raises ``RouteUnavailableError`` from the failure. A caller's error propagates."""
+    while True:
+        backend = solver(call, segments=segments)
+        try:
+            return work(backend), backend
+        except Exception as error:
+            if backend is _generic.BACKEND or not _fallback.is_compiler_failure(error):
+                raise
+            cause = fail(backend.name, error)
+            if call.backend != "auto":
+                raise _fallback.refuse(backend.name, cause) from error
+            _fallback.warn_once(backend.name, cause, solver(call, segments=segments).name)
+
+
+def attempt(name: str, work: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
+    """``work()`` on the kernels of route ``name``, or ``otherwise()`` (the generic path) when that route's compiler
+    failed, now (remembered, warned once per cause) or earlier in the process. A caller's error propagates."""
+    if _fallback.broken(name) is None:
+        try:
+            return work()
+        except Exception as error:
+            if not _fallback.is_compiler_failure(error):
+                raise
+            _fallback.warn_once(name, fail(name, error), _generic.BACKEND.name)
+    return otherwise()
+
+
+def fail(name: str, error: BaseException) -> str:
+    """Remember that route ``name``'s compiler failed with ``error``; "auto" no longer picks it. The cause."""
+    cause = _fallback.record(name, error)
+    for kind in [kind for kind, backend in list(_CHOSEN.items()) if backend.name == name]:
+        _CHOSEN.pop(kind, None)
+    return cause
+
+
+def _asked(name: str, xp, arrays, *, forced: bool) -> tuple[Backend, str | None]:
+    """``(backend, reason)``: the backend ``name`` and why it cannot serve these arrays (None when it can).
+
+    Raises ``RouteUnavailableError`` (from the failure) when its compiler failed in this process, now or before.
+    """
+    cause = _fallback.broken(name)
+    if cause is None:
+        try:
+            backend = load(name)
+            return backend, backend.unavailable_reason(xp, arrays, forced=forced)
+        except Exception as error:
+            if not _fallback.is_compiler_failure(error):
+                raise
+            raise _fallback.refuse(name, fail(name, error)) from error
+    raise _fallback.refuse(name, cause) from _fallback.failure(name)
 
 
 def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Backend:
@@ -171,7 +238,7 @@ def _traceable(xp, arrays) -> Backend:
     if is_torch_namespace(xp):
         from . import torch_ops
 
-        if torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
+        if _fallback.broken(torch_ops.NAME) is None and torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
             return torch_ops.BACKEND
     return _generic.BACKEND
 
