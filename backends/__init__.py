@@ -118,12 +118,11 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
     if chosen is None:
         failed = []
         for candidate in REGISTRY:
-            if _fallback.broken(candidate) is not None:
-                continue
             try:
                 backend, reason = _asked(candidate, xp, arrays, forced=False)
             except _fallback.RouteUnavailableError:
-                failed.append(candidate)
+                if _would_serve(candidate, xp, arrays):
+                    failed.append(candidate)
                 continue
             if reason is None and (backend.segments or not segments):
                 chosen = _CHOSEN[kind] = backend
@@ -169,6 +168,17 @@ def fail(name: str, error: BaseException) -> str:
     for kind in [kind for kind, backend in list(_CHOSEN.items()) if backend.name == name]:
         _CHOSEN.pop(kind, None)
     return cause
+
+
+def _would_serve(name: str, xp, arrays) -> bool:
+    """True when the route ``name``, whose compiler failed, would serve these arrays but for that (its answer from
+    the arrays; a compiler failure while it answers counts as yes): "auto" then says that it falls back."""
+    try:
+        return load(name).unavailable_reason(xp, arrays) is None
+    except Exception as error:
+        if not _fallback.is_compiler_failure(error):
+            raise
+        return True
 
 
 def _asked(name: str, xp, arrays, *, forced: bool) -> tuple[Backend, str | None]:

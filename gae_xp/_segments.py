@@ -170,7 +170,10 @@ def _cuda_kernels_serve(xp, scores, *others) -> bool:
         return False
     from . import backends
 
-    return backends.load("numba-cuda").unavailable_reason(xp, [scores, *others], forced=True) is None
+    def serve() -> bool:
+        return backends.load("numba-cuda").unavailable_reason(xp, [scores, *others], forced=True) is None
+
+    return backends.attempt("numba-cuda", serve, lambda: False)
 
 
 def cuda_group_moments(xp, scores, index, n_groups: int):
