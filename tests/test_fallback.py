@@ -374,3 +374,23 @@ def test_warm_up_takes_one_name(monkeypatch):
     assert sorted(set(seen)) == [("float64", ("backend", "mask"))]
     with pytest.raises(ValueError, match="dtypes must name some of 'float32', 'float64', got 'int8'"):
         gae_xp.warm_up(dtypes="int8")
+
+
+def test_the_torch_operator_falls_back_when_numba_does_not_compile(fresh_routes, monkeypatch):
+    """A tensor that requires grad takes the custom operator (numba inside): its failure gives the generic path,
+    whose autograd gives the gradients."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(numba_cpu, "_driver", _untypable_kernel)
+    r, v, terminated = _data()
+    rewards = torch.tensor(r, requires_grad=True)
+    with pytest.warns(gae_xp.RouteUnavailableWarning, match="the 'torch-op' route is unavailable: numba") as caught:
+        advantages, _ = gae_xp.gae(rewards, torch.tensor(v), terminated=torch.tensor(terminated))
+    assert len(caught) == 1
+    np.testing.assert_allclose(advantages.detach().numpy(), reference.gae_loop(r, v, terminated=terminated)[0],
+                               atol=1e-12)
+    advantages.sum().backward()
+    assert rewards.grad is not None and torch.isfinite(rewards.grad).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same cause through the no-grad route: no second warning
+        np.testing.assert_allclose(gae_xp.gae(torch.tensor(r), torch.tensor(v))[0].numpy(),
+                                   reference.gae_loop(r, v)[0], atol=1e-12)
