@@ -9,6 +9,13 @@ gae_xp`` imports no framework and no compiler, and NumPy or array-api-strict
 arrays never make numba-cuda load. The choice of "auto" is remembered per
 kind of call (namespace, array types, device, autograd), so that it costs a
 dictionary lookup after the first call.
+
+A kernel route whose compiler fails to import, compile or launch (told from a
+caller's error by ``_fallback.is_compiler_failure``) is remembered for the
+process: "auto" falls to the next route that serves the arrays, the generic
+path last, with one ``RouteUnavailableWarning`` per cause; a caller who named
+the route gets ``RouteUnavailableError``. ``run`` does that around a call's
+work, ``attempt`` around a kernel that has a generic twin (the group kernels).
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence, Union
+from typing import Any, NamedTuple, Sequence, Union
+
+import numpy as np
 
 from . import _plans, backends
 from . import _prepare as prepare_
@@ -213,8 +215,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     return call.restore(advantages), call.restore(returns)
 
 
-def warm_up(dtypes: str | Sequence[str] = ("float32",),
-            cases: str | Sequence[str] = ("constant", "dones+mask")) -> None:
+def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[str] = ("constant", "dones+mask"),
+            layouts: str | Sequence[str] = ("time-last", "time-first", "bootstrap column")) -> None:
     """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
 
     Each combination of options (whether ``mask`` and ``next_values`` are
@@ -240,11 +242,21 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",),
         ``next_values``, and ``mask``), "dones" (``terminated`` only), "mask"
         (``mask`` only). A call whose options are a case's, or the same
         without ``truncated``, finds its kernel ready.
+    layouts : str or sequence of str, default all three
+        How the calls lay their arrays out (numba compiles a kernel per
+        layout of the arrays it is given): "time-last" (each array C-contiguous
+        with time last, ``gae(rewards, values)``), "time-first" (C-contiguous
+        (T, B) arrays with ``axis=0``, CleanRL's layout, and their leading
+        slices such as ``values[:-1]``), "bootstrap column" (``gae(rewards,
+        values[..., :-1], bootstrap_value=values[..., -1])``, the README's
+        call, or ``next_values=values[..., 1:]``). NumPy arrays and torch CPU
+        tensors alike. Other layouts (strided time, other slices of the
+        per-step arrays) compile a kernel on their first call.
 
     Raises
     ------
     TypeError, ValueError
-        ``dtypes`` or ``cases`` neither a name nor a sequence of names, or a name not listed above.
+        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above.
 
     Examples
     --------
@@ -252,26 +264,63 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",),
     >>> gae_xp.warm_up()  # at start-up: the first rollout's gae() calls then compile nothing
     >>> gae_xp.warm_up(dtypes=("float32", "float64"), cases=("constant", "mask"))
     """
-    import numpy as np
-
     from .backends import _fallback
 
     dtypes = _names("dtypes", dtypes, ("float32", "float64"))
     cases = _names("cases", cases, ("constant", "dones", "mask", "dones+mask", "truncated"))
+    layouts = _names("layouts", layouts, tuple(WARM_LAYOUTS))
     if backends.load("numba").unavailable_reason(None, []) is not None:
         return
     # Rows shorter than the kernels' window have a driver of their own: one call of each length readies both.
     try:
-        for dtype, length, case in itertools.product(dtypes, (8, 2048), cases):
-            rewards = np.zeros((2, length), dtype=np.dtype(dtype))
-            flags = np.zeros((2, length), dtype=bool)
-            options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
-                       "dones+mask": {"terminated": flags, "mask": ~flags},
-                       "truncated": {"terminated": flags, "truncated": flags, "next_values": rewards,
-                                     "mask": ~flags}}
-            gae(rewards, rewards, backend="numba", **options[case])
+        for dtype, length, case, layout in itertools.product(dtypes, (8, 2048), cases, layouts):
+            a = WARM_LAYOUTS[layout](np.dtype(dtype), length)
+            given = {"constant": {}, "dones": {"terminated": a.flags}, "mask": {"mask": ~a.flags},
+                     "dones+mask": {"terminated": a.flags, "mask": ~a.flags},
+                     "truncated": {"terminated": a.flags, "truncated": a.flags, "mask": ~a.flags,
+                                   "next_values": a.next_values}}[case]
+            bootstrap = None if case == "truncated" else a.bootstrap  # next_values replaces it
+            gae(a.rewards, a.values, bootstrap_value=bootstrap, axis=a.axis, backend="numba", **given)
     except _fallback.RouteUnavailableError:  # numba cannot import or compile: "auto" takes the generic path
         _fallback.warn_once("numba", _fallback.broken("numba"), "xp")
+
+
+class _Layout(NamedTuple):
+    """The arrays of a ``warm_up`` call laid out as a layout's calls lay them out (flags: a bool array of the
+    rewards' layout)."""
+
+    rewards: Any
+    values: Any
+    flags: Any
+    next_values: Any
+    bootstrap: Any = None
+    axis: int = -1
+
+
+def _time_last(dtype, length: int) -> _Layout:
+    """(B, T) arrays, each its own: ``gae(rewards, values)``."""
+    rewards = np.zeros((2, length), dtype=dtype)
+    return _Layout(rewards, np.zeros_like(rewards), np.zeros((2, length), dtype=bool), np.zeros_like(rewards))
+
+
+def _time_first(dtype, length: int) -> _Layout:
+    """(T, B) arrays with ``axis=0`` (CleanRL's layout): time-last views that are not C-contiguous."""
+    rewards = np.zeros((length, 2), dtype=dtype)
+    return _Layout(rewards, np.zeros_like(rewards), np.zeros((length, 2), dtype=bool), np.zeros_like(rewards),
+                   axis=0)
+
+
+def _bootstrap_column(dtype, length: int) -> _Layout:
+    """``values`` holding one more step, the bootstrap: ``gae(r, values[..., :-1], bootstrap_value=values[..., -1])``
+    (and ``next_values=values[..., 1:]``)."""
+    values = np.zeros((2, length + 1), dtype=dtype)
+    return _Layout(np.zeros((2, length), dtype=dtype), values[..., :-1], np.zeros((2, length), dtype=bool),
+                   values[..., 1:], bootstrap=values[..., -1])
+
+
+#: The array layouts ``warm_up`` readies, by name: numba compiles a kernel per layout of its arrays (a C-contiguous
+#: row, a transposed view and a slice are three types to it), so each is called once as its calls lay it out.
+WARM_LAYOUTS = {"time-last": _time_last, "time-first": _time_first, "bootstrap column": _bootstrap_column}
 
 
 def _names(argument: str, given, known: tuple[str, ...]) -> tuple[str, ...]:
