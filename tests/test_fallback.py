@@ -359,7 +359,7 @@ def test_warm_up_warns_and_returns_when_numba_does_not_compile(fresh_routes, mon
     assert len(caught) == 1
 
 
-@pytest.mark.parametrize("argument", ["dtypes", "cases"])
+@pytest.mark.parametrize("argument", ["dtypes", "cases", "layouts"])
 @pytest.mark.parametrize("given", [None, 3, {"float32"}])
 def test_warm_up_refuses_what_is_not_names(argument, given):
     with pytest.raises(TypeError, match=f"{argument} must be a name or a sequence of names"):
@@ -369,9 +369,9 @@ def test_warm_up_refuses_what_is_not_names(argument, given):
 def test_warm_up_takes_one_name(monkeypatch):
     seen = []
     monkeypatch.setattr(gae_xp.estimators, "gae", lambda rewards, values, **options: seen.append(
-        (rewards.dtype.name, tuple(sorted(options)))))
-    gae_xp.warm_up(dtypes="float64", cases="mask")
-    assert sorted(set(seen)) == [("float64", ("backend", "mask"))]
+        (rewards.dtype.name, rewards.shape[-1], tuple(sorted(k for k, v in options.items() if v is not None)))))
+    gae_xp.warm_up(dtypes="float64", cases="mask", layouts="time-last")
+    assert seen == [("float64", 8, ("axis", "backend", "mask")), ("float64", 2048, ("axis", "backend", "mask"))]
     with pytest.raises(ValueError, match="dtypes must name some of 'float32', 'float64', got 'int8'"):
         gae_xp.warm_up(dtypes="int8")
 
