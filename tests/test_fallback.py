@@ -394,3 +394,20 @@ def test_the_torch_operator_falls_back_when_numba_does_not_compile(fresh_routes,
         warnings.simplefilter("error")  # the same cause through the no-grad route: no second warning
         np.testing.assert_allclose(gae_xp.gae(torch.tensor(r), torch.tensor(v))[0].numpy(),
                                    reference.gae_loop(r, v)[0], atol=1e-12)
+
+
+def test_dask_blocks_fall_back_when_numba_does_not_compile(fresh_routes, monkeypatch):
+    """Dask's block tasks pick a backend of their own: a compiler failing inside a task gives the generic path."""
+    da = pytest.importorskip("dask.array")
+    import dask
+
+    monkeypatch.setattr(numba_cpu, "_driver", _untypable_kernel)
+    r, v, terminated = _data(4, (3, 40))
+    arrays = [da.from_array(a, chunks=(3, 16)) for a in (r, v, terminated)]
+    with dask.config.set(scheduler="synchronous"), pytest.warns(gae_xp.RouteUnavailableWarning,
+                                                                match="the 'numba' route") as caught:
+        advantages, returns = dask.compute(*gae_xp.gae(arrays[0], arrays[1], terminated=arrays[2]))
+    assert len(caught) == 1
+    expected = reference.gae_loop(r, v, terminated=terminated)
+    np.testing.assert_allclose(advantages, expected[0], atol=1e-12)
+    np.testing.assert_allclose(returns, expected[1], atol=1e-12)
