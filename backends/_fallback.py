@@ -58,7 +58,11 @@ _LOCK = threading.Lock()
 
 
 def is_compiler_failure(error: BaseException) -> bool:
-    """True when ``error`` comes from a kernel compiler (import, compile or launch), not from the caller's input."""
+    """True when ``error`` comes from a kernel compiler (import, compile or launch), not from the caller's input.
+
+    Memory running out is never one: it says nothing of the route, which must stay usable for the next call."""
+    if isinstance(error, MemoryError):
+        return False
     if isinstance(error, ImportError):
         return True
     if _top_module(type(error).__module__) in COMPILER_MODULES:

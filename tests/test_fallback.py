@@ -411,3 +411,38 @@ def test_dask_blocks_fall_back_when_numba_does_not_compile(fresh_routes, monkeyp
     expected = reference.gae_loop(r, v, terminated=terminated)
     np.testing.assert_allclose(advantages, expected[0], atol=1e-12)
     np.testing.assert_allclose(returns, expected[1], atol=1e-12)
+
+
+def test_memory_running_out_inside_a_compiler_is_not_a_broken_route(fresh_routes, monkeypatch):
+    def exhausted(problem):
+        from numba.core import config  # noqa: F401  (raised below from a frame of numba's package)
+
+        failing = types.ModuleType("numba.core.fake")
+        exec("def kernel(*arguments):\n    raise MemoryError()\n", failing.__dict__)
+        return failing.kernel
+
+    monkeypatch.setattr(numba_cpu, "_driver", exhausted)
+    r, v, _ = _data()
+    with pytest.raises(MemoryError):
+        gae_xp.gae(r, v)
+    assert _fallback.broken("numba") is None
+
+
+def test_what_counts_as_a_compiler_failure():
+    from numba.core.errors import TypingError
+
+    def raised_in(module: str, error: BaseException) -> BaseException:
+        frame = types.ModuleType(module)
+        exec("def fail(error):\n    raise error\n", frame.__dict__)
+        try:
+            frame.fail(error)
+        except BaseException as caught:
+            return caught
+
+    assert _fallback.is_compiler_failure(ImportError("Numba needs NumPy 2.4 or less"))
+    assert _fallback.is_compiler_failure(TypingError("cannot type"))
+    assert _fallback.is_compiler_failure(raised_in("numba.cuda.np.arrayobj", AttributeError("row_stack")))
+    assert _fallback.is_compiler_failure(raised_in("triton.compiler", RuntimeError("no backend")))
+    assert not _fallback.is_compiler_failure(raised_in("gae_xp._prepare", ValueError("gamma must be in [0, 1]")))
+    assert not _fallback.is_compiler_failure(raised_in("torch.functional", RuntimeError("a torch error")))
+    assert not _fallback.is_compiler_failure(raised_in("numba.core.dispatcher", MemoryError()))
