@@ -169,6 +169,44 @@ def attempt(name: str, work: Callable[[], Any], otherwise: Callable[[], Any]) ->
     return otherwise()
 
 
+class Guarded:
+    """A backend whose ``gae``, ``scan`` and ``summarize`` fall to the generic path when its compiler fails
+    (``attempt``: remembered, warned once per cause), or, where the caller named it (``forced``), raise
+    ``RouteUnavailableError`` from the failure: for work that calls a backend's methods itself (Dask's block tasks,
+    the distributed shards) rather than through ``run``."""
+
+    def __init__(self, backend: Backend, *, forced: bool = False):
+        self.backend, self.forced = backend, forced
+        self.name, self.segments, self.critic_lam = backend.name, backend.segments, backend.critic_lam
+        self.uses_chunk_size = backend.uses_chunk_size
+        self.gae = self._guard(backend.gae, _generic.BACKEND.gae)
+        self.scan = self._guard(backend.scan, _generic.BACKEND.scan)
+        self.summarize = None if backend.summarize is None else self._guard(backend.summarize, _generic_summary)
+
+    def _guard(self, method, generic):
+        if self.backend is _generic.BACKEND:
+            return method
+
+        def call(*args, **kwargs):
+            if not self.forced:
+                return attempt(self.name, lambda: method(*args, **kwargs), lambda: generic(*args, **kwargs))
+            try:
+                return method(*args, **kwargs)
+            except Exception as error:
+                if not _fallback.is_compiler_failure(error):
+                    raise
+                raise _fallback.refuse(self.name, fail(self.name, error)) from error
+
+        return call
+
+
+def _generic_summary(problem: GaeProblem):
+    """Each segment's summary on the generic path (read off its ``gae``, ``gae_xp._pieces``)."""
+    from gae_xp import _pieces
+
+    return _pieces.summarize(problem, _generic.BACKEND, None)
+
+
 def fail(name: str, error: BaseException) -> str:
     """Remember that route ``name``'s compiler failed with ``error``; "auto" no longer picks it. The cause."""
     cause = _fallback.record(name, error)

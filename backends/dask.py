@@ -212,37 +212,28 @@ def _solver(blocks):
 
 
 class _SingleThreaded:
-    """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel. Where
-    the backend's compiler fails inside a task, the block is solved on the generic path (``backends.attempt``:
-    remembered, warned once per cause), so a broken compiler never fails the graph."""
+    """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel. It is
+    guarded (``backends.Guarded``): where its compiler fails inside a task, the block is solved on the generic
+    path, so a broken compiler never fails the graph."""
 
     def __init__(self, backend):
-        self.backend, self.name, self.segments = backend, backend.name, backend.segments
-        self.critic_lam = backend.critic_lam
-        self.summarize = None if backend.summarize is None else self._wrap(backend.summarize, self._generic_summary)
-        self.gae = self._wrap(backend.gae, _generic().gae)
-        self.scan = self._wrap(backend.scan, _generic().scan)
-
-    def _wrap(self, method, generic):
         from gae_xp import backends
 
-        def call(*args, **kwargs):
-            with backends.single_threaded():
-                if self.backend is _generic():
-                    return method(*args, **kwargs)
-                return backends.attempt(self.name, lambda: method(*args, **kwargs), lambda: generic(*args, **kwargs))
-
-        return call
+        guarded = backends.Guarded(backend)
+        self.backend, self.name, self.segments = backend, backend.name, backend.segments
+        self.critic_lam = backend.critic_lam
+        self.summarize = None if guarded.summarize is None else self._wrap(guarded.summarize)
+        self.gae, self.scan = self._wrap(guarded.gae), self._wrap(guarded.scan)
 
     @staticmethod
-    def _generic_summary(problem):
-        return _pieces.summarize(problem, _generic(), None)
+    def _wrap(method):
+        from gae_xp.backends import single_threaded
 
+        def call(*args, **kwargs):
+            with single_threaded():
+                return method(*args, **kwargs)
 
-def _generic():
-    from gae_xp import backends
-
-    return backends.load("xp")
+        return call
 
 
 def _summary_block(spec: _Spec, *blocks):

@@ -446,3 +446,29 @@ def test_what_counts_as_a_compiler_failure():
     assert not _fallback.is_compiler_failure(raised_in("gae_xp._prepare", ValueError("gamma must be in [0, 1]")))
     assert not _fallback.is_compiler_failure(raised_in("torch.functional", RuntimeError("a torch error")))
     assert not _fallback.is_compiler_failure(raised_in("numba.core.dispatcher", MemoryError()))
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_guarded_backend_falls_back_or_names_its_failure(fresh_routes, monkeypatch, forced):
+    """``backends.Guarded``: what the distributed shards and Dask's blocks call a backend's methods through."""
+    from gae_xp import _prepare
+
+    monkeypatch.setattr(numba_cpu, "_driver", _untypable_kernel)
+    r, v, terminated = _data()
+    call = _prepare.prepare(r, v, terminated=terminated, backend="numba" if forced else "auto")
+    guarded = backends.Guarded(backends.solver(call), forced=forced)
+    assert guarded.name == "numba"
+    if forced:
+        with pytest.raises(gae_xp.RouteUnavailableError, match="backend='numba' is unavailable") as raised:
+            guarded.gae(call.problem, chunk_size=None)
+        assert type(raised.value.__cause__).__name__ == "TypingError"
+        return
+    with pytest.warns(gae_xp.RouteUnavailableWarning, match="the 'numba' route"):
+        advantages, returns = guarded.gae(call.problem, chunk_size=None)
+    expected = reference.gae_loop(r, v, terminated=terminated)
+    np.testing.assert_allclose(call.restore(advantages), expected[0], atol=1e-12)
+    np.testing.assert_allclose(call.restore(returns), expected[1], atol=1e-12)
+    # numba is remembered failed: the summary is the generic path's, read off its gae, and equals the kernel's own
+    # (the summary kernel is not the driver that fails here)
+    np.testing.assert_allclose(guarded.summarize(call.problem), numba_cpu.BACKEND.summarize(call.problem),
+                               atol=1e-12)
