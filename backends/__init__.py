@@ -9,6 +9,13 @@ gae_xp`` imports no framework and no compiler, and NumPy or array-api-strict
 arrays never make numba-cuda load. The choice of "auto" is remembered per
 kind of call (namespace, array types, device, autograd), so that it costs a
 dictionary lookup after the first call.
+
+A kernel route whose compiler fails to import, compile or launch (told from a
+caller's error by ``_fallback.is_compiler_failure``) is remembered for the
+process: "auto" falls to the next route that serves the arrays, the generic
+path last, with one ``RouteUnavailableWarning`` per cause; a caller who named
+the route gets ``RouteUnavailableError``. ``run`` does that around a call's
+work, ``attempt`` around a kernel that has a generic twin (the group kernels).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from gae_xp._compat import (
     values_are_readable,
 )
 from gae_xp._problem import GaeProblem, PreparedCall, PreparedScan
+
+from . import _fallback
 
 # The two traceable routes are imported with the registry: neither imports a framework.
 from . import jax as _lax_scan
@@ -98,8 +107,8 @@ def load(name: str) -> Backend:
 
 
 def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
-    """The backend to run: the named one (ValueError if it cannot serve these arrays) or, for "auto", the first
-    that can.
+    """The backend to run: the named one (ValueError if it cannot serve these arrays, ``RouteUnavailableError`` if
+    its compiler failed) or, for "auto", the first that can and whose compiler has not failed in this process.
 
     ``segments``: the problem has segments or an incoming carry (packed
     sequences, a rank's shard, a Dask block), which not every backend takes.
@@ -107,8 +116,7 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
     if not isinstance(name, str) or name not in REGISTRY and name != "auto":
         raise ValueError(f"backend must be one of {', '.join(map(repr, names()))}, got {name!r}")
     if name != "auto":
-        backend = load(name)
-        reason = backend.unavailable_reason(xp, arrays, forced=True)
+        backend, reason = _asked(name, xp, arrays, forced=True)
         if reason is None and segments and not backend.segments:
             reason = ("it does not take packed sequences or pieces (cu_seqlens, shards, blocks): "
                       f"{', '.join(repr(n) for n in _with_segments())} do")
@@ -122,9 +130,19 @@ def select(name: str, xp, arrays, *, segments: bool = False) -> Backend:
     kind = (_kind(xp, arrays), segments)
     chosen = _CHOSEN.get(kind)
     if chosen is None:
-        chosen = _CHOSEN[kind] = next(backend for backend in map(load, REGISTRY)
-                                      if backend.unavailable_reason(xp, arrays) is None
-                                      and (backend.segments or not segments))
+        failed = []
+        for candidate in REGISTRY:
+            try:
+                backend, reason = _asked(candidate, xp, arrays, forced=False)
+            except _fallback.RouteUnavailableError:
+                if _would_serve(candidate, xp, arrays):
+                    failed.append(candidate)
+                continue
+            if reason is None and (backend.segments or not segments):
+                chosen = _CHOSEN[kind] = backend
+                break
+        for candidate in failed:
+            _fallback.warn_once(candidate, _fallback.broken(candidate), chosen.name)
     return chosen
 
 
@@ -135,6 +153,110 @@ def plan_maker(backend: Backend) -> Callable | None:
     if module is None or _LOADED.get(backend.name) is not backend:
         return None
     return importlib.import_module(module).make
+
+
+def run(call: PreparedCall | PreparedScan, work: Callable[[Backend], Any], *, segments: bool = False):
+    """``(work(backend), backend)`` on the backend that ``solver(call)`` picks; when that backend's compiler fails
+    (``_fallback.is_compiler_failure``), "auto" runs ``work`` again on the next route, with one warning per cause,
+    and a named backend raises ``RouteUnavailableError`` from the failure. A caller's error propagates."""
+    while True:
+        backend = solver(call, segments=segments)
+        try:
+            return work(backend), backend
+        except Exception as error:
+            if backend is _generic.BACKEND or not _fallback.is_compiler_failure(error):
+                raise
+            cause = fail(backend.name, error)
+            if call.backend != "auto":
+                raise _fallback.refuse(backend.name, cause) from error
+            _fallback.warn_once(backend.name, cause, solver(call, segments=segments).name)
+
+
+def attempt(name: str, work: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
+    """``work()`` on the kernels of route ``name``, or ``otherwise()`` (the generic path) when that route's compiler
+    failed, now (remembered, warned once per cause) or earlier in the process. A caller's error propagates."""
+    if _fallback.broken(name) is None:
+        try:
+            return work()
+        except Exception as error:
+            if not _fallback.is_compiler_failure(error):
+                raise
+            _fallback.warn_once(name, fail(name, error), _generic.BACKEND.name)
+    return otherwise()
+
+
+class Guarded:
+    """A backend whose ``gae``, ``scan`` and ``summarize`` fall to the generic path when its compiler fails
+    (``attempt``: remembered, warned once per cause), or, where the caller named it (``forced``), raise
+    ``RouteUnavailableError`` from the failure: for work that calls a backend's methods itself (Dask's block tasks,
+    the distributed shards) rather than through ``run``."""
+
+    def __init__(self, backend: Backend, *, forced: bool = False):
+        self.backend, self.forced = backend, forced
+        self.name, self.segments, self.critic_lam = backend.name, backend.segments, backend.critic_lam
+        self.uses_chunk_size = backend.uses_chunk_size
+        self.gae = self._guard(backend.gae, _generic.BACKEND.gae)
+        self.scan = self._guard(backend.scan, _generic.BACKEND.scan)
+        self.summarize = None if backend.summarize is None else self._guard(backend.summarize, _generic_summary)
+
+    def _guard(self, method, generic):
+        if self.backend is _generic.BACKEND:
+            return method
+
+        def call(*args, **kwargs):
+            if not self.forced:
+                return attempt(self.name, lambda: method(*args, **kwargs), lambda: generic(*args, **kwargs))
+            try:
+                return method(*args, **kwargs)
+            except Exception as error:
+                if not _fallback.is_compiler_failure(error):
+                    raise
+                raise _fallback.refuse(self.name, fail(self.name, error)) from error
+
+        return call
+
+
+def _generic_summary(problem: GaeProblem):
+    """Each segment's summary on the generic path (read off its ``gae``, ``gae_xp._pieces``)."""
+    from gae_xp import _pieces
+
+    return _pieces.summarize(problem, _generic.BACKEND, None)
+
+
+def fail(name: str, error: BaseException) -> str:
+    """Remember that route ``name``'s compiler failed with ``error``; "auto" no longer picks it. The cause."""
+    cause = _fallback.record(name, error)
+    for kind in [kind for kind, backend in list(_CHOSEN.items()) if backend.name == name]:
+        _CHOSEN.pop(kind, None)
+    return cause
+
+
+def _would_serve(name: str, xp, arrays) -> bool:
+    """True when the route ``name``, whose compiler failed, would serve these arrays but for that (its answer from
+    the arrays; a compiler failure while it answers counts as yes): "auto" then says that it falls back."""
+    try:
+        return load(name).unavailable_reason(xp, arrays) is None
+    except Exception as error:
+        if not _fallback.is_compiler_failure(error):
+            raise
+        return True
+
+
+def _asked(name: str, xp, arrays, *, forced: bool) -> tuple[Backend, str | None]:
+    """``(backend, reason)``: the backend ``name`` and why it cannot serve these arrays (None when it can).
+
+    Raises ``RouteUnavailableError`` (from the failure) when its compiler failed in this process, now or before.
+    """
+    cause = _fallback.broken(name)
+    if cause is None:
+        try:
+            backend = load(name)
+            return backend, backend.unavailable_reason(xp, arrays, forced=forced)
+        except Exception as error:
+            if not _fallback.is_compiler_failure(error):
+                raise
+            raise _fallback.refuse(name, fail(name, error)) from error
+    raise _fallback.refuse(name, cause) from _fallback.failure(name)
 
 
 def solver(call: PreparedCall | PreparedScan, *, segments: bool = False) -> Backend:
@@ -187,7 +309,7 @@ def _traceable(xp, arrays) -> Backend:
     if is_torch_namespace(xp):
         from . import torch_ops
 
-        if torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
+        if _fallback.broken(torch_ops.NAME) is None and torch_ops.BACKEND.unavailable_reason(xp, arrays) is None:
             return torch_ops.BACKEND
     return _generic.BACKEND
 

@@ -212,13 +212,18 @@ def _solver(blocks):
 
 
 class _SingleThreaded:
-    """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel."""
+    """A block's backend, run without a thread pool of its own: Dask already runs the blocks in parallel. It is
+    guarded (``backends.Guarded``): where its compiler fails inside a task, the block is solved on the generic
+    path, so a broken compiler never fails the graph."""
 
     def __init__(self, backend):
+        from gae_xp import backends
+
+        guarded = backends.Guarded(backend)
         self.backend, self.name, self.segments = backend, backend.name, backend.segments
         self.critic_lam = backend.critic_lam
-        self.summarize = None if backend.summarize is None else self._wrap(backend.summarize)
-        self.gae, self.scan = self._wrap(backend.gae), self._wrap(backend.scan)
+        self.summarize = None if guarded.summarize is None else self._wrap(guarded.summarize)
+        self.gae, self.scan = self._wrap(guarded.gae), self._wrap(guarded.scan)
 
     @staticmethod
     def _wrap(method):

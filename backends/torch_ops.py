@@ -55,7 +55,7 @@ from gae_xp._compat import array_namespace, is_torch_array
 from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
-from . import numba_cpu, solve_gae
+from . import _fallback, numba_cpu, solve_gae
 from . import xp as _generic
 
 NAME = "torch-op"
@@ -82,9 +82,10 @@ class TorchOpBackend:
         if device == "meta":
             return None
         if device == "cpu":
-            return None if _NUMBA_INSTALLED else "numba is not installed (pip install 'gae_xp[numba]')"
+            return _fallback.broken("numba") or (None if _NUMBA_INSTALLED
+                                                 else "numba is not installed (pip install 'gae_xp[numba]')")
         if device == "cuda":
-            return _cuda_reason()
+            return _fallback.broken("numba-cuda") or _cuda_reason()
         return f"the custom operators have no kernel for {device} tensors"
 
     def scan(self, xp, x, a, *, reverse, chunk_size):

@@ -15,7 +15,9 @@ import os as _os
 if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "backends")):
     __path__.append(_os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 
+from ._config import show_config
 from ._version import __version__
+from .backends._fallback import RouteUnavailableError, RouteUnavailableWarning
 from .estimators import discounted_cumsum, discounted_returns, gae, lambda_returns, vtrace, warm_up, whiten
 from .groups import group_advantages, to_tokens, zero_variance_groups
 from .lambdas import length_adaptive_lambda, relative_position_lambda
@@ -25,4 +27,4 @@ from .turns import turn_counts, turn_gae
 __all__ = ["gae", "discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace", "whiten", "turn_gae",
            "turn_counts", "length_adaptive_lambda", "relative_position_lambda", "group_advantages",
            "zero_variance_groups", "to_tokens", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "warm_up",
-           "__version__"]
+           "show_config", "RouteUnavailableError", "RouteUnavailableWarning", "__version__"]

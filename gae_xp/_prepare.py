@@ -153,7 +153,7 @@ def _reads_narrow(out_dtype, backend, xp, arrays, segments: bool) -> bool:
 
     try:
         solver = backends.select(backend, xp, list(arrays.values()), segments=segments)
-    except ValueError:  # a forced backend that cannot run: backends.solver says why
+    except (ValueError, backends._fallback.RouteUnavailableError):  # a forced backend that cannot run: solver says why
         return False
     return getattr(solver, "narrow_floats", False)
 

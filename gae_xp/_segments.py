@@ -141,14 +141,24 @@ def group_moments(scores: Array, index: Array, n_groups: int, dtype=None) -> tup
 
     xp = array_namespace(scores, index)
     dtype = accumulator_dtype(xp, scores) if dtype is None else dtype
+    from . import backends
+
+    def generic():
+        return generic_group_moments(xp, scores, index, n_groups, dtype)
+
     if scores.dtype in (xp.float32, xp.float64) and dtype == xp.float64:
         if is_numpy_array(scores) and numba_installed():
-            from .backends._numba_groups import group_moments as kernel
-
-            return kernel(scores, index, n_groups)
+            return backends.attempt("numba", lambda: _numba_group_moments(scores, index, n_groups), generic)
         if _cuda_kernels_serve(xp, scores, index):
-            return cuda_group_moments(xp, scores, index, n_groups)
-    return generic_group_moments(xp, scores, index, n_groups, dtype)
+            return backends.attempt("numba-cuda", lambda: cuda_group_moments(xp, scores, index, n_groups), generic)
+    return generic()
+
+
+def _numba_group_moments(scores, index, n_groups: int):
+    """group_moments by the numba CPU kernel of ``backends/_numba_groups.py`` (numba is imported here)."""
+    from .backends._numba_groups import group_moments as kernel
+
+    return kernel(scores, index, n_groups)
 
 
 def _cuda_kernels_serve(xp, scores, *others) -> bool:
@@ -160,7 +170,10 @@ def _cuda_kernels_serve(xp, scores, *others) -> bool:
         return False
     from . import backends
 
-    return backends.load("numba-cuda").unavailable_reason(xp, [scores, *others], forced=True) is None
+    def serve() -> bool:
+        return backends.load("numba-cuda").unavailable_reason(xp, [scores, *others], forced=True) is None
+
+    return backends.attempt("numba-cuda", serve, lambda: False)
 
 
 def cuda_group_moments(xp, scores, index, n_groups: int):

@@ -11,7 +11,9 @@ output 0; ``done_t = terminated_t or truncated_t`` cuts the trace exactly.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence, Union
+from typing import Any, NamedTuple, Sequence, Union
+
+import numpy as np
 
 from . import _plans, backends
 from . import _prepare as prepare_
@@ -203,8 +205,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,
                             cu_seqlens=cu_seqlens, critic_lam=critic_lam, truncated_bootstrap=truncated_bootstrap)
-    solver = backends.solver(call)
-    advantages, returns = backends.solve_gae(call.problem, solver, call.chunk_size)
+    (advantages, returns), solver = backends.run(
+        call, lambda backend: backends.solve_gae(call.problem, backend, call.chunk_size))
     if key is not None:
         _plans.PLANS.put(key, _plans.make_plan(call, solver, {
             "rewards": rewards, "values": values, "next_values": next_values, "terminated": terminated,
@@ -214,7 +216,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     return call.restore(advantages), call.restore(returns)
 
 
-def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("constant", "dones+mask")) -> None:
+def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[str] = ("constant", "dones+mask"),
+            layouts: str | Sequence[str] = ("time-last", "time-first", "bootstrap column")) -> None:
     """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
 
     Each combination of options (whether ``mask`` and ``next_values`` are
@@ -226,18 +229,35 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
     cache, tenths of a second to load a cached one). A trainer that calls
     ``warm_up`` at start-up, before its first rollout, pays that there
     instead of in its first step. NumPy arrays and torch CPU tensors share
-    the kernels. Without numba installed it does nothing.
+    the kernels. Without numba installed it does nothing; with a numba that
+    cannot import or compile it warns once (``RouteUnavailableWarning``)
+    and returns, and ``gae()`` takes the generic path.
 
     Parameters
     ----------
-    dtypes : sequence of str, default ("float32",)
+    dtypes : str or sequence of str, default ("float32",)
         The dtypes of ``rewards`` and ``values``: "float32", "float64".
-    cases : sequence of str, default ("constant", "dones+mask")
+    cases : str or sequence of str, default ("constant", "dones+mask")
         "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``
         and ``mask``), "truncated" (``terminated``, ``truncated`` with
         ``next_values``, and ``mask``), "dones" (``terminated`` only), "mask"
         (``mask`` only). A call whose options are a case's, or the same
         without ``truncated``, finds its kernel ready.
+    layouts : str or sequence of str, default all three
+        How the calls lay their arrays out (numba compiles a kernel per
+        layout of the arrays it is given): "time-last" (each array C-contiguous
+        with time last, ``gae(rewards, values)``), "time-first" (C-contiguous
+        (T, B) arrays with ``axis=0``, CleanRL's layout, and their leading
+        slices such as ``values[:-1]``), "bootstrap column" (``gae(rewards,
+        values[..., :-1], bootstrap_value=values[..., -1])``, the README's
+        call, or ``next_values=values[..., 1:]``). NumPy arrays and torch CPU
+        tensors alike. Other layouts (strided time, other slices of the
+        per-step arrays) compile a kernel on their first call.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above.
 
     Returns
     -------
@@ -258,22 +278,77 @@ def warm_up(dtypes: Sequence[str] = ("float32",), cases: Sequence[str] = ("const
     >>> gae_xp.warm_up()  # at start-up: the first rollout's gae() calls then compile nothing
     >>> gae_xp.warm_up(dtypes=("float32", "float64"), cases=("constant", "mask"))
     """
-    import numpy as np
+    from .backends import _fallback
 
+    dtypes = _names("dtypes", dtypes, ("float32", "float64"))
+    cases = _names("cases", cases, ("constant", "dones", "mask", "dones+mask", "truncated"))
+    layouts = _names("layouts", layouts, tuple(WARM_LAYOUTS))
     if backends.load("numba").unavailable_reason(None, []) is not None:
         return
-    known = ("constant", "dones", "mask", "dones+mask", "truncated")
-    for case in cases:
-        if case not in known:
-            raise ValueError(f"cases must name some of {', '.join(map(repr, known))}, got {case!r}")
     # Rows shorter than the kernels' window have a driver of their own: one call of each length readies both.
-    for dtype, length, case in itertools.product(dtypes, (8, 2048), cases):
-        rewards = np.zeros((2, length), dtype=np.dtype(dtype))
-        flags = np.zeros((2, length), dtype=bool)
-        options = {"constant": {}, "dones": {"terminated": flags}, "mask": {"mask": ~flags},
-                   "dones+mask": {"terminated": flags, "mask": ~flags},
-                   "truncated": {"terminated": flags, "truncated": flags, "next_values": rewards, "mask": ~flags}}
-        gae(rewards, rewards, backend="numba", **options[case])
+    try:
+        for dtype, length, case, layout in itertools.product(dtypes, (8, 2048), cases, layouts):
+            a = WARM_LAYOUTS[layout](np.dtype(dtype), length)
+            given = {"constant": {}, "dones": {"terminated": a.flags}, "mask": {"mask": ~a.flags},
+                     "dones+mask": {"terminated": a.flags, "mask": ~a.flags},
+                     "truncated": {"terminated": a.flags, "truncated": a.flags, "mask": ~a.flags,
+                                   "next_values": a.next_values}}[case]
+            bootstrap = None if case == "truncated" else a.bootstrap  # next_values replaces it
+            gae(a.rewards, a.values, bootstrap_value=bootstrap, axis=a.axis, backend="numba", **given)
+    except _fallback.RouteUnavailableError:  # numba cannot import or compile: "auto" takes the generic path
+        _fallback.warn_once("numba", _fallback.broken("numba"), "xp")
+
+
+class _Layout(NamedTuple):
+    """The arrays of a ``warm_up`` call laid out as a layout's calls lay them out (flags: a bool array of the
+    rewards' layout)."""
+
+    rewards: Any
+    values: Any
+    flags: Any
+    next_values: Any
+    bootstrap: Any = None
+    axis: int = -1
+
+
+def _time_last(dtype, length: int) -> _Layout:
+    """(B, T) arrays, each its own: ``gae(rewards, values)``."""
+    rewards = np.zeros((2, length), dtype=dtype)
+    return _Layout(rewards, np.zeros_like(rewards), np.zeros((2, length), dtype=bool), np.zeros_like(rewards))
+
+
+def _time_first(dtype, length: int) -> _Layout:
+    """(T, B) arrays with ``axis=0`` (CleanRL's layout): time-last views that are not C-contiguous."""
+    rewards = np.zeros((length, 2), dtype=dtype)
+    return _Layout(rewards, np.zeros_like(rewards), np.zeros((length, 2), dtype=bool), np.zeros_like(rewards),
+                   axis=0)
+
+
+def _bootstrap_column(dtype, length: int) -> _Layout:
+    """``values`` holding one more step, the bootstrap: ``gae(r, values[..., :-1], bootstrap_value=values[..., -1])``
+    (and ``next_values=values[..., 1:]``)."""
+    values = np.zeros((2, length + 1), dtype=dtype)
+    return _Layout(np.zeros((2, length), dtype=dtype), values[..., :-1], np.zeros((2, length), dtype=bool),
+                   values[..., 1:], bootstrap=values[..., -1])
+
+
+#: The array layouts ``warm_up`` readies, by name: numba compiles a kernel per layout of its arrays (a C-contiguous
+#: row, a transposed view and a slice are three types to it), so each is called once as its calls lay it out.
+WARM_LAYOUTS = {"time-last": _time_last, "time-first": _time_first, "bootstrap column": _bootstrap_column}
+
+
+def _names(argument: str, given, known: tuple[str, ...]) -> tuple[str, ...]:
+    """``given`` (one name or a sequence of names, each one of ``known``) as a tuple, else an error naming
+    ``argument``."""
+    if isinstance(given, str):
+        given = (given,)
+    elif not isinstance(given, (tuple, list)):
+        raise TypeError(f"{argument} must be a name or a sequence of names ({', '.join(map(repr, known))}), got "
+                        f"{given!r}")
+    for name in given:
+        if name not in known:
+            raise ValueError(f"{argument} must name some of {', '.join(map(repr, known))}, got {name!r}")
+    return tuple(given)
 
 
 def discounted_cumsum(x: Array, discount: Coefficient, *, axis: int = -1, reverse: bool = True,
@@ -339,7 +414,8 @@ def linear_scan(x, coefficient, *, axis=-1, reverse=True, initial=None, chunk_si
     traces (torchrl's ``c_thresh`` above 1, rlax's lambda above 1) take any real coefficient."""
     call = prepare_.prepare_scan(x, coefficient, axis=axis, reverse=reverse, initial=initial, chunk_size=chunk_size,
                                  backend=backend, name=name, bounds=bounds)
-    y = backends.solver(call).scan(call.xp, call.x, call.discount, reverse=call.reverse, chunk_size=call.chunk_size)
+    y, _ = backends.run(call, lambda backend: backend.scan(call.xp, call.x, call.discount, reverse=call.reverse,
+                                                           chunk_size=call.chunk_size))
     return call.restore(y)
 
 
@@ -384,16 +460,21 @@ def discounted_returns(rewards: Array, *, gamma: Coefficient = 0.99, terminated:
     call = prepare_.prepare(rewards, gamma=gamma, terminated=terminated, truncated=truncated, mask=mask,
                             bootstrap_value=bootstrap_value, axis=axis, chunk_size=chunk_size, backend=backend,
                             lam=1.0, needs_values=False, cu_seqlens=cu_seqlens)
-    p, solver = call.problem, backends.solver(call)
+    return call.restore(backends.run(call, lambda solver: _discounted_returns(call, solver))[0])
+
+
+def _discounted_returns(call, solver):
+    """``discounted_returns`` of a checked call on a backend, time last, compute dtype."""
+    p = call.problem
     if hasattr(solver, "solve_discounted_returns"):  # a fused kernel: no coefficient arrays materialised
-        return call.restore(solver.solve_discounted_returns(p))
+        return solver.solve_discounted_returns(p)
     if p.rewards.shape[-1] == 0:
-        return call.restore(p.xp.zeros_like(p.rewards))
+        return p.xp.zeros_like(p.rewards)
     pick = Picker(p, p.rewards, p.bootstrap)
     segments = Segments(p)
     coefficient = p.gamma if p.is_constant else step_coefficients(p, p.gamma, pick)
     x = segments.fold(owned_rewards(p, pick), coefficient, p.bootstrap)
-    return call.restore(pick.only(p.mask, _solve(call, solver, x, segments.cut(coefficient))))
+    return pick.only(p.mask, _solve(call, solver, x, segments.cut(coefficient)))
 
 
 def lambda_returns(rewards: Array, next_values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 0.95,
@@ -438,12 +519,17 @@ def lambda_returns(rewards: Array, next_values: Array, *, gamma: Coefficient = 0
     call = prepare_.prepare(rewards, gamma=gamma, lam=lam, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"next_values": next_values},
                             needs_values=False, cu_seqlens=cu_seqlens)
-    p, solver = call.problem, backends.solver(call)
+    return call.restore(backends.run(call, lambda solver: _lambda_returns(call, solver))[0])
+
+
+def _lambda_returns(call, solver):
+    """``lambda_returns`` of a checked call on a backend, time last, compute dtype."""
+    p = call.problem
     if hasattr(solver, "solve_lambda_returns"):
-        return call.restore(solver.solve_lambda_returns(p))
+        return solver.solve_lambda_returns(p)
     xp = p.xp
     if p.rewards.shape[-1] == 0:
-        return call.restore(xp.zeros_like(p.rewards))
+        return xp.zeros_like(p.rewards)
     following = p.extra["next_values"]
     pick = Picker(p, p.rewards, following)
     segments = Segments(p)
@@ -456,7 +542,7 @@ def lambda_returns(rewards: Array, next_values: Array, *, gamma: Coefficient = 0
     x = pick.real(p.mask, p.rewards) + pick.unless(p.terminated, p.gamma * (1 - p.lam * kept)
                                                    * pick.real(p.mask, following))
     coefficient = segments.cut(step_coefficients(p, p.gamma * p.lam * kept, pick))
-    return call.restore(pick.only(p.mask, _solve(call, solver, pick.only(p.mask, x), coefficient)))
+    return pick.only(p.mask, _solve(call, solver, pick.only(p.mask, x), coefficient))
 
 
 def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coefficient = 1.0,
@@ -521,13 +607,18 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, extra={"log_rhos": log_rhos},
                             truncated_bootstrap=truncated_bootstrap)
-    p, solver = call.problem, backends.solver(call)
+    (vs, pg), _ = backends.run(call, lambda solver: _vtrace(call, solver, thresholds))
+    return call.restore(vs), call.restore(pg)
+
+
+def _vtrace(call, solver, thresholds):
+    """``vtrace``'s (vs, pg) of a checked call on a backend, time last, compute dtype."""
+    p = call.problem
     if hasattr(solver, "solve_vtrace"):
-        vs, pg = solver.solve_vtrace(p, **thresholds)
-        return call.restore(vs), call.restore(pg)
+        return solver.solve_vtrace(p, **thresholds)
     xp, v = p.xp, p.values
     if p.rewards.shape[-1] == 0:
-        return call.restore(xp.zeros_like(v)), call.restore(xp.zeros_like(v))
+        return xp.zeros_like(v), xp.zeros_like(v)
     pick = Picker(p, p.rewards, v, p.next_values, p.bootstrap, p.extra["log_rhos"])
     # A masked log ratio never enters exp (3e38 there would overflow); a real one that overflows gives rho = inf,
     # which every threshold clips next: IEEE's answer, computed without NumPy's warning.
@@ -546,7 +637,7 @@ def vtrace(log_rhos: Array, rewards: Array, values: Array, *, gamma: Coefficient
     following = neighbour(xp, corrections, reverse=True)
     vs_next = v_next + pick.unless(done_flags(p), following)
     pg = clipped["clip_pg_rho_threshold"] * (r + pick.unless(p.terminated, p.gamma * vs_next) - real_v)
-    return call.restore(pick.only(p.mask, corrections + real_v)), call.restore(pick.only(p.mask, pg))
+    return pick.only(p.mask, corrections + real_v), pick.only(p.mask, pg)
 
 
 def whiten(x: Array, mask: Array | None = None, *, unbiased: bool = True, eps: float = 1e-8,

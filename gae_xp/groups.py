@@ -112,9 +112,15 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
     xp = call.xp
     if scores.shape[0] == 0:
         return xp.zeros(0, dtype=call.out_dtype, device=device_of(scores))
+    def generic():
+        return advantages_of(call, call.moments(), baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
+
     if call.k is not None and _segments._cuda_kernels_serve(xp, scores):
-        return _cuda_consecutive(call, baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
-    return advantages_of(call, call.moments(), baseline=baseline, scale=scale, eps=eps, unbiased=unbiased)
+        from . import backends
+
+        return backends.attempt("numba-cuda", lambda: _cuda_consecutive(call, baseline=baseline, scale=scale,
+                                                                         eps=eps, unbiased=unbiased), generic)
+    return generic()
 
 
 def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbiased: bool, batch=None) -> Array:

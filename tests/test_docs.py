@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Modules whose docstrings' examples run here, and whose public functions must each carry one.
 PUBLIC_MODULES = ["gae_xp.estimators", "gae_xp.turns", "gae_xp.lambdas", "gae_xp.groups", "gae_xp.reinforce",
-                  "gae_xp.testing", "gae_xp.testing.assertions",
+                  "gae_xp._config", "gae_xp.testing", "gae_xp.testing.assertions",
                   "gae_xp.testing.cases", "gae_xp.reference",
                   *(f"gae_xp.adapters.{name}" for name in ("verl", "slime", "openrlhf", "torchrl", "rlax", "areal",
                                                             "cleanrl", "trl")),

@@ -237,3 +237,19 @@ def test_an_installed_copy_gets_nothing_compiled_inside_it_and_reinstalls_editab
     done = subprocess.run([str(python), "-c", imported], **run)
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()).resolve().is_relative_to(source.resolve()), done.stdout
+
+
+def test_the_cuda_extras_install_a_numpy_that_numba_cuda_compiles_with():
+    """numba-cuda 0.30 fails at its first compile under NumPy 2.5 (numpy.row_stack was removed): every extra that
+    installs it as the CUDA kernels' compiler also installs a NumPy before 2.5."""
+    from packaging.requirements import Requirement
+
+    extras = {name: [Requirement(text) for text in texts]
+              for name, texts in PYPROJECT["project"]["optional-dependencies"].items()}
+    compiling = sorted(name for name, requirements in extras.items()
+                       if any(r.name == "numba-cuda" for r in requirements))
+    assert compiling == ["cuda12", "cuda13", "numba-cuda"]
+    for name in compiling:
+        numpy = [r for r in extras[name] if r.name == "numpy"]
+        assert len(numpy) == 1, f"the {name} extra pins no NumPy"
+        assert numpy[0].specifier.contains("2.4.6") and not numpy[0].specifier.contains("2.5.0"), (name, numpy[0])

@@ -21,6 +21,7 @@ from collections import defaultdict
 from importlib import metadata, resources
 from typing import Iterable
 
+from gae_xp import _config
 from gae_xp.bench import noise
 from gae_xp.bench.noise import Conditions
 from gae_xp.bench.paths import FLOOR_ARRAYS, all_paths, loop_baseline
@@ -536,6 +537,7 @@ def header(settings: dict, libraries, machine_: dict) -> list[str]:
         f"  load    {settings['load']}",
         f"  {machine_['platform']}, python {machine_['python']}",
         "  versions " + ", ".join(f"{k} {v}" for k, v in versions(libraries).items()),
+        f"  routes  {_config.summary()}",
     ]
 
 

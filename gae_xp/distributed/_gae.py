@@ -134,7 +134,7 @@ class _Shard:
         self.call = prepare_.prepare(rewards, values, **options,
                                      sequences=context.sequences if context.packed else None)
         p = self.p = self.call.problem
-        self.solver = backends.solver(self.call, segments=True)
+        self.solver = backends.Guarded(backends.solver(self.call, segments=True), forced=self.call.backend != "auto")
         context.check(exchange.world, p.length)
         self.batch = tuple(p.rewards.shape[:-1])
         self.bootstrap = p.bootstrap  # (..., sequences), or (..., 1) unpacked
