@@ -54,9 +54,13 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
     * a group of one: ``leave_one_out`` gives 0 (there are no others);
       ``mean`` gives 0 (s - s);
     * a NaN score is left out of its group's statistics (and of the batch's),
-      and gets advantage 0; it never affects another group. A group of NaN
-      scores only gets 0s. An infinite score makes its group's advantages
-      NaN (its mean is infinite), and, with ``scale="batch"``, every one's;
+      and gets advantage 0; it never affects another group, in the forward
+      values or in the gradients (torch, JAX). A group of NaN scores only
+      gets 0s. An infinite score makes its group's mean and M2 NaN
+      (``inf - inf``), so its group's advantages NaN (its NaN scores keep
+      their 0) under every baseline and scale but ``baseline=None,
+      scale=None`` (A = s), and, with ``scale="batch"``, every one's. Such a
+      group is not a zero-variance group (``zero_variance_groups``);
     * eps is added to the standard deviation (verl, TRL and OpenRLHF's
       placement), not to the variance; ``unbiased=True`` divides M2 by
       n - 1 (a group of one then has std 0, as above).
@@ -125,6 +129,9 @@ def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbias
     x = xp.astype(call.scores, call.dtype)
     valid = ~xp.isnan(x)
     zero = xp.zeros_like(x)
+    # A NaN score enters no arithmetic as NaN: the final where gives it 0, but its gradient would still reach the
+    # divisor (d(c / s)/ds = -c / s^2 is NaN for c NaN) and so its group-mates' (or, under scale="batch", everyone's).
+    x = xp.where(valid, x, zero)
     n = call.per_sample(count)
     if baseline is None:
         centred = x
@@ -141,8 +148,8 @@ def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbias
         std = _std(xp, spread, total, unbiased)
     else:
         return xp.astype(xp.where(valid, centred, zero), call.out_dtype, copy=False)
-    some = spread > 0
-    out = xp.where(some & valid, centred / xp.where(some, std + eps, xp.ones_like(std)), zero)
+    flat = spread == 0  # not a NaN spread: an infinite score makes its advantages NaN
+    out = xp.where(valid & ~flat, centred / xp.where(flat, xp.ones_like(std), std + eps), zero)
     return xp.astype(out, call.out_dtype, copy=False)
 
 
@@ -164,7 +171,9 @@ def zero_variance_groups(scores: Array, group_ids: Array | int) -> Array:
 
     A group has zero variance when its scores that are not NaN are all equal
     (M2 = 0, in float64: exactly equal scores, not "close"), which includes a
-    group of one and a group of NaN scores only. The answer is per sample
+    group of one and a group of NaN scores only; a group with an infinite
+    score has M2 = NaN, not 0, so it is not flagged (``[inf, 1.0]``,
+    ``[-inf, inf]``, ``[inf, inf]``). The answer is per sample
     (N,), the mask DAPO's filter applies (``keep = ~zero_variance_groups(...)``);
     a NaN score gets its group's answer. Computed on the device, no host sync.
 
@@ -360,11 +369,12 @@ def _check_options(baseline, scale, eps, unbiased) -> None:
 
 
 def _std(xp, m2, n, unbiased: bool):
-    """sqrt(M2 / (n - 1 or n)), 0 where the divisor is not positive or M2 is 0 (a safe square root for autograd)."""
+    """sqrt(M2 / (n - 1 or n)); 0 where M2 is 0 or the divisor is not positive (a group of one, whose M2 is 0
+    unless it is NaN), NaN where M2 is NaN (an infinite score); a safe square root for autograd."""
     divisor = n - 1 if unbiased else n
     ok = (divisor > 0) & (m2 > 0)
     var = xp.where(ok, m2 / xp.where(ok, divisor, xp.ones_like(divisor)), xp.ones_like(m2))
-    return xp.where(ok, xp.sqrt(var), xp.zeros_like(m2))
+    return xp.where(ok, xp.sqrt(var), xp.where(xp.isnan(m2), m2, xp.zeros_like(m2)))
 
 
 def _merge(xp, count, mean, m2):
@@ -381,4 +391,4 @@ def _merge(xp, count, mean, m2):
     d_sum = xp.sum(count * d)
     correction = d_sum / divisor
     spread = xp.sum(count * d * d) - d_sum * correction
-    return total, first + correction, xp.sum(m2) + xp.where(spread > 0, spread, xp.zeros_like(spread))
+    return total, first + correction, xp.sum(m2) + xp.where(spread < 0, xp.zeros_like(spread), spread)

