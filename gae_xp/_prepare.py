@@ -533,8 +533,9 @@ def check_offsets(xp, value, length: int, like):
     integral = np.issubdtype(value.dtype, np.integer) if host else isdtype(xp, value.dtype, "integral")
     if not integral:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
-    if value.ndim != 1 or value.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+    if value.ndim != 1 or value.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 1 entry (0, then each sequence's end; the last is "
+                         f"the total length {length}), "
                          f"got shape {tuple(value.shape)}")
     if host:
         host_offsets = value.astype(np.int64)
@@ -597,8 +598,9 @@ def _traced_host_offsets(value, length: int, like):
     offsets = torch.as_tensor(value)
     if offsets.dtype.is_floating_point or offsets.dtype.is_complex or offsets.dtype == torch.bool:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
-    if offsets.ndim != 1 or offsets.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+    if offsets.ndim != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 1 entry (0, then each sequence's end; the last is "
+                         f"the total length {length}), "
                          f"got shape {tuple(offsets.shape)}")
     return offsets.to(device=like.device, dtype=torch.int64), None
 

@@ -113,7 +113,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         or a NumPy array, as flash-attention's ``cu_seqlens_cpu``), which are
         never read from a device. Device offsets are read once for the checks
         (one small device-to-host copy). A repeated offset is an empty
-        sequence: no output, its bootstrap value unread.
+        sequence: no output, its bootstrap value unread. ``[0]`` is no
+        sequence at all (T = 0; ``bootstrap_value[..., :0]``).
     critic_lam : float or array, optional
         Decoupled GAE (VAPO): the returns (value targets) use ``critic_lam``
         while the advantages use ``lam``, from the same deltas and cuts; e.g.

@@ -212,8 +212,9 @@ def to_tokens(advantages: Array, *, response_mask: Array | None = None, cu_seqle
       gets its row's advantage;
     * packed: ``advantages`` (n,) and ``cu_seqlens`` (n + 1,), offsets
       ``0 = o_0 <= ... <= o_n``, give ``out[t] = advantages[i]`` for
-      ``o_i <= t < o_{i+1}`` (T_total = o_n). Host offsets (a list, a NumPy
-      array) are checked; device offsets need ``like`` (the packed token
+      ``o_i <= t < o_{i+1}`` (T_total = o_n; n = 0, ``cu_seqlens=[0]``,
+      gives an empty output). Host offsets (a list, a NumPy array, with
+      advantages of any library, NumPy's included) are checked; device offsets need ``like`` (the packed token
       array, (T_total,)) for the length, are checked where their values can
       be read, and are never trusted: a token outside every sequence gets 0,
       and the gather index is clamped into [0, n), so offsets that cannot be
@@ -271,7 +272,8 @@ def to_tokens(advantages: Array, *, response_mask: Array | None = None, cu_seqle
 
 
 def _packed(advantages, cu_seqlens, like):
-    host = prepare_.is_host_offsets(cu_seqlens, advantages)
+    host = isinstance(cu_seqlens, (list, tuple, np.ndarray))  # a NumPy array's values are on the host, whatever
+    # the advantages' library: its length is read from it
     present = {"advantages": advantages, "like": like}
     if not host:
         present["cu_seqlens"] = cu_seqlens

@@ -211,3 +211,50 @@ def test_4_nan_gradients_stay_in_their_group_in_jax(baseline, scale, ids):
         return (out * jnp.linspace(0.5, 1.5, out.shape[0], dtype=out.dtype)).sum()
 
     finite_gradient_check(jax.grad(loss)(scores), scale)
+
+
+# --- 6. NumPy offsets are host offsets in to_tokens -----------------------------------------------------------
+
+
+def test_6_numpy_offsets_are_host_offsets_in_to_tokens(library):
+    """A NumPy cu_seqlens gives the length itself, beside NumPy advantages as beside any library's (no like=)."""
+    advantages = library.asarray(np.array([1.0, -2.0]))
+    for offsets in (np.array([0, 2, 5]), np.array([0, 2, 5], dtype=np.int32)):
+        got = gae_xp.to_tokens(advantages, cu_seqlens=offsets)
+        np.testing.assert_array_equal(to_numpy(got), [1.0, 1.0, -2.0, -2.0, -2.0])
+    with pytest.raises(ValueError, match="cu_seqlens must be non-decreasing"):
+        gae_xp.to_tokens(advantages, cu_seqlens=np.array([0, 6, 5]))
+    with pytest.raises(ValueError, match="like must be the packed token array"):
+        gae_xp.to_tokens(advantages, cu_seqlens=np.array([0, 2, 5]), like=library.asarray(np.zeros(4)))
+
+
+# --- 7. zero sequences -------------------------------------------------------------------------------------------
+
+
+def test_7_no_sequence_in_to_tokens(library):
+    """n = 0: cu_seqlens = [0] (a list, NumPy, the library's own beside like=) gives an empty token array;
+    [0, 0] is one empty sequence, so it needs one advantage."""
+    none = library.asarray(np.zeros(0))
+    for offsets, like in (([0], None), (np.array([0]), None), (library.asarray(np.array([0])), none)):
+        got = gae_xp.to_tokens(none, cu_seqlens=offsets, like=like)
+        assert tuple(got.shape) == (0,)
+    with pytest.raises(ValueError, match=r"len\(advantages\) \+ 1 = 1"):
+        gae_xp.to_tokens(none, cu_seqlens=[0, 0])
+    np.testing.assert_array_equal(to_numpy(gae_xp.to_tokens(library.asarray(np.array([3.0])), cu_seqlens=[0, 0])),
+                                  np.zeros(0))
+
+
+def test_7_no_sequence_in_gae(target, library, backend):
+    """gae()'s packed path with no sequence: T = 0 and cu_seqlens = [0], with and without bootstrap values; the
+    offsets of any accepted kind; [0] beside T > 0 names cu_seqlens' end."""
+    empty = library.asarray(np.zeros((2, 0)))
+    kinds = ([0], np.array([0]), library.asarray(np.array([0], dtype=np.int64)))
+    for offsets, bootstrap in itertools.product(kinds, (None, empty)):
+        advantages, returns = gae_xp.gae(empty, empty, cu_seqlens=offsets, bootstrap_value=bootstrap,
+                                         backend=backend)
+        assert tuple(advantages.shape) == tuple(returns.shape) == (2, 0)
+    again = gae_xp.gae(empty, empty, cu_seqlens=[0], backend=backend)  # a plan-served repeat
+    assert tuple(again[0].shape) == (2, 0)
+    steps = library.asarray(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="cu_seqlens must end at the length of the time axis, 3, got 0"):
+        gae_xp.gae(steps, steps, cu_seqlens=[0], backend=backend)
