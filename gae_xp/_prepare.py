@@ -12,6 +12,9 @@ Conventions settled here, for every namespace:
   bfloat16 and float8 from ml_dtypes too), float64 for float64 and wider
   floats (NumPy's longdouble is computed in float64 and returned as
   longdouble); integer or bool data gives the namespace's default float;
+  NumPy data of non-native byte order (``'>f8'`` on a little-endian host)
+  is computed and returned in its native counterpart (float64 for
+  ``'>f8'``), as NumPy's own arithmetic returns it;
 * Python numbers, NumPy scalars and 0-d arrays given as a boundary value
   (``bootstrap_value``, ``initial``) are weakly typed: they never change
   the output dtype;
@@ -375,6 +378,8 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
         out = floats[0] if all(f == floats[0] for f in floats) else _result_type(xp, arrays, floats)
     else:
         out = xp.__array_namespace_info__().default_dtypes(device=device_of(anchor))["real floating"]
+    if isinstance(out, np.dtype) and not out.isnative:  # '>f8' on a little-endian host: NumPy's arithmetic
+        out = out.newbyteorder("=")  # returns native float64 for it, and so does gae_xp (computed in float64)
     if out in (xp.float32, xp.float64):
         return out, out
     wider = np.dtype(out).itemsize > 8 if isinstance(out, np.dtype) else False

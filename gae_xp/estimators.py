@@ -132,7 +132,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     advantages, returns : array
         In the inputs' namespace, on their device, with their floating dtype
         (float16/bfloat16, NumPy's from ml_dtypes too, are computed in
-        float32, wider floats in float64;
+        float32, wider floats in float64; NumPy's non-native byte order,
+        ``'>f8'``, in and as native float64, as NumPy's arithmetic;
         integer rewards give the namespace's default float), time on ``axis``.
         Inputs are never modified and no output shares memory with an input.
 

@@ -258,3 +258,41 @@ def test_7_no_sequence_in_gae(target, library, backend):
     steps = library.asarray(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="cu_seqlens must end at the length of the time axis, 3, got 0"):
         gae_xp.gae(steps, steps, cu_seqlens=[0], backend=backend)
+
+
+# --- 3. non-native byte order -------------------------------------------------------------------------------------
+
+SWAPPED = {"float64": ">f8" if np.little_endian else "<f8", "float32": ">f4" if np.little_endian else "<f4"}
+
+
+@pytest.mark.parametrize("width", ["float64", "float32"])
+def test_3_gae_on_non_native_byte_order(target, library, backend, width):
+    """'>f8' is computed in float64 and returned as native float64 (NumPy's own rule for its arithmetic), on every
+    NumPy backend, on the first call and the plan-served repeats; '>f4' as native float32."""
+    if library.name != "numpy":
+        pytest.skip("byte order is NumPy's")
+    rng = np.random.default_rng(3)
+    r, v = rng.standard_normal((2, 9)), rng.standard_normal((2, 9))
+    want = [np.stack(rows) for rows in zip(*(reference.gae_loop(r[i], v[i], gamma=0.9, lam=0.8) for i in range(2)))]
+    swapped_r, swapped_v = r.astype(SWAPPED[width]), v.astype(SWAPPED[width])
+    kept = swapped_r.copy(), swapped_v.copy()
+    for _ in range(3):  # the first call, then plans
+        for got, desired in zip(gae_xp.gae(swapped_r, swapped_v, gamma=0.9, lam=0.8, backend=backend), want):
+            assert got.dtype == np.dtype(width) and got.dtype.isnative
+            np.testing.assert_allclose(got, desired, rtol=1e-12 if width == "float64" else 2e-6, atol=1e-12)
+    np.testing.assert_array_equal(swapped_r, kept[0])
+    np.testing.assert_array_equal(swapped_v, kept[1])
+    assert swapped_r.dtype == np.dtype(SWAPPED[width])
+
+
+@pytest.mark.parametrize("name", ["discounted_cumsum", "discounted_returns", "whiten", "group_advantages"])
+def test_3_other_functions_on_non_native_byte_order(name):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(12) * 1e3 + 7.0
+    call = {"discounted_cumsum": lambda a: gae_xp.discounted_cumsum(a, 0.9),
+            "discounted_returns": lambda a: gae_xp.discounted_returns(a, gamma=0.9),
+            "whiten": gae_xp.whiten,
+            "group_advantages": lambda a: gae_xp.group_advantages(a, 3)}[name]
+    got, native = call(x.astype(SWAPPED["float64"])), call(x)
+    assert got.dtype == np.float64 and got.dtype.isnative
+    np.testing.assert_array_equal(got, native)
