@@ -296,3 +296,33 @@ def test_3_other_functions_on_non_native_byte_order(name):
     got, native = call(x.astype(SWAPPED["float64"])), call(x)
     assert got.dtype == np.float64 and got.dtype.isnative
     np.testing.assert_array_equal(got, native)
+
+
+# --- 8. REINFORCE++ on NumPy bfloat16 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["reinforce_plus_plus", "reinforce_plus_plus_baseline"])
+def test_8_reinforce_plus_plus_on_numpy_bfloat16(name):
+    """ml_dtypes' bfloat16: computed in float32 (the float32 answer, rounded once) and returned in bfloat16."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(8)
+    rewards = rng.standard_normal((4, 6)).astype(ml_dtypes.bfloat16)
+    mask = rng.random((4, 6)) < 0.8
+    wide = rewards.astype(np.float32)
+    if name == "reinforce_plus_plus":
+        got = gae_xp.reinforce_plus_plus(rewards, mask, gamma=0.99)
+        in_float32 = gae_xp.reinforce_plus_plus(wide, mask, gamma=0.99)
+        want = reference.reinforce_plus_plus_loop(wide.astype(np.float64), mask, gamma=0.99)
+    else:
+        ids = np.array([3, 3, -1, -1])
+        got = gae_xp.reinforce_plus_plus_baseline(rewards, mask, ids)
+        in_float32 = gae_xp.reinforce_plus_plus_baseline(wide, mask, ids)
+        scores = np.where(mask, wide.astype(np.float64), 0.0).sum(axis=1)
+        tokens = np.where(mask, reference.group_advantages_loop(scores, ids, scale=None)[:, None], 0.0)
+        picked = tokens[mask]
+        want = np.where(mask, (tokens - picked.mean()) / np.sqrt(picked.var(ddof=1) + 1e-8), 0.0)
+    assert got.dtype == rewards.dtype
+    np.testing.assert_array_equal(got, in_float32.astype(ml_dtypes.bfloat16))
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=2**-8, atol=2**-8)
+    with pytest.raises(TypeError, match="token_rewards must have a real floating dtype"):
+        getattr(gae_xp, name)(rewards.astype(np.int32), mask, *([] if name == "reinforce_plus_plus" else [ids]))
