@@ -11,6 +11,7 @@ gets exactly 0 and near-constant scores keep their float64 digits.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -97,7 +98,8 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
         nor an int (a float array, a bool), eps or unbiased of a wrong type.
     ValueError
         scores not 1-D, group_ids of another length, k < 1 or not dividing N,
-        eps < 0, an unknown baseline or scale.
+        eps < 0, an unknown baseline or scale; Dask arrays of unknown (NaN)
+        chunk sizes (``.compute_chunk_sizes()`` first).
 
     Examples
     --------
@@ -325,6 +327,7 @@ class _Call:
         prepare_.check_same_device(arrays, "scores")
         if scores.ndim != 1:
             raise ValueError(f"scores must be 1-D (one score per response), got shape {tuple(scores.shape)}")
+        _refuse_unknown_lengths(arrays)
         out_dtype, _ = prepare_.compute_dtypes(xp, {"scores": scores}, scores)
         dtype = _segments.accumulator_dtype(xp, scores)
         n = scores.shape[0]
@@ -359,6 +362,18 @@ class _Call:
         if is_dask_array(per_group):
             return per_group[self.index]
         return xp.take(per_group, self.index)
+
+
+def _refuse_unknown_lengths(arrays: dict) -> None:
+    """ValueError naming the arrays of unknown (NaN) length, as Dask arrays after boolean indexing: neither the
+    groups (N % k, ids beside scores) nor their statistics can be laid out before their lengths are known."""
+    unknown = [name for name, value in arrays.items()
+               if any(isinstance(size, float) and math.isnan(size) for size in value.shape)]
+    if unknown:
+        shapes = ", ".join(f"{name} {tuple(arrays[name].shape)}" for name in unknown)
+        raise ValueError(f"{' and '.join(unknown)} {'have' if len(unknown) > 1 else 'has'} unknown (NaN) chunk "
+                         f"sizes ({shapes}), as after boolean indexing of a Dask array: call "
+                         f".compute_chunk_sizes() on {'both' if len(unknown) > 1 else 'it'} first")
 
 
 def _check_options(baseline, scale, eps, unbiased) -> None:

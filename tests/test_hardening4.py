@@ -326,3 +326,26 @@ def test_8_reinforce_plus_plus_on_numpy_bfloat16(name):
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2**-8, atol=2**-8)
     with pytest.raises(TypeError, match="token_rewards must have a real floating dtype"):
         getattr(gae_xp, name)(rewards.astype(np.int32), mask, *([] if name == "reinforce_plus_plus" else [ids]))
+
+
+# --- 9. Dask arrays of unknown chunk sizes in the group functions ----------------------------------------------
+
+
+@pytest.mark.parametrize("function", ["group_advantages", "zero_variance_groups"])
+def test_9_unknown_chunk_sizes_are_named_in_the_group_functions(function):
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(9)
+    scores = da.from_array(rng.random(12), chunks=4)
+    ids = da.from_array(np.repeat(np.arange(4), 3), chunks=4)
+    keep = scores > 0.3
+    call = getattr(gae_xp, function)
+    message = r"unknown \(NaN\) chunk sizes.*compute_chunk_sizes\(\) on {} first"
+    with pytest.raises(ValueError, match=r"scores and group_ids have " + message.format("both")):
+        call(scores[keep], ids[keep])
+    with pytest.raises(ValueError, match=r"scores has " + message.format("it")):
+        call(scores[keep], 3)
+    with pytest.raises(ValueError, match=r"group_ids has " + message.format("it")):
+        call(scores[:6], ids[ids < 2])
+    kept_scores, kept_ids = scores[keep].compute_chunk_sizes(), ids[keep].compute_chunk_sizes()
+    got = call(kept_scores, kept_ids).compute()
+    np.testing.assert_array_equal(got, call(kept_scores.compute(), kept_ids.compute()))
