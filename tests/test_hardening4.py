@@ -349,3 +349,27 @@ def test_9_unknown_chunk_sizes_are_named_in_the_group_functions(function):
     kept_scores, kept_ids = scores[keep].compute_chunk_sizes(), ids[keep].compute_chunk_sizes()
     got = call(kept_scores, kept_ids).compute()
     np.testing.assert_array_equal(got, call(kept_scores.compute(), kept_ids.compute()))
+
+
+# --- 11. the verl adapter's config as any mapping -----------------------------------------------------------------
+
+
+def test_11_the_verl_config_takes_any_mapping_or_object():
+    torch = pytest.importorskip("torch")
+    import collections
+    import types
+
+    from gae_xp.adapters import verl
+
+    rewards = torch.tensor([[0.0, 1.0, 0.5], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+    want = verl.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=0.9)
+    configs = [{"gamma": 0.9}, collections.UserDict(gamma=0.9), types.MappingProxyType({"gamma": 0.9}),
+               types.SimpleNamespace(gamma=0.9)]
+    for config in configs:
+        got = verl.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=config)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=0)
+    for config in ({}, collections.UserDict(), types.MappingProxyType({}), types.SimpleNamespace()):
+        with pytest.raises(ValueError, match="gamma is needed"):
+            verl.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=config)
