@@ -44,6 +44,7 @@ from ._compat import (
     isdtype,
     owned_copy,
     to_device,
+    torch_cpu_view,
     values_are_readable,
 )
 from ._problem import GaeProblem, PreparedCall, PreparedScan
@@ -644,7 +645,7 @@ def _shown(values) -> str:
 def host_copy(x) -> np.ndarray:
     """A NumPy copy of a readable array of any library (one device-to-host copy for device arrays)."""
     if is_torch_array(x):
-        return x.detach().cpu().numpy()
+        return torch_cpu_view(x.detach().cpu())  # not Tensor.numpy(): a CPU tensor would stay non-resizable
     if is_cupy_array(x):
         return x.get()
     return np.asarray(x)

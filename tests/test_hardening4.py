@@ -373,3 +373,84 @@ def test_11_the_verl_config_takes_any_mapping_or_object():
     for config in ({}, collections.UserDict(), types.MappingProxyType({}), types.SimpleNamespace()):
         with pytest.raises(ValueError, match="gamma is needed"):
             verl.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, config=config)
+
+
+# --- 12. gae() leaves a caller's torch CPU tensors resizable ---------------------------------------------------
+
+
+def resizable(t) -> bool:
+    """Whether ``t.resize_()`` still works (Tensor.numpy() marks the storage non-resizable for good), on a view of
+    the tensor, so the caller's own tensor keeps its shape."""
+    try:
+        t.view(t.shape).resize_(t.numel() + 1)
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("layout", ["plain", "time-first", "dones and mask", "packed", "coefficient arrays"])
+def test_12_gae_leaves_torch_cpu_tensors_resizable(target, library, backend, layout):
+    """Every per-step tensor, coefficient array and offsets tensor handed to gae() can be resized afterwards, on the
+    first call and on plan-served repeats, on every torch CPU backend; the answers are the reference's."""
+    if library.name != "torch:cpu":
+        pytest.skip("torch CPU tensors")
+    import torch
+
+    rng = np.random.default_rng(12)
+    own = torch.tensor  # a tensor of torch's own memory (torch.from_numpy's never resizes)
+
+    def fresh():
+        r, v = rng.standard_normal((3, 8)), rng.standard_normal((3, 8))
+        arrays = {"rewards": own(r), "values": own(v)}
+        options = {}
+        if layout == "time-first":
+            arrays = {name: a.T.contiguous() for name, a in arrays.items()}
+            options["axis"] = 0
+        if layout == "dones and mask":
+            options.update(terminated=own(rng.random((3, 8)) < 0.2), mask=own(rng.random((3, 8)) < 0.8))
+        if layout == "packed":
+            options["cu_seqlens"] = torch.tensor([0, 3, 8])
+            options["bootstrap_value"] = torch.zeros(3, 2, dtype=torch.float64)
+        if layout == "coefficient arrays":
+            options.update(gamma=torch.full((3, 8), 0.9, dtype=torch.float64),
+                           lam=torch.full((3, 1), 0.8, dtype=torch.float64),
+                           bootstrap_value=own(rng.standard_normal(3)))
+        return arrays, options
+
+    for _ in range(3):  # the first call, then plans
+        arrays, options = fresh()
+        advantages, returns = gae_xp.gae(arrays["rewards"], arrays["values"], backend=backend, **options)
+        given = {**arrays, **{name: o for name, o in options.items() if isinstance(o, torch.Tensor)}}
+        for name, tensor in given.items():
+            assert resizable(tensor), name
+        numpy_options = {name: o.numpy() if isinstance(o, torch.Tensor) else o for name, o in options.items()}
+        want = gae_xp.gae(arrays["rewards"].numpy(), arrays["values"].numpy(), backend="xp", **numpy_options)
+        np.testing.assert_allclose(advantages.numpy(), want[0], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(returns.numpy(), want[1], rtol=1e-12, atol=1e-12)
+
+
+def test_12_the_view_of_a_tensor_refuses_what_tensor_numpy_refuses():
+    """_compat.torch_cpu_view: the tensor's memory and values, writeable, the tensor kept alive and resizable; the
+    refusals of Tensor.numpy() (grad, a negative or conjugate bit, bfloat16, no storage)."""
+    torch = pytest.importorskip("torch")
+    from gae_xp._compat import torch_cpu_view
+
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    for t in (base, base.T, base[1:, ::2], base[:, :1].expand(4, 5), torch.ones(3, dtype=torch.bool),
+              torch.zeros(0, 3), torch.tensor(2.5), torch.arange(5, dtype=torch.int32)):
+        view = torch_cpu_view(t)
+        np.testing.assert_array_equal(view, t.clone().numpy())
+        assert view.dtype == t.clone().numpy().dtype and view.flags.writeable
+        if t.numel():
+            assert view.__array_interface__["data"][0] == t.data_ptr()
+    kept = torch_cpu_view(torch.arange(3.0))
+    np.testing.assert_array_equal(kept, [0.0, 1.0, 2.0])  # the tensor lives as long as its view
+    assert resizable(base)
+    refused = [torch.ones(2, requires_grad=True), torch.ones(2, dtype=torch.complex64).conj(),
+               torch.ones(2, dtype=torch.complex64).conj().imag, torch.ones(2, dtype=torch.bfloat16),
+               torch.ones(2, device="meta")]
+    for t in refused:
+        with pytest.raises((RuntimeError, TypeError)):
+            torch_cpu_view(t)
+    with pytest.raises(RuntimeError):
+        torch.vmap(lambda x: torch.as_tensor(torch_cpu_view(x)))(torch.ones(2, 3))
