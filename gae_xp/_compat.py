@@ -263,22 +263,22 @@ def torch_cpu_view(t) -> np.ndarray:
     raises), an array made from the tensor's ``__array_interface__`` description does not. The array holds the
     tensor, so the memory lives as long as the array.
 
-    Raises as ``Tensor.numpy()`` does: RuntimeError for a tensor that requires grad, has the negative or conjugate
-    bit set, or has no storage (a ``torch.func`` wrapper, a sparse tensor), TypeError for one off the CPU or of a
-    dtype NumPy lacks (bfloat16, float8).
+    Raises as ``Tensor.numpy()`` does: RuntimeError for a tensor that requires grad, has the negative bit set, or
+    has no storage (a ``torch.func`` wrapper, a sparse tensor), TypeError for one off the CPU or of a dtype NumPy
+    lacks (bfloat16, float8); and TypeError for a complex tensor (no gae_xp function takes one; its conjugate bit
+    is then not read).
     """
     if t.requires_grad:
         raise RuntimeError("a tensor that requires grad has no NumPy view: detach() it first")
-    if t.is_neg() or t.is_conj():
-        raise RuntimeError("a tensor with the negative or conjugate bit set has no NumPy view: resolve it first")
+    if t.is_neg():
+        raise RuntimeError("a tensor with the negative bit set has no NumPy view: resolve_neg() it first")
     if not t.is_cpu:
         raise TypeError(f"a tensor on {t.device} has no NumPy view")
-    described = _TORCH_TYPESTR.get(t.dtype) or _torch_typestr(t.dtype)
-    typestr, itemsize = described
+    typestr, itemsize = _TORCH_TYPESTR.get(t.dtype) or _torch_typestr(t.dtype)
     memory = _TensorMemory()
-    memory.__array_interface__ = {"data": (t.data_ptr(), False), "shape": t.shape,
-                                  "strides": tuple([step * itemsize for step in t.stride()]), "typestr": typestr,
-                                  "version": 3}
+    memory.__array_interface__ = {  # strides None: C-contiguous, which NumPy lays out itself
+        "data": (t.data_ptr(), False), "shape": t.shape, "typestr": typestr, "version": 3,
+        "strides": None if t.is_contiguous() else tuple([step * itemsize for step in t.stride()])}
     memory.tensor = t
     return np.asarray(memory)
 
@@ -299,6 +299,8 @@ def _torch_typestr(dtype):
     try:
         as_numpy = np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)  # an empty tensor of our own
     except TypeError:
-        raise TypeError(f"a tensor of dtype {dtype} has no NumPy view") from None
+        as_numpy = None
+    if as_numpy is None or as_numpy.kind == "c":
+        raise TypeError(f"a tensor of dtype {dtype} has no NumPy view here")
     _TORCH_TYPESTR[dtype] = (as_numpy.str, as_numpy.itemsize)
     return _TORCH_TYPESTR[dtype]

@@ -431,7 +431,7 @@ def test_12_gae_leaves_torch_cpu_tensors_resizable(target, library, backend, lay
 
 def test_12_the_view_of_a_tensor_refuses_what_tensor_numpy_refuses():
     """_compat.torch_cpu_view: the tensor's memory and values, writeable, the tensor kept alive and resizable; the
-    refusals of Tensor.numpy() (grad, a negative or conjugate bit, bfloat16, no storage)."""
+    refusals of Tensor.numpy() (grad, a negative bit, bfloat16, no storage), and complex tensors."""
     torch = pytest.importorskip("torch")
     from gae_xp._compat import torch_cpu_view
 
@@ -447,6 +447,7 @@ def test_12_the_view_of_a_tensor_refuses_what_tensor_numpy_refuses():
     np.testing.assert_array_equal(kept, [0.0, 1.0, 2.0])  # the tensor lives as long as its view
     assert resizable(base)
     refused = [torch.ones(2, requires_grad=True), torch.ones(2, dtype=torch.complex64).conj(),
+               torch.ones(2, dtype=torch.complex64),
                torch.ones(2, dtype=torch.complex64).conj().imag, torch.ones(2, dtype=torch.bfloat16),
                torch.ones(2, device="meta")]
     for t in refused:
