@@ -263,12 +263,13 @@ def torch_cpu_view(t) -> np.ndarray:
     raises), an array made from the tensor's ``__array_interface__`` description does not. The array holds the
     tensor, so the memory lives as long as the array.
 
-    Raises as ``Tensor.numpy()`` does: RuntimeError for a tensor that requires grad, has the negative bit set, or
+    Raises as ``Tensor.numpy()`` does: RuntimeError for a tensor that requires grad (while grad mode is on: a
+    custom operator's kernel, or ``torch.no_grad()``, reads one), has the negative bit set, or
     has no storage (a ``torch.func`` wrapper, a sparse tensor), TypeError for one off the CPU or of a dtype NumPy
     lacks (bfloat16, float8); and TypeError for a complex tensor (no gae_xp function takes one; its conjugate bit
     is then not read).
     """
-    if t.requires_grad:
+    if t.requires_grad and sys.modules["torch"].is_grad_enabled():
         raise RuntimeError("a tensor that requires grad has no NumPy view: detach() it first")
     if t.is_neg():
         raise RuntimeError("a tensor with the negative bit set has no NumPy view: resolve_neg() it first")

@@ -443,6 +443,8 @@ def test_12_the_view_of_a_tensor_refuses_what_tensor_numpy_refuses():
         assert view.dtype == t.clone().numpy().dtype and view.flags.writeable
         if t.numel():
             assert view.__array_interface__["data"][0] == t.data_ptr()
+    with torch.no_grad():  # as Tensor.numpy(): a tensor that requires grad is read where grad mode is off
+        np.testing.assert_array_equal(torch_cpu_view(torch.ones(2, requires_grad=True)), [1.0, 1.0])
     kept = torch_cpu_view(torch.arange(3.0))
     np.testing.assert_array_equal(kept, [0.0, 1.0, 2.0])  # the tensor lives as long as its view
     assert resizable(base)
