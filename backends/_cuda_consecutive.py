@@ -8,7 +8,8 @@ Each thread computes its group's (n, mean, M2) over the members that are not NaN
     m0 = sum(x) / n,   d = x - m0,   mean = m0 + sum(d) / n,   M2 = max(sum(d^2) - sum(d)^2 / n, 0)
 
 and writes ``A = centred / (std + eps)`` (or ``centred``) for its k members, with ``gae_xp.groups``' conventions
-(a NaN score gets 0; M2 = 0 gives 0 under a scale; leave-one-out's factor n / (n - 1), 0 for a group of one).
+(a NaN score gets 0; M2 = 0 gives 0 under a scale, a NaN M2, from an infinite score, NaN; leave-one-out's factor
+n / (n - 1), 0 for a group of one).
 
 * ``scale="group"`` or ``None``: one launch, ``advantages``;
 * ``scale="batch"``: two launches. ``statistics`` writes every group's (n, mean) and, per block, the block's
@@ -59,7 +60,7 @@ def _moments(x, start, k):
             d_squares += d * d
     correction = d_sum / divisor
     spread = d_squares - d_sum * correction
-    return count, first + correction, spread if spread > 0 else 0.0
+    return count, first + correction, 0.0 if spread < 0 else spread  # NaN kept (an infinite score)
 
 
 @cuda.jit(device=True, inline=True)
@@ -69,14 +70,15 @@ def _write(x, out, start, k, count, mean, spread, n, baseline, scaled, unbiased,
     if baseline == 2:
         factor = count / (count - 1.0) if count > 1 else 0.0
     denominator = 1.0
-    if scaled and spread > 0:
+    flat = spread == 0.0  # not a NaN spread: an infinite score makes its advantages NaN
+    if scaled and not flat:
         divisor = n - 1.0 if unbiased else n
-        std = math.sqrt(spread / divisor) if divisor > 0 else 0.0
+        std = math.sqrt(spread / divisor) if divisor > 0 else spread  # n <= 1: the spread is NaN here
         denominator = std + eps
     for j in range(k):
         v = types.float64(x[start + j])
         centred = v if baseline == 0 else (v - mean) * factor
-        keep = not math.isnan(v) and (spread > 0 or not scaled)
+        keep = not math.isnan(v) and not (scaled and flat)
         out[start + j] = centred / denominator if keep else 0.0
 
 
@@ -116,7 +118,7 @@ def _merged(shared, t, count, mean, m2):
     d_sum, d_squares, m2_sum = _block_sums(shared, t, count * d, count * d * d, m2)
     correction = d_sum / divisor
     spread = d_squares - d_sum * correction
-    return total, first + correction, m2_sum + (spread if spread > 0 else 0.0)
+    return total, first + correction, m2_sum + (0.0 if spread < 0 else spread)
 
 
 def statistics_kernel(x, stats, partials, k):
@@ -154,7 +156,7 @@ def batch_advantages_kernel(x, stats, partials, out, k, baseline, unbiased, eps)
         m2_sum += partials[2, b]
     d_sum, d_squares, m2_sum = _block_sums(shared, t, d_sum, d_squares, m2_sum)
     spread = d_squares - d_sum * (d_sum / divisor)
-    batch_m2 = m2_sum + (spread if spread > 0 else 0.0)
+    batch_m2 = m2_sum + (0.0 if spread < 0 else spread)
     g = cuda.grid(1)
     if g < stats.shape[1]:
         _write(x, out, g * k, k, stats[0, g], stats[1, g], batch_m2, total, baseline, True, unbiased, eps)

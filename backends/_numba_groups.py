@@ -2,8 +2,9 @@ r"""The numba CPU kernel behind ``gae_xp._segments.group_moments`` on NumPy arra
 module): every group's (count, mean, M2) in two passes over the scores, float64 accumulators.
 
 Pass 1 counts each group's scores that are not NaN and sums them (``m0 = sum / n``); pass 2 sums
-``d = x - m0`` and ``d^2`` per group, and ``mean = m0 + sum(d) / n``, ``M2 = max(sum(d^2) - sum(d)^2 / n, 0)``:
-the corrected two-pass sum of ``gae_xp._segments``, whose formulas and exactness argument hold here term for term.
+``d = x - m0`` and ``d^2`` per group, and ``mean = m0 + sum(d) / n``, ``M2 = max(sum(d^2) - sum(d)^2 / n, 0)``
+(a NaN kept: an infinite score's group): the corrected two-pass sum of ``gae_xp._segments``, whose formulas and
+exactness argument hold here term for term.
 An index outside [0, n_groups) (never made by gae_xp's own dense index) is skipped: no read or write outside the
 arrays, whatever the input. Its numba cache is found by this file's contents, in gae_xp's cache directory
 (``gae_xp.backends._numba_cache``), never beside the installed package.
@@ -50,5 +51,5 @@ def group_moments(x, index, n_groups):
         correction = d_sum[g] / divisor
         mean[g] = first[g] + correction
         spread = d_squares[g] - d_sum[g] * correction
-        m2[g] = spread if spread > 0 else 0.0
+        m2[g] = 0.0 if spread < 0 else spread  # a NaN (an infinite score's group) stays NaN
     return count, mean, m2

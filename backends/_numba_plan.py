@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from gae_xp import _prepare
-from gae_xp._compat import is_torch_array
+from gae_xp._compat import is_torch_array, torch_cpu_view
 
 from . import numba_cpu
 from ._sharing import share
@@ -122,7 +122,7 @@ class NumbaPlan:
 
     def _rows(self, a):
         """The caller's per-step array as the kernels' (rows, T) host array (a view where it can be one)."""
-        host = a if type(a) is np.ndarray else a.numpy()  # a torch tensor's view, or the tensor
+        host = a if type(a) is np.ndarray else torch_cpu_view(a)  # a torch tensor's view, or the tensor
         if self.moved:
             host = np.moveaxis(host, self.axis, -1)
         return host.reshape(self.rows_shape) if self.flat else host

@@ -52,7 +52,10 @@ class JaxCPUBackend:
                 steps["after_advantage"] = segments.at_ends(p.carry)
         coefficients = (("gamma", p.gamma), ("lam", p.lam), ("critic_lam", p.critic_lam))
         scalars = tuple((name, value) for name, value in coefficients if isinstance(value, float))
-        return _compiled().gae(steps, p.bootstrap[..., -1], scalars=scalars, fill_masked=p.fill_masked,
+        # the last segment's bootstrap starts the loop; zero segments (cu_seqlens=[0]) have no step to start
+        last = p.bootstrap[..., -1] if p.bootstrap.shape[-1] else p.xp.zeros(p.bootstrap.shape[:-1],
+                                                                             dtype=p.bootstrap.dtype)
+        return _compiled().gae(steps, last, scalars=scalars, fill_masked=p.fill_masked,
                                decoupled=p.critic_lam is not None)
 
     def scan(self, xp, x, a, *, reverse, chunk_size):

@@ -47,7 +47,7 @@ import math
 
 import numpy as np
 
-from gae_xp._compat import has_tangent, is_numpy_array, is_torch_array, values_are_readable
+from gae_xp._compat import has_tangent, is_numpy_array, is_torch_array, torch_cpu_view, values_are_readable
 from gae_xp._problem import COEFFICIENTS, PER_STEP
 from gae_xp.backends import is_single_threaded
 
@@ -138,11 +138,12 @@ def _threads_for(size: int, units: int) -> int:
 
 
 def _host(a):
-    """A NumPy view of a NumPy array or a torch CPU tensor (zero-copy; a tensor that torch keeps negated lazily, as
-    ``z.conj().imag``, through a negated copy: its memory does not hold its values)."""
+    """A NumPy view of a NumPy array or a torch CPU tensor (zero-copy, and the tensor stays resizable:
+    ``_compat.torch_cpu_view``; a tensor that torch keeps negated lazily, as ``z.conj().imag``, through a negated
+    copy: its memory does not hold its values)."""
     if not is_torch_array(a):
         return a
-    return (a.resolve_neg() if a.is_neg() else a).numpy()
+    return torch_cpu_view(a.resolve_neg() if a.is_neg() else a)
 
 
 def _like(result: np.ndarray, like):

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gae_xp._compat import array_namespace, is_torch_array
+from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view
 from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
@@ -226,7 +226,7 @@ gae_backward.register_fake(_gae_backward_fake)
 
 
 def _checked_offsets(offsets: Tensor, length: int) -> Tensor:
-    check_offset_values(offsets.numpy(), length)
+    check_offset_values(torch_cpu_view(offsets), length)
     return offsets.clone()
 
 

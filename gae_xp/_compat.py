@@ -31,7 +31,7 @@ from array_api_compat import device as device_of
 __all__ = ["array_namespace", "device_of", "is_array", "is_cupy_array", "is_dask_array", "is_dask_namespace",
            "is_jax_array", "is_jax_namespace", "is_numpy_array", "is_torch_array", "is_torch_namespace", "add_at",
            "known_finite", "ieee_overflow_allowed", "owned_copy", "values_are_readable", "values_are_cheap_to_read",
-           "on_cpu", "calling_thread_only", "isdtype", "is_extension_float"]
+           "on_cpu", "calling_thread_only", "isdtype", "is_extension_float", "torch_cpu_view"]
 
 
 def is_array(value) -> bool:
@@ -255,3 +255,53 @@ def divide(xp, numerator, denominator):
     undefined = (denominator == 0) & (numerator == 0)
     nan = xp.full((), math.nan, dtype=denominator.dtype, device=device_of(denominator))  # made there: no host copy
     return numerator / xp.where(undefined, nan, denominator)
+
+
+def torch_cpu_view(t) -> np.ndarray:
+    """A NumPy array over a torch CPU tensor's memory (zero-copy, writeable as the tensor is) that leaves the tensor
+    as it was given: ``Tensor.numpy()`` marks the tensor's storage non-resizable for good (a later ``t.resize_()``
+    raises), an array made from the tensor's ``__array_interface__`` description does not. The array holds the
+    tensor, so the memory lives as long as the array.
+
+    Raises as ``Tensor.numpy()`` does: RuntimeError for a tensor that requires grad (while grad mode is on: a
+    custom operator's kernel, or ``torch.no_grad()``, reads one), has the negative bit set, or
+    has no storage (a ``torch.func`` wrapper, a sparse tensor), TypeError for one off the CPU or of a dtype NumPy
+    lacks (bfloat16, float8); and TypeError for a complex tensor (no gae_xp function takes one; its conjugate bit
+    is then not read).
+    """
+    if t.requires_grad and sys.modules["torch"].is_grad_enabled():
+        raise RuntimeError("a tensor that requires grad has no NumPy view: detach() it first")
+    if t.is_neg():
+        raise RuntimeError("a tensor with the negative bit set has no NumPy view: resolve_neg() it first")
+    if not t.is_cpu:
+        raise TypeError(f"a tensor on {t.device} has no NumPy view")
+    typestr, itemsize = _TORCH_TYPESTR.get(t.dtype) or _torch_typestr(t.dtype)
+    memory = _TensorMemory()
+    memory.__array_interface__ = {  # strides None: C-contiguous, which NumPy lays out itself
+        "data": (t.data_ptr(), False), "shape": t.shape, "typestr": typestr, "version": 3,
+        "strides": None if t.is_contiguous() else tuple([step * itemsize for step in t.stride()])}
+    memory.tensor = t
+    return np.asarray(memory)
+
+
+class _TensorMemory:
+    """A torch CPU tensor's memory as NumPy reads it (``torch_cpu_view``), keeping the tensor alive."""
+
+    __slots__ = ("__array_interface__", "tensor")
+
+
+#: torch dtype -> (NumPy typestr, itemsize), filled as dtypes are met (torch is imported by then)
+_TORCH_TYPESTR: dict = {}
+
+
+def _torch_typestr(dtype):
+    import torch
+
+    try:
+        as_numpy = np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)  # an empty tensor of our own
+    except TypeError:
+        as_numpy = None
+    if as_numpy is None or as_numpy.kind == "c":
+        raise TypeError(f"a tensor of dtype {dtype} has no NumPy view here")
+    _TORCH_TYPESTR[dtype] = (as_numpy.str, as_numpy.itemsize)
+    return _TORCH_TYPESTR[dtype]

@@ -34,6 +34,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ._compat import torch_cpu_view
 from ._problem import COEFFICIENTS, PER_STEP
 
 #: Plans kept: more layouts than a trainer uses (one or two per batch shape), few enough to stay small.
@@ -96,7 +97,7 @@ def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminate
     check is then part of the layout); a Python float ``bootstrap_value``
     with its type only (it is read on every call, and has no range).
     ``views`` is None for NumPy arrays (they are their own); for torch, the
-    NumPy views (``Tensor.numpy()``) of ``rewards``, ``values``,
+    NumPy views (``_compat.torch_cpu_view``, which leaves the tensors resizable) of ``rewards``, ``values``,
     ``next_values``, ``terminated``, ``truncated`` and ``mask``, None for an
     absent one or one without a view (another device, grad, bfloat16): a
     tensor with a view is keyed by the view's dtype, shape and strides,
@@ -168,14 +169,14 @@ def _torch_step(t, views: list, index: int):
     """A per-step tensor's layout: its NumPy view's dtype, shape and strides (the view kept in ``views[index]``)
     where it has one (a CPU tensor without grad of a dtype NumPy has), else ``_torch_layout``'s.
 
-    A tensor that a ``torch.func`` transform wraps has no storage, so no view: ``Tensor.numpy()`` raises for
-    it, and ``_torch_layout`` then refuses it.
+    A tensor that a ``torch.func`` transform wraps has no storage, so no view: ``torch_cpu_view`` raises for
+    it (as ``Tensor.numpy()`` would), and ``_torch_layout`` then refuses it.
     """
     if type(t) is not _TORCH.tensor:
         raise _NoKey
     if t.is_cpu and t.dtype not in _TORCH.without_numpy:
         try:
-            view = t.numpy()
+            view = torch_cpu_view(t)  # not Tensor.numpy(): it would leave the tensor non-resizable
         except (TypeError, RuntimeError):  # grad, wrapped, bfloat16, a conjugate or negative bit: keyed as a tensor
             pass
         else:

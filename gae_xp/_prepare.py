@@ -12,6 +12,9 @@ Conventions settled here, for every namespace:
   bfloat16 and float8 from ml_dtypes too), float64 for float64 and wider
   floats (NumPy's longdouble is computed in float64 and returned as
   longdouble); integer or bool data gives the namespace's default float;
+  NumPy data of non-native byte order (``'>f8'`` on a little-endian host)
+  is computed and returned in its native counterpart (float64 for
+  ``'>f8'``), as NumPy's own arithmetic returns it;
 * Python numbers, NumPy scalars and 0-d arrays given as a boundary value
   (``bootstrap_value``, ``initial``) are weakly typed: they never change
   the output dtype;
@@ -41,6 +44,7 @@ from ._compat import (
     isdtype,
     owned_copy,
     to_device,
+    torch_cpu_view,
     values_are_readable,
 )
 from ._problem import GaeProblem, PreparedCall, PreparedScan
@@ -378,6 +382,8 @@ def compute_dtypes(xp, arrays: dict[str, Any], anchor):
         out = floats[0] if all(f == floats[0] for f in floats) else _result_type(xp, arrays, floats)
     else:
         out = xp.__array_namespace_info__().default_dtypes(device=device_of(anchor))["real floating"]
+    if isinstance(out, np.dtype) and not out.isnative:  # '>f8' on a little-endian host: NumPy's arithmetic
+        out = out.newbyteorder("=")  # returns native float64 for it, and so does gae_xp (computed in float64)
     if out in (xp.float32, xp.float64):
         return out, out
     wider = np.dtype(out).itemsize > 8 if isinstance(out, np.dtype) else False
@@ -536,8 +542,9 @@ def check_offsets(xp, value, length: int, like):
     integral = np.issubdtype(value.dtype, np.integer) if host else isdtype(xp, value.dtype, "integral")
     if not integral:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
-    if value.ndim != 1 or value.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+    if value.ndim != 1 or value.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 1 entry (0, then each sequence's end; the last is "
+                         f"the total length {length}), "
                          f"got shape {tuple(value.shape)}")
     if host:
         host_offsets = value.astype(np.int64)
@@ -600,8 +607,9 @@ def _traced_host_offsets(value, length: int, like):
     offsets = torch.as_tensor(value)
     if offsets.dtype.is_floating_point or offsets.dtype.is_complex or offsets.dtype == torch.bool:
         raise TypeError(f"cu_seqlens must have an integer dtype (sequence offsets), got {value.dtype}")
-    if offsets.ndim != 1 or offsets.shape[0] < 2:
-        raise ValueError(f"cu_seqlens must be 1-D with at least 2 entries (0 and the total length {length}), "
+    if offsets.ndim != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least 1 entry (0, then each sequence's end; the last is "
+                         f"the total length {length}), "
                          f"got shape {tuple(offsets.shape)}")
     return offsets.to(device=like.device, dtype=torch.int64), None
 
@@ -633,7 +641,7 @@ def _shown(values) -> str:
 def host_copy(x) -> np.ndarray:
     """A NumPy copy of a readable array of any library (one device-to-host copy for device arrays)."""
     if is_torch_array(x):
-        return x.detach().cpu().numpy()
+        return torch_cpu_view(x.detach().cpu())  # not Tensor.numpy(): a CPU tensor would stay non-resizable
     if is_cupy_array(x):
         return x.get()
     return np.asarray(x)

@@ -14,7 +14,8 @@ Used by ``gae_xp.groups`` (group-relative advantages). Two layouts:
   ``index_add`` (autograd, ``torch.compile``, CUDA, no host sync), JAX's
   ``jax.ops.segment_sum`` with a static ``num_segments``, CuPy's
   ``cupyx.scatter_add``, Dask's ``bincount`` (groups may span blocks), the
-  array API's sort for the rest.
+  array API's sort and a segmented scan for the rest (``_sorted_segment_sum``:
+  no differences of a cumulative sum, so no group's sum depends on another's).
 
 The moments (``group_moments``) are the backend hook of GROUPS.md: per
 group, over its members that are not NaN, in the accumulator dtype (float64
@@ -30,7 +31,9 @@ The correction is the rounding error of pass 1, so nothing cancels. For a
 group whose members are all equal (to v), every d is the same small number
 delta (exact: a difference of two nearby floats), so sum(d) / n = delta,
 mean = m0 + (v - m0) = v and M2 = 0 exactly, in float32 as in float64.
-A group without a member that is not NaN has n = 0, and mean = M2 = 0.
+A group without a member that is not NaN has n = 0, and mean = M2 = 0. A
+group with an infinite member has mean = M2 = NaN (``inf - inf`` in pass 2):
+the clamp at 0 keeps a NaN, so no route turns it into 0.
 """
 
 from __future__ import annotations
@@ -123,15 +126,32 @@ def segment_sum(xp, values: Array, index: Array, n_segments: int) -> Array:
 
 
 def _sorted_segment_sum(xp, values, index, n_segments: int):
-    """The array API's own route: sort by index, a cumulative sum, differences at each segment's end."""
+    """The array API's own route (no scatter-add): sort by index, then a segmented inclusive scan by doubling
+    (Hillis and Steele): at step s, each sorted position adds the partial sum s places back when that position is
+    in its segment::
+
+        partial_i <- partial_i + (partial_{i-s} if index_{i-s} == index_i else 0),   s = 1, 2, 4, ... < N
+
+    so a segment's last position holds its sum, and every addition is between members of one segment: a segment's
+    sum never depends on another's values (no differences of a running sum, which lose a small group's digits
+    beside large ones, nor its NaN or inf). ceil(log2 N) steps of whole-array operations."""
+    n = values.shape[0]
+    empty = xp.zeros(n_segments, dtype=values.dtype, device=device_of(values))
+    if n == 0:
+        return empty
     order = xp.argsort(index, stable=True)
-    ordered = xp.take(index, order)
-    running = xp.concat([xp.zeros(1, dtype=values.dtype, device=device_of(values)),
-                         xp.cumulative_sum(xp.take(values, order))])
-    segments = xp.arange(n_segments + 1, dtype=ordered.dtype, device=device_of(values))
-    ends = xp.searchsorted(ordered, segments)  # where each segment starts in the sorted order
-    totals = xp.take(running, ends)
-    return totals[1:] - totals[:-1]
+    keys = xp.take(index, order)
+    partial = xp.take(values, order)
+    step = 1
+    while step < n:
+        same = keys[step:] == keys[:-step]
+        behind = xp.where(same, partial[:-step], xp.zeros_like(partial[:-step]))
+        partial = xp.concat([partial[:step], partial[step:] + behind])
+        step *= 2
+    segments = xp.arange(n_segments, dtype=keys.dtype, device=device_of(values))
+    starts = xp.searchsorted(keys, segments, side="left")
+    stops = xp.searchsorted(keys, segments, side="right")
+    return xp.where(stops > starts, xp.take(partial, xp.clip(stops - 1, 0, n - 1)), empty)
 
 
 def group_moments(scores: Array, index: Array, n_groups: int, dtype=None) -> tuple[Array, Array, Array]:
@@ -225,4 +245,4 @@ def consecutive_moments(scores: Array, k: int, dtype=None) -> tuple[Array, Array
 def _finish(xp, count, divisor, first, d_sum, d_squares):
     correction = d_sum / divisor
     m2 = d_squares - d_sum * correction
-    return count, first + correction, xp.where(m2 > 0, m2, xp.zeros_like(m2))
+    return count, first + correction, xp.where(m2 < 0, xp.zeros_like(m2), m2)  # a NaN M2 (an infinite score) stays

@@ -115,7 +115,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
         or a NumPy array, as flash-attention's ``cu_seqlens_cpu``), which are
         never read from a device. Device offsets are read once for the checks
         (one small device-to-host copy). A repeated offset is an empty
-        sequence: no output, its bootstrap value unread.
+        sequence: no output, its bootstrap value unread. ``[0]`` is no
+        sequence at all (T = 0; ``bootstrap_value[..., :0]``).
     critic_lam : float or array, optional
         Decoupled GAE (VAPO): the returns (value targets) use ``critic_lam``
         while the advantages use ``lam``, from the same deltas and cuts; e.g.
@@ -133,7 +134,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     advantages, returns : array
         In the inputs' namespace, on their device, with their floating dtype
         (float16/bfloat16, NumPy's from ml_dtypes too, are computed in
-        float32, wider floats in float64;
+        float32, wider floats in float64; NumPy's non-native byte order,
+        ``'>f8'``, in and as native float64, as NumPy's arithmetic;
         integer rewards give the namespace's default float), time on ``axis``.
         Inputs are never modified and no output shares memory with an input.
 

@@ -11,6 +11,7 @@ gets exactly 0 and near-constant scores keep their float64 digits.
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any
 
@@ -54,9 +55,13 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
     * a group of one: ``leave_one_out`` gives 0 (there are no others);
       ``mean`` gives 0 (s - s);
     * a NaN score is left out of its group's statistics (and of the batch's),
-      and gets advantage 0; it never affects another group. A group of NaN
-      scores only gets 0s. An infinite score makes its group's advantages
-      NaN (its mean is infinite), and, with ``scale="batch"``, every one's;
+      and gets advantage 0; it never affects another group, in the forward
+      values or in the gradients (torch, JAX). A group of NaN scores only
+      gets 0s. An infinite score makes its group's mean and M2 NaN
+      (``inf - inf``), so its group's advantages NaN (its NaN scores keep
+      their 0) under every baseline and scale but ``baseline=None,
+      scale=None`` (A = s), and, with ``scale="batch"``, every one's. Such a
+      group is not a zero-variance group (``zero_variance_groups``);
     * eps is added to the standard deviation (verl, TRL and OpenRLHF's
       placement), not to the variance; ``unbiased=True`` divides M2 by
       n - 1 (a group of one then has std 0, as above).
@@ -93,7 +98,8 @@ def group_advantages(scores: Array, group_ids: Array | int, *, baseline: str | N
         nor an int (a float array, a bool), eps or unbiased of a wrong type.
     ValueError
         scores not 1-D, group_ids of another length, k < 1 or not dividing N,
-        eps < 0, an unknown baseline or scale.
+        eps < 0, an unknown baseline or scale; Dask arrays of unknown (NaN)
+        chunk sizes (``.compute_chunk_sizes()`` first).
 
     Examples
     --------
@@ -131,6 +137,9 @@ def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbias
     x = xp.astype(call.scores, call.dtype)
     valid = ~xp.isnan(x)
     zero = xp.zeros_like(x)
+    # A NaN score enters no arithmetic as NaN: the final where gives it 0, but its gradient would still reach the
+    # divisor (d(c / s)/ds = -c / s^2 is NaN for c NaN) and so its group-mates' (or, under scale="batch", everyone's).
+    x = xp.where(valid, x, zero)
     n = call.per_sample(count)
     if baseline is None:
         centred = x
@@ -147,8 +156,8 @@ def advantages_of(call: "_Call", moments, *, baseline, scale, eps: float, unbias
         std = _std(xp, spread, total, unbiased)
     else:
         return xp.astype(xp.where(valid, centred, zero), call.out_dtype, copy=False)
-    some = spread > 0
-    out = xp.where(some & valid, centred / xp.where(some, std + eps, xp.ones_like(std)), zero)
+    flat = spread == 0  # not a NaN spread: an infinite score makes its advantages NaN
+    out = xp.where(valid & ~flat, centred / xp.where(flat, xp.ones_like(std), std + eps), zero)
     return xp.astype(out, call.out_dtype, copy=False)
 
 
@@ -170,7 +179,9 @@ def zero_variance_groups(scores: Array, group_ids: Array | int) -> Array:
 
     A group has zero variance when its scores that are not NaN are all equal
     (M2 = 0, in float64: exactly equal scores, not "close"), which includes a
-    group of one and a group of NaN scores only. The answer is per sample
+    group of one and a group of NaN scores only; a group with an infinite
+    score has M2 = NaN, not 0, so it is not flagged (``[inf, 1.0]``,
+    ``[-inf, inf]``, ``[inf, inf]``). The answer is per sample
     (N,), the mask DAPO's filter applies (``keep = ~zero_variance_groups(...)``);
     a NaN score gets its group's answer. Computed on the device, no host sync.
 
@@ -209,8 +220,9 @@ def to_tokens(advantages: Array, *, response_mask: Array | None = None, cu_seqle
       gets its row's advantage;
     * packed: ``advantages`` (n,) and ``cu_seqlens`` (n + 1,), offsets
       ``0 = o_0 <= ... <= o_n``, give ``out[t] = advantages[i]`` for
-      ``o_i <= t < o_{i+1}`` (T_total = o_n). Host offsets (a list, a NumPy
-      array) are checked; device offsets need ``like`` (the packed token
+      ``o_i <= t < o_{i+1}`` (T_total = o_n; n = 0, ``cu_seqlens=[0]``,
+      gives an empty output). Host offsets (a list, a NumPy array, with
+      advantages of any library, NumPy's included) are checked; device offsets need ``like`` (the packed token
       array, (T_total,)) for the length, are checked where their values can
       be read, and are never trusted: a token outside every sequence gets 0,
       and the gather index is clamped into [0, n), so offsets that cannot be
@@ -268,7 +280,8 @@ def to_tokens(advantages: Array, *, response_mask: Array | None = None, cu_seqle
 
 
 def _packed(advantages, cu_seqlens, like):
-    host = prepare_.is_host_offsets(cu_seqlens, advantages)
+    host = isinstance(cu_seqlens, (list, tuple, np.ndarray))  # a NumPy array's values are on the host, whatever
+    # the advantages' library: its length is read from it
     present = {"advantages": advantages, "like": like}
     if not host:
         present["cu_seqlens"] = cu_seqlens
@@ -320,6 +333,7 @@ class _Call:
         prepare_.check_same_device(arrays, "scores")
         if scores.ndim != 1:
             raise ValueError(f"scores must be 1-D (one score per response), got shape {tuple(scores.shape)}")
+        _refuse_unknown_lengths(arrays)
         out_dtype, _ = prepare_.compute_dtypes(xp, {"scores": scores}, scores)
         dtype = _segments.accumulator_dtype(xp, scores)
         n = scores.shape[0]
@@ -356,6 +370,18 @@ class _Call:
         return xp.take(per_group, self.index)
 
 
+def _refuse_unknown_lengths(arrays: dict) -> None:
+    """ValueError naming the arrays of unknown (NaN) length, as Dask arrays after boolean indexing: neither the
+    groups (N % k, ids beside scores) nor their statistics can be laid out before their lengths are known."""
+    unknown = [name for name, value in arrays.items()
+               if any(isinstance(size, float) and math.isnan(size) for size in value.shape)]
+    if unknown:
+        shapes = ", ".join(f"{name} {tuple(arrays[name].shape)}" for name in unknown)
+        raise ValueError(f"{' and '.join(unknown)} {'have' if len(unknown) > 1 else 'has'} unknown (NaN) chunk "
+                         f"sizes ({shapes}), as after boolean indexing of a Dask array: call "
+                         f".compute_chunk_sizes() on {'both' if len(unknown) > 1 else 'it'} first")
+
+
 def _check_options(baseline, scale, eps, unbiased) -> None:
     if baseline not in BASELINES:
         raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
@@ -366,11 +392,12 @@ def _check_options(baseline, scale, eps, unbiased) -> None:
 
 
 def _std(xp, m2, n, unbiased: bool):
-    """sqrt(M2 / (n - 1 or n)), 0 where the divisor is not positive or M2 is 0 (a safe square root for autograd)."""
+    """sqrt(M2 / (n - 1 or n)); 0 where M2 is 0 or the divisor is not positive (a group of one, whose M2 is 0
+    unless it is NaN), NaN where M2 is NaN (an infinite score); a safe square root for autograd."""
     divisor = n - 1 if unbiased else n
     ok = (divisor > 0) & (m2 > 0)
     var = xp.where(ok, m2 / xp.where(ok, divisor, xp.ones_like(divisor)), xp.ones_like(m2))
-    return xp.where(ok, xp.sqrt(var), xp.zeros_like(m2))
+    return xp.where(ok, xp.sqrt(var), xp.where(xp.isnan(m2), m2, xp.zeros_like(m2)))
 
 
 def _merge(xp, count, mean, m2):
@@ -387,4 +414,4 @@ def _merge(xp, count, mean, m2):
     d_sum = xp.sum(count * d)
     correction = d_sum / divisor
     spread = xp.sum(count * d * d) - d_sum * correction
-    return total, first + correction, xp.sum(m2) + xp.where(spread > 0, spread, xp.zeros_like(spread))
+    return total, first + correction, xp.sum(m2) + xp.where(spread < 0, xp.zeros_like(spread), spread)

@@ -370,7 +370,9 @@ def group_advantages_loop(scores, group_ids, *, baseline: str | None = "mean", s
     scores left out of every statistic and given 0; a group whose other
     scores are all equal has mean exactly that score and M2 = 0; under
     ``scale="group"`` such a group gets 0, and under ``scale="batch"`` every
-    score gets 0 when the batch's M2 is 0.
+    score gets 0 when the batch's M2 is 0. A group with an infinite score has
+    mean and M2 NaN: its advantages are NaN (but with ``baseline=None`` and
+    ``scale=None``), and under ``scale="batch"`` every score's that is not NaN.
 
     Parameters
     ----------
@@ -413,25 +415,34 @@ def group_advantages_loop(scores, group_ids, *, baseline: str | None = "mean", s
         n, mean, m2 = stats[group]
         if baseline is None:
             centred = value
+        elif math.isnan(mean):  # an infinite score in the group: its mean is NaN
+            centred = math.nan
         elif baseline == "mean":
             centred = value - mean
         else:  # leave_one_out: the score minus the mean of the others
             others = [values[j] for j in members[group] if j != i and not math.isnan(values[j])]
             centred = value - _moments_loop(others)[1] if others else 0.0
         if scale == "group":
-            out[i] = 0.0 if m2 == 0 else centred / (math.sqrt(m2 / (n - 1 if unbiased else n)) + eps)
+            out[i] = 0.0 if m2 == 0 else centred / (_std_loop(m2, n, unbiased) + eps)
         elif scale == "batch":
-            out[i] = 0.0 if batch_m2 == 0 else centred / (
-                math.sqrt(batch_m2 / (batch_n - 1 if unbiased else batch_n)) + eps)
+            out[i] = 0.0 if batch_m2 == 0 else centred / (_std_loop(batch_m2, batch_n, unbiased) + eps)
         else:
             out[i] = centred
     return out
 
 
+def _std_loop(m2: float, n: int, unbiased: bool) -> float:
+    """sqrt(M2 / (n - 1 or n)) for M2 > 0; NaN for a NaN M2 (whatever n)."""
+    return m2 if math.isnan(m2) else math.sqrt(m2 / (n - 1 if unbiased else n))
+
+
 def _moments_loop(real: list) -> tuple[int, float, float]:
-    """(n, mean, M2) of a list of floats, two passes with exact sums; equal values give (n, that value, 0)."""
+    """(n, mean, M2) of a list of floats, two passes with exact sums; equal values give (n, that value, 0); an
+    infinite value gives (n, NaN, NaN) (``inf - inf``: the library's two-pass sums)."""
     if not real:
         return 0, 0.0, 0.0
+    if any(math.isinf(v) for v in real):
+        return len(real), math.nan, math.nan
     if all(v == real[0] for v in real):
         return len(real), real[0], 0.0
     mean = math.fsum(real) / len(real)

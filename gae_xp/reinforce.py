@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _prepare as prepare_
-from ._compat import device_of
+from ._compat import device_of, isdtype
 from .estimators import discounted_cumsum, whiten
 from .groups import group_advantages, to_tokens
 
@@ -44,7 +44,8 @@ def reinforce_plus_plus(token_rewards: Array, response_mask: Array, *, gamma: fl
     Returns
     -------
     array (B, T)
-        In the rewards' namespace, device and floating dtype.
+        In the rewards' namespace, device and floating dtype (float16 and
+        bfloat16, NumPy's from ml_dtypes too, computed in float32).
 
     Examples
     --------
@@ -55,14 +56,14 @@ def reinforce_plus_plus(token_rewards: Array, response_mask: Array, *, gamma: fl
     array([[ 0.7303,  0.7303,  0.7303],
            [-1.0954, -1.0954,  0.    ]])
     """
-    xp, real = _checked(token_rewards, response_mask)
+    xp, real, rewards, out_dtype = _checked(token_rewards, response_mask)
     prepare_.check_number("gamma", gamma, low=0.0, high=1.0, strict=False)
     prepare_.check_number("eps", eps, low=0.0, strict=False, finite=True)
-    rewards = xp.where(real, token_rewards, xp.zeros_like(token_rewards))
-    like = {"dtype": token_rewards.dtype, "device": device_of(token_rewards)}
+    rewards = xp.where(real, rewards, xp.zeros_like(rewards))
+    like = {"dtype": rewards.dtype, "device": device_of(rewards)}
     discount = xp.where(real, xp.full(real.shape, float(gamma), **like), xp.ones(real.shape, **like))
     returns = discounted_cumsum(rewards, discount, axis=-1)
-    return whiten(returns, real, eps=eps)
+    return xp.astype(whiten(returns, real, eps=eps), out_dtype, copy=False)
 
 
 def reinforce_plus_plus_baseline(token_rewards: Array, response_mask: Array, group_ids: Array | int, *,
@@ -104,15 +105,17 @@ def reinforce_plus_plus_baseline(token_rewards: Array, response_mask: Array, gro
            [ 0.    ,  0.    ],
            [ 0.    ,  0.    ]])
     """
-    xp, real = _checked(token_rewards, response_mask)
+    xp, real, rewards, out_dtype = _checked(token_rewards, response_mask)
     prepare_.check_number("eps", eps, low=0.0, strict=False, finite=True)
-    scores = xp.sum(xp.where(real, token_rewards, xp.zeros_like(token_rewards)), axis=-1)
+    scores = xp.sum(xp.where(real, rewards, xp.zeros_like(rewards)), axis=-1)
     centred = group_advantages(scores, group_ids, baseline="mean", scale=None)
-    return whiten(to_tokens(centred, response_mask=real), real, eps=eps)
+    return xp.astype(whiten(to_tokens(centred, response_mask=real), real, eps=eps), out_dtype, copy=False)
 
 
 def _checked(token_rewards, response_mask):
-    """The namespace and the response tokens as bool, after the shapes and dtypes are checked."""
+    """(namespace, the response tokens as bool, the rewards in the compute dtype, the output dtype), after the
+    shapes and dtypes are checked: float16 and bfloat16 (torch's, and NumPy's from ml_dtypes) computed in
+    float32, as everywhere in gae_xp (``_prepare.compute_dtypes``), the answer cast back."""
     prepare_.require_array("token_rewards", token_rewards)
     prepare_.require_array("response_mask", response_mask)
     arrays = {"token_rewards": token_rewards, "response_mask": response_mask}
@@ -121,8 +124,12 @@ def _checked(token_rewards, response_mask):
     if token_rewards.ndim != 2:
         raise ValueError(f"token_rewards must be 2-D (B, T), got shape {tuple(token_rewards.shape)}")
     prepare_.same_shape("response_mask", response_mask, tuple(token_rewards.shape), anchor="token_rewards")
-    if not xp.isdtype(token_rewards.dtype, "real floating"):
+    if not isdtype(xp, token_rewards.dtype, "real floating"):
         raise TypeError(f"token_rewards must have a real floating dtype, got {token_rewards.dtype}")
+    if not isdtype(xp, response_mask.dtype, ("bool", "real floating", "integral")):
+        raise TypeError(f"response_mask must be bool or numeric (nonzero = a response token), got dtype "
+                        f"{response_mask.dtype}")
     real = response_mask if response_mask.dtype == xp.bool else response_mask != 0
-    return xp, real
+    out_dtype, dtype = prepare_.compute_dtypes(xp, {"token_rewards": token_rewards}, token_rewards)
+    return xp, real, xp.astype(token_rewards, dtype, copy=False), out_dtype
 

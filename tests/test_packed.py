@@ -201,7 +201,9 @@ BAD_OFFSETS = [
     (np.array([0.0, 5.0, 10.0]), TypeError, "integer dtype"),
     (np.array([True, False]), TypeError, "integer dtype"),
     (np.array([[0, 5, 10]]), ValueError, "1-D"),
-    (np.array([0]), ValueError, "at least 2 entries"),
+    (np.array([0]), ValueError, "end at the length of the time axis, 10, got 0"),  # no sequence: T must be 0
+    (np.array([], dtype=np.int64), ValueError, "at least 1 entry"),
+    ([], ValueError, "at least 1 entry"),
     ([0.0, 5.0, 10.0], TypeError, "integer dtype"),
     ([[0, 5], [10]], TypeError, "must hold integers"),
     ("0, 5, 10", TypeError, "cu_seqlens must be an array"),

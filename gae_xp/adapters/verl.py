@@ -59,6 +59,7 @@ Deliberate differences from verl's outcome-reward estimators:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -346,7 +347,8 @@ def compute_reinforce_plus_plus_outcome_advantage(token_level_rewards: Array, re
     token_level_rewards, response_mask : arrays, shape (bs, response_length)
         As in ``compute_grpo_outcome_advantage``.
     config : object or mapping, optional
-        verl's algorithm config: ``config.gamma`` (or ``config["gamma"]``) is the discount when ``gamma`` is None.
+        verl's algorithm config: ``config.gamma`` (or ``config["gamma"]`` for any ``collections.abc.Mapping``) is
+        the discount when ``gamma`` is None.
     gamma : float, optional
         The discount, in [0, 1]; overrides ``config``.
     **kwargs
@@ -402,9 +404,10 @@ def _masked_whiten(xp: Any, x: Array, m: Array) -> Array:
 
 
 def _gamma(config: Any, gamma: float | None) -> float:
-    """The discount: ``gamma`` if given, else verl's ``config.gamma`` (an attribute or a key)."""
+    """The discount: ``gamma`` if given, else verl's ``config.gamma``: a key of any mapping (a dict, a UserDict, a
+    MappingProxyType, OmegaConf's DictConfig), else an attribute."""
     if gamma is None and config is not None:
-        gamma = config["gamma"] if isinstance(config, dict) else getattr(config, "gamma", None)
+        gamma = config.get("gamma") if isinstance(config, Mapping) else getattr(config, "gamma", None)
     if gamma is None:
         raise ValueError("gamma is needed: pass gamma= or a config with a gamma (verl reads config.gamma)")
     return gamma

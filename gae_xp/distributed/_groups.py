@@ -146,7 +146,7 @@ def _merged_ids(exchange, call, moments, slots):
     d = mean_i - xp.take(first, index)
     d_sum = _segments.segment_sum(xp, n_i * d, index, size)
     spread = _segments.segment_sum(xp, n_i * d * d, index, size) - d_sum * (d_sum / divisor)
-    total_m2 = _segments.segment_sum(xp, m2_i, index, size) + xp.where(spread > 0, spread, xp.zeros_like(spread))
+    total_m2 = _segments.segment_sum(xp, m2_i, index, size) + xp.where(spread < 0, xp.zeros_like(spread), spread)
     global_mean = first + d_sum / divisor
     # this rank's slots are rows [rank * width, rank * width + mine) of the table
     at = index[rank * width:rank * width + mine]
