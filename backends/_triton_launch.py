@@ -1,0 +1,200 @@
+"""How a ``GaeProblem`` of torch tensors becomes launches of ``_triton_gae.gae_kernel``.
+
+The batch axes of every array are folded together where all arrays allow it
+(no copy: strides are passed), into at most two (``outer``, ``inner``); a layout
+that keeps more is launched one slice of its leading axes at a time. The
+launch configuration (block, warps, stages, chunks) depends only on T, the
+rows, the sequences and the device, and is kept per such key.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import torch
+import triton.language as tl
+
+from . import triton as _backend
+from ._triton_gae import ABSENT, FINAL, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
+
+#: The per-step arrays the kernel reads, in its order, with the short names of their strides.
+STEP_ARRAYS = (("rewards", "r"), ("values", "v"), ("next_values", "nv"), ("terminated", "te"),
+               ("truncated", "tr"), ("mask", "m"), ("gamma", "g"), ("lam", "l"), ("critic_lam", "cl"))
+_FLAGS = ("terminated", "truncated", "mask")
+_COEFFICIENTS = ("gamma", "lam", "critic_lam")
+_COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32: tl.float32,
+            torch.float64: tl.float64}
+
+
+def solve(p, settings: dict):
+    """(advantages, returns) of problem ``p``: C-contiguous, in the dtype of its rewards."""
+    rewards = p.rewards
+    shape = tuple(rewards.shape)
+    advantages = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
+    returns = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
+    if rewards.numel() == 0:
+        return advantages, returns
+    arrays = _arrays(p, shape)
+    with _on_device(rewards.device):
+        for index in _slices(arrays, shape[:-1]):
+            sliced = {name: a[index] for name, a in arrays.items()}
+            _launch(p, sliced, advantages[index], returns[index], settings)
+    return advantages, returns
+
+
+def _arrays(p, shape) -> dict:
+    """The tensors the kernel reads, by name: per-step arrays broadcast to ``shape`` (views), flags as uint8 views,
+    per-row coefficients as (..., 1) views, bootstrap and carry (..., n)."""
+    arrays = {}
+    for name, _ in STEP_ARRAYS:
+        value = getattr(p, name)
+        if value is None or isinstance(value, float):
+            continue
+        value = torch.broadcast_to(value, shape)
+        if name in _FLAGS:
+            value = value.view(torch.uint8)
+        elif name in _COEFFICIENTS and value.stride(-1) == 0:
+            value = value[..., :1]  # one value per row: read once per program
+        arrays[name] = value
+    batch = shape[:-1]
+    arrays["bootstrap"] = torch.broadcast_to(p.bootstrap, (*batch, p.bootstrap.shape[-1]))
+    if p.carry is not None:
+        arrays["carry"] = torch.broadcast_to(p.carry, (*batch, p.carry.shape[-1]))
+    return arrays
+
+
+def _slices(arrays: dict, batch) -> list:
+    """Index tuples that cut the arrays into pieces whose batch axes fold into two: ``[...]`` when they all do."""
+    groups = _fold(arrays, batch)
+    if len(groups) <= 2:
+        return [(Ellipsis,)]
+    # iterate over the axes before the last two groups; each slice keeps those two, which fold
+    return [(*index, Ellipsis) for index in itertools.product(*map(range, batch[:groups[-2][0]]))]
+
+
+def _fold(arrays: dict, batch) -> list[list[int]]:
+    """The batch axes longer than 1 in groups that fold into one axis for every array (C order: each axis's
+    stride is the next one's times its length), so that a row of a group is ``index * stride of its last axis``."""
+    groups: list[list[int]] = []
+    for axis, size in enumerate(batch):
+        if size == 1:
+            continue
+        if groups and all(a.stride(groups[-1][-1]) == a.stride(axis) * size for a in arrays.values()):
+            groups[-1].append(axis)
+        else:
+            groups.append([axis])
+    return groups
+
+
+def _folded_strides(a, groups) -> tuple[int, int, int]:
+    """(outer, inner, last-axis) strides of ``a`` for batch axes folded into ``groups`` (at most two)."""
+    strides = [0, 0, *(a.stride(group[-1]) for group in groups)]
+    return strides[-2], strides[-1], a.stride(-1)
+
+
+def _launch(p, arrays: dict, advantages, returns, settings: dict):
+    rewards = arrays["rewards"]
+    shape = tuple(rewards.shape)
+    batch, length = shape[:-1], shape[-1]
+    groups = _fold(arrays, batch)
+    inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
+    rows = math.prod(batch)
+    offsets = p.offsets
+    sequences = 1 if offsets is None else int(offsets.shape[0]) - 1
+    value_chain = p.mask is not None and p.next_values is None
+    config = _config(length, rows, sequences, value_chain, _multiprocessors(rewards.device),
+                     tuple(settings[name] for name in ("block", "num_warps", "num_stages")))
+    block, warps, stages, chunk, chunks = config
+    strides = []
+    for name, short in (*STEP_ARRAYS, ("bootstrap", "b"), ("carry", "c")):
+        a = arrays.get(name)
+        strides.extend((0, 0, 0) if a is None else _folded_strides(a, groups))
+    dtype = _COMPUTE[rewards.dtype]
+    contiguous = all(arrays[name].stride(-1) == 1 for name, _ in STEP_ARRAYS
+                     if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
+    float_align, flag_align = _alignment(arrays, batch, length, rewards.element_size(), contiguous)
+    kinds = {name: _kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS}
+    pointers = [arrays.get(name, rewards) for name, _ in STEP_ARRAYS]
+    maps = None
+    if chunks > 1:
+        maps = torch.empty((rows, chunks, 4), dtype=torch.float64 if dtype == tl.float64 else torch.float32,
+                           device=rewards.device)
+    common = (*pointers, arrays["bootstrap"], arrays.get("carry", rewards), rewards if offsets is None else offsets,
+              advantages, returns, rewards if maps is None else maps,
+              length, inner_count, chunk, chunks, *strides,
+              *(float(getattr(p, name)) if kinds[name] == NUMBER else 0.0 for name in _COEFFICIENTS))
+    constants = dict(
+        HAS_NEXT=p.next_values is not None, HAS_TERMINATED=p.terminated is not None,
+        HAS_TRUNCATED=p.truncated is not None, HAS_MASK=p.mask is not None, GAMMA=kinds["gamma"], LAM=kinds["lam"],
+        CRITIC=kinds["critic_lam"], HAS_CARRY=p.carry is not None, HAS_OFFSETS=offsets is not None,
+        FILL=bool(p.fill_masked), CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block,
+        CHUNKS=MAX_CHUNKS if chunks > 1 else 1, FLOAT_ALIGN=float_align, FLAG_ALIGN=flag_align,
+        num_warps=warps, num_stages=stages)
+    if chunks > 1:
+        gae_kernel[(rows, chunks)](*common, MODE=SUMMARY, **constants)
+        gae_kernel[(rows, chunks)](*common, MODE=FINAL, **constants)
+    else:
+        gae_kernel[(rows, sequences)](*common, MODE=WHOLE, **constants)
+
+
+def _kind(value, array, length: int) -> int:
+    """How a coefficient reaches the kernel (``_triton_gae.ABSENT`` ... ``PER_STEP``)."""
+    if value is None:
+        return ABSENT
+    if isinstance(value, float):
+        return NUMBER
+    return PER_ROW if array.shape[-1] != length else PER_STEP
+
+
+def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool) -> tuple[int, int]:
+    """(float, flag) alignment in elements that every row's first step has, as far as the strides tell: 16 bytes'
+    worth where the time axis is contiguous and every row stride (and T, for the outputs) is a multiple of it."""
+    if not contiguous:
+        return 1, 1
+    vector = 16 // itemsize
+    floats = [a for name, a in arrays.items() if name not in _FLAGS and name not in ("bootstrap", "carry")]
+    flags = [a for name, a in arrays.items() if name in _FLAGS]
+
+    def every_row_at(group, multiple):
+        return all(a.stride(axis) % multiple == 0 for a in group for axis in range(len(batch)) if batch[axis] > 1)
+
+    float_align = vector if length % vector == 0 and every_row_at(floats, vector) else 1
+    flag_align = 16 if every_row_at(flags, 16) else 1
+    return float_align, flag_align
+
+
+@functools.lru_cache(maxsize=256)
+def _config(length: int, rows: int, sequences: int, value_chain: bool, multiprocessors: int,
+            override: tuple) -> tuple[int, int, int, int, int]:
+    """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
+    (``triton.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows."""
+    steps = max(1, length // sequences)
+    block, warps, stages = next(row[1:] for row in _backend.HEURISTIC if steps <= row[0])
+    block, warps, stages = (mine if mine is not None else default
+                            for mine, default in zip(override, (block, warps, stages)))
+    chunk, chunks = length, 1
+    if sequences == 1 and not value_chain and rows < _backend.FEW_ROWS * multiprocessors:
+        wanted = -(-_backend.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
+        chunks = min(MAX_CHUNKS, wanted, -(-length // block))
+        if chunks > 1:
+            chunk = -(-(-(-length // chunks)) // block) * block
+            chunks = -(-length // chunk)
+        if chunks < 2:
+            chunk, chunks = length, 1
+    return block, warps, stages, chunk, chunks
+
+
+@functools.cache
+def _multiprocessors(device) -> int:
+    if device.type != "cuda":
+        return _backend.INTERPRETER_MULTIPROCESSORS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _on_device(device):
+    """torch's device context for a CUDA device (Triton launches on the current one), else nothing."""
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
