@@ -117,8 +117,9 @@ def gae_kernel(
         ends = hi  # the sequence ends at hi
         boundary = part
     else:
-        lo = part * chunk
-        hi = tl.minimum(lo + chunk, length)
+        # chunks are whole blocks (or the whole row, part 0): with aligned rows, both bounds are aligned too
+        lo = tl.multiple_of(part * chunk, FLOAT_ALIGN)
+        hi = tl.multiple_of(tl.minimum(lo + chunk, length), FLOAT_ALIGN)
         ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
         boundary = part * 0
     bootstrap_value = tl.load(bootstrap + outer * b_o + inner * b_i + boundary * b_t).to(DTYPE)
@@ -148,15 +149,15 @@ def gae_kernel(
     if MODE == 2:  # FINAL: the advantage entering this chunk is the composition of the chunks to its right
         lanes = tl.arange(0, CHUNKS)
         later = (lanes > part) & (lanes < n_chunks)
-        map_base = maps + row * n_chunks * 4 + lanes * 4
-        local = tl.load(map_base, mask=later, other=0.0)
-        coefficients = tl.load(map_base + 1, mask=later, other=1.0)
-        _, composed = tl.associative_scan((coefficients, local), 0, _compose, reverse=True)
+        map_row = maps + row * n_chunks * 4 + lanes * 4
+        map_local = tl.load(map_row, mask=later, other=0.0)
+        map_coefficients = tl.load(map_row + 1, mask=later, other=1.0)
+        _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
         following = _lane(composed, lanes, 0).to(DTYPE)
         if CRITIC != 0:
-            local = tl.load(map_base + 2, mask=later, other=0.0)
-            coefficients = tl.load(map_base + 3, mask=later, other=1.0)
-            _, composed = tl.associative_scan((coefficients, local), 0, _compose, reverse=True)
+            map_local = tl.load(map_row + 2, mask=later, other=0.0)
+            map_coefficients = tl.load(map_row + 3, mask=later, other=1.0)
+            _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
             critic_following = _lane(composed, lanes, 0).to(DTYPE)
         else:
             critic_following = following
