@@ -32,12 +32,15 @@ packed sequences and without the value chain (a holed mask with
 
 Layout: every array is addressed as ``base + outer * s_outer + inner * s_inner
 + t * s_t`` (the batch axes folded into at most two, see
-``gae_xp.backends.triton``), so strided and broadcast views are read in
+``gae_xp.backends._triton_launch``), so strided and broadcast views are read in
 place; the outputs are C-contiguous (row ``outer * inner_count + inner``).
 Float16 and bfloat16 are read as they are and computed in float32; float64
 in float64. The lengths, strides, counts and the number of blocks are run-time
-values, never specialised on (``do_not_specialize``): a new T or layout runs
-the kernel already compiled for its options and dtypes.
+values, never specialised on (``do_not_specialize``). ``ALIGN`` (1, or the
+elements in 16 bytes of the floats) says that every row of every per-step
+array starts at a multiple of that many elements (and T is one), so that the
+compiler issues 16-byte loads and stores: the one property of a layout a
+kernel is compiled for.
 """
 
 from __future__ import annotations
@@ -102,15 +105,14 @@ def gae_kernel(
     HAS_NEXT: tl.constexpr, HAS_TERMINATED: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr,
     GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
-    DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, FLOAT_ALIGN: tl.constexpr,
-    FLAG_ALIGN: tl.constexpr,
+    DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Program (row, part): part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row (else)."""
     row = tl.program_id(0).to(tl.int64)
     part = tl.program_id(1).to(tl.int64)
     outer = row // inner_count
     inner = row - outer * inner_count
-    out_base = tl.multiple_of(row * length, FLOAT_ALIGN)
+    out_base = tl.multiple_of(row * length, ALIGN)
     if HAS_OFFSETS:
         lo = tl.load(offsets + part).to(tl.int64)
         hi = tl.load(offsets + part + 1).to(tl.int64)
@@ -118,8 +120,8 @@ def gae_kernel(
         boundary = part
     else:
         # chunks are whole blocks (or the whole row, part 0): with aligned rows, both bounds are aligned too
-        lo = tl.multiple_of(part * chunk, FLOAT_ALIGN)
-        hi = tl.multiple_of(tl.minimum(lo + chunk, length), FLOAT_ALIGN)
+        lo = tl.multiple_of(part * chunk, ALIGN)
+        hi = tl.multiple_of(tl.minimum(lo + chunk, length), ALIGN)
         ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
         boundary = part * 0
     bootstrap_value = tl.load(bootstrap + outer * b_o + inner * b_i + boundary * b_t).to(DTYPE)
@@ -130,15 +132,21 @@ def gae_kernel(
     gamma_scalar = (tl.zeros((), DTYPE) + gamma_value).to(DTYPE)
     lam_scalar = (tl.zeros((), DTYPE) + lam_value).to(DTYPE)
     critic_scalar = (tl.zeros((), DTYPE) + critic_value).to(DTYPE)
-    r_base = tl.multiple_of(outer * r_o + inner * r_i, FLOAT_ALIGN)
-    v_base = tl.multiple_of(outer * v_o + inner * v_i, FLOAT_ALIGN)
-    nv_base = tl.multiple_of(outer * nv_o + inner * nv_i, FLOAT_ALIGN)
-    te_base = tl.multiple_of(outer * te_o + inner * te_i, FLAG_ALIGN)
-    tr_base = tl.multiple_of(outer * tr_o + inner * tr_i, FLAG_ALIGN)
-    m_base = tl.multiple_of(outer * m_o + inner * m_i, FLAG_ALIGN)
-    g_base = tl.multiple_of(outer * g_o + inner * g_i, FLOAT_ALIGN)
-    l_base = tl.multiple_of(outer * l_o + inner * l_i, FLOAT_ALIGN)
-    cl_base = tl.multiple_of(outer * cl_o + inner * cl_i, FLOAT_ALIGN)
+    r_base = tl.multiple_of(outer * r_o + inner * r_i, ALIGN)
+    v_base = tl.multiple_of(outer * v_o + inner * v_i, ALIGN)
+    nv_base = tl.multiple_of(outer * nv_o + inner * nv_i, ALIGN)
+    te_base = tl.multiple_of(outer * te_o + inner * te_i, ALIGN)
+    tr_base = tl.multiple_of(outer * tr_o + inner * tr_i, ALIGN)
+    m_base = tl.multiple_of(outer * m_o + inner * m_i, ALIGN)
+    g_base = outer * g_o + inner * g_i
+    if GAMMA == 3:
+        g_base = tl.multiple_of(g_base, ALIGN)
+    l_base = outer * l_o + inner * l_i
+    if LAM == 3:
+        l_base = tl.multiple_of(l_base, ALIGN)
+    cl_base = outer * cl_o + inner * cl_i
+    if CRITIC == 3:
+        cl_base = tl.multiple_of(cl_base, ALIGN)
 
     # The state entering the first block walked: the advantage (and the critic's) after it, and the value chain.
     following = tl.zeros((), DTYPE)

@@ -114,7 +114,7 @@ def _launch(p, arrays: dict, advantages, returns, settings: dict):
     dtype = _COMPUTE[rewards.dtype]
     contiguous = all(arrays[name].stride(-1) == 1 for name, _ in STEP_ARRAYS
                      if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
-    float_align, flag_align = _alignment(arrays, batch, length, rewards.element_size(), contiguous)
+    align = _alignment(arrays, batch, length, rewards.element_size(), contiguous)
     kinds = {name: _kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS}
     pointers = [arrays.get(name, rewards) for name, _ in STEP_ARRAYS]
     maps = None
@@ -130,7 +130,7 @@ def _launch(p, arrays: dict, advantages, returns, settings: dict):
         HAS_TRUNCATED=p.truncated is not None, HAS_MASK=p.mask is not None, GAMMA=kinds["gamma"], LAM=kinds["lam"],
         CRITIC=kinds["critic_lam"], HAS_CARRY=p.carry is not None, HAS_OFFSETS=offsets is not None,
         FILL=bool(p.fill_masked), CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block,
-        CHUNKS=MAX_CHUNKS if chunks > 1 else 1, FLOAT_ALIGN=float_align, FLAG_ALIGN=flag_align,
+        CHUNKS=MAX_CHUNKS if chunks > 1 else 1, ALIGN=align,
         num_warps=warps, num_stages=stages)
     if chunks > 1:
         gae_kernel[(rows, chunks)](*common, MODE=SUMMARY, **constants)
@@ -148,21 +148,16 @@ def _kind(value, array, length: int) -> int:
     return PER_ROW if array.shape[-1] != length else PER_STEP
 
 
-def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool) -> tuple[int, int]:
-    """(float, flag) alignment in elements that every row's first step has, as far as the strides tell: 16 bytes'
-    worth where the time axis is contiguous and every row stride (and T, for the outputs) is a multiple of it."""
-    if not contiguous:
-        return 1, 1
+def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool) -> int:
+    """The elements every row of every per-step array (and of the outputs; not one value per row) starts at a
+    multiple of, as far as the strides tell: 16 bytes' worth of the floats where the time axis is contiguous and
+    every row stride and T are multiples of it, else 1."""
     vector = 16 // itemsize
-    floats = [a for name, a in arrays.items() if name not in _FLAGS and name not in ("bootstrap", "carry")]
-    flags = [a for name, a in arrays.items() if name in _FLAGS]
-
-    def every_row_at(group, multiple):
-        return all(a.stride(axis) % multiple == 0 for a in group for axis in range(len(batch)) if batch[axis] > 1)
-
-    float_align = vector if length % vector == 0 and every_row_at(floats, vector) else 1
-    flag_align = 16 if every_row_at(flags, 16) else 1
-    return float_align, flag_align
+    if not contiguous or length % vector:
+        return 1
+    rows = [a for name, a in arrays.items() if name not in ("bootstrap", "carry") and a.shape[-1] == length]
+    aligned = all(a.stride(axis) % vector == 0 for a in rows for axis in range(len(batch)) if batch[axis] > 1)
+    return vector if aligned else 1
 
 
 @functools.lru_cache(maxsize=256)
