@@ -123,8 +123,11 @@ def packed_loop(case: dict, offsets: np.ndarray):
 
 @pytest.mark.parametrize("name", list(OPTIONS))
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_every_option_matches_the_loop(name, dtype):
-    check(tensors(build(7, (3, 45), OPTIONS[name]), DTYPES[dtype]))
+@pytest.mark.parametrize("block", [None, 16])
+def test_every_option_matches_the_loop(name, dtype, block):
+    """With the heuristic's block (one block a row) and with 16 steps a block (state carried across blocks)."""
+    with triton_backend.tuned(block=block):
+        check(tensors(build(7, (3, 45), OPTIONS[name]), DTYPES[dtype]))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
