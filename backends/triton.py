@@ -36,11 +36,12 @@ alignment compiles nothing.
 Arrays served: torch CUDA tensors that record no autograd history
 (``backend="auto"`` chooses this route for them where triton imports). With
 ``TRITON_INTERPRET=1`` set before triton is imported, torch CPU tensors are
-served through Triton's interpreter, for tests on a machine without a GPU,
-and only when the backend is named (``backend="triton"``): ``auto`` never
-sends CPU tensors here. CuPy arrays are not served: Triton takes their
-pointers only through torch tensors, and importing torch for a CuPy caller is
-what this package avoids (the numba-CUDA route serves them).
+served through Triton's interpreter, for tests on a machine without a GPU;
+under the interpreter this backend serves only calls that name it
+(``backend="triton"``), CUDA tensors included: ``auto`` never chooses it then.
+CuPy arrays are not served: Triton takes their pointers only through torch
+tensors, and importing torch for a CuPy caller is what this package avoids
+(the numba-CUDA route serves them).
 
 The generic scan (``scan``) and the estimators other than ``gae()`` run on the
 array-API path of the same tensors.
@@ -140,8 +141,8 @@ class TritonBackend:
                 return "tensors that require grad take backend='auto' (the custom operator) or backend='xp'"
             if not values_are_readable(a) or has_tangent(a):
                 return "traced, meta or forward-mode dual tensors need backend='xp' or 'auto'"
-        if arrays and arrays[0].device.type == "cpu" and not forced:
-            return "Triton's interpreter serves only backend='triton', never 'auto'"
+        if interpreted() and not forced:  # tests: the interpreter copies to the host, synchronises, cannot be captured
+            return "under TRITON_INTERPRET=1 the kernels serve only backend='triton', never 'auto'"
         return _not_installed()
 
     def gae(self, problem, *, chunk_size=None):
