@@ -39,9 +39,10 @@ Arrays served: torch CUDA tensors that record no autograd history
 served through Triton's interpreter, for tests on a machine without a GPU;
 under the interpreter this backend serves only calls that name it
 (``backend="triton"``), CUDA tensors included: ``auto`` never chooses it then.
-CuPy arrays are not served: Triton takes their pointers only through torch
-tensors, and importing torch for a CuPy caller is what this package avoids
-(the numba-CUDA route serves them).
+CuPy arrays are not served (the numba-CUDA route serves them): Triton 3.9
+reads the current stream from torch, and without torch it launches on the
+device's default stream, not the caller's CuPy stream; importing torch for a
+CuPy caller is what this package avoids.
 
 The generic scan (``scan``) and the estimators other than ``gae()`` run on the
 array-API path of the same tensors.
@@ -133,8 +134,8 @@ class TritonBackend:
         # The arrays are asked first, triton last: NumPy, JAX, Dask or CuPy arrays never make triton load.
         for a in arrays:
             if not is_torch_array(a):
-                return ("the Triton kernels take torch tensors (CuPy arrays: the numba-CUDA route; Triton takes "
-                        "their pointers only through torch)")
+                return ("the Triton kernels take torch tensors (CuPy arrays: the numba-CUDA route; without torch "
+                        "Triton launches on the default stream, not CuPy's current one)")
             if a.device.type != "cuda" and not (a.device.type == "cpu" and interpreted()):
                 return "the Triton kernels take torch CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)"
             if a.requires_grad:
