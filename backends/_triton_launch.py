@@ -2,9 +2,11 @@
 
 The batch axes of every array are folded together where all arrays allow it
 (no copy: strides are passed), into at most two (``outer``, ``inner``); a layout
-that keeps more is launched one slice of its leading axes at a time. The
-launch configuration (block, warps, stages, chunks) depends only on T, the
-rows, the sequences and the device, and is kept per such key.
+that keeps more is launched one slice of its leading axes at a time. A
+``Plan`` holds what a launch of one layout needs besides the pointers and the
+coefficients' numbers (grid, counts, strides, specialisation, block, warps,
+stages, chunks), kept per layout: a repeated call builds a key of its arrays'
+shapes, strides and dtypes, allocates its outputs and launches.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import triton.language as tl
 from . import triton as _backend
 from ._triton_gae import ABSENT, FINAL, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
 
-#: The per-step arrays the kernel reads, in its order, with the short names of their strides.
-STEP_ARRAYS = (("rewards", "r"), ("values", "v"), ("next_values", "nv"), ("terminated", "te"),
-               ("truncated", "tr"), ("mask", "m"), ("gamma", "g"), ("lam", "l"), ("critic_lam", "cl"))
+#: The per-step arrays the kernel reads, in its order.
+STEP_NAMES = ("rewards", "values", "next_values", "terminated", "truncated", "mask", "gamma", "lam", "critic_lam")
+#: The fields of a problem a launch's layout depends on.
+_FIELDS = (*STEP_NAMES, "bootstrap", "carry")
 _FLAGS = ("terminated", "truncated", "mask")
 _COEFFICIENTS = ("gamma", "lam", "critic_lam")
 _COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32: tl.float32,
@@ -31,24 +34,118 @@ _COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32
 def solve(p, settings: dict):
     """(advantages, returns) of problem ``p``: C-contiguous, in the dtype of its rewards."""
     rewards = p.rewards
-    shape = tuple(rewards.shape)
+    shape = rewards.shape
     advantages = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
     returns = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
     if rewards.numel() == 0:
         return advantages, returns
-    arrays = _arrays(p, shape)
+    key = _layout(p, settings)
+    plan = _PLANS.get(key)
     with _on_device(rewards.device):
-        for index in _slices(arrays, shape[:-1]):
+        if plan is not None:
+            plan.launch(p, advantages, returns)
+            return advantages, returns
+        arrays = _arrays(p, tuple(shape))
+        slices = _slices(arrays, tuple(shape[:-1]))
+        if slices == [(Ellipsis,)]:
+            if len(_PLANS) >= MAX_PLANS:
+                _PLANS.clear()
+            plan = _PLANS[key] = Plan(p, arrays, settings)
+            plan.launch(p, advantages, returns)
+            return advantages, returns
+        for index in slices:  # batch axes that do not fold: a plan per slice, kept by none
             sliced = {name: a[index] for name, a in arrays.items()}
-            _launch(p, sliced, advantages[index], returns[index], settings)
+            Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced)
     return advantages, returns
+
+
+#: Plans kept per layout (``_layout``); emptied when full.
+MAX_PLANS = 256
+_PLANS: dict = {}
+
+
+def _layout(p, settings: dict) -> tuple:
+    """What a launch's configuration depends on: every array's shape, strides and dtype (a coefficient's kind),
+    the sequences' count, ``fill_masked``, the device and the tuning settings; not the data or the numbers."""
+    parts = [p.rewards.device, p.fill_masked, settings["block"], settings["num_warps"], settings["num_stages"],
+             None if p.offsets is None else p.offsets.shape[0]]
+    for name in _FIELDS:
+        value = getattr(p, name)
+        parts.append(None if value is None else 0 if isinstance(value, float)
+                     else (value.shape, value.stride(), value.dtype))
+    return tuple(parts)
+
+
+class Plan:
+    """A launch of one layout (``_layout``) without its arrays: the grid, the counts and strides, the kernel's
+    specialisation and launch settings, made once; ``launch`` adds a call's pointers and coefficients."""
+
+    def __init__(self, p, arrays: dict, settings: dict):
+        rewards = arrays["rewards"]
+        shape = tuple(rewards.shape)
+        batch, length = shape[:-1], shape[-1]
+        groups = _fold(arrays, batch)
+        inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
+        rows = math.prod(batch)
+        sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
+        value_chain = p.mask is not None and p.next_values is None
+        block, warps, stages, chunk, chunks = _config(
+            length, rows, sequences, value_chain, _multiprocessors(rewards.device),
+            tuple(settings[name] for name in ("block", "num_warps", "num_stages")))
+        strides = []
+        for name in (*STEP_NAMES, "bootstrap", "carry"):
+            a = arrays.get(name)
+            strides.extend((0, 0, 0) if a is None else _folded_strides(a, groups))
+        dtype = _COMPUTE[rewards.dtype]
+        contiguous = all(arrays[name].stride(-1) == 1 for name in STEP_NAMES
+                         if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
+        self.kinds = tuple(_kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS)
+        self.counts = (length, inner_count, chunk, chunks, *strides)
+        self.maps = (rows, chunks, 4) if chunks > 1 else None
+        self.maps_dtype = torch.float64 if dtype == tl.float64 else torch.float32
+        self.grid = (rows, chunks) if chunks > 1 else (rows, sequences)
+        self.modes = (SUMMARY, FINAL) if chunks > 1 else (WHOLE,)
+        gamma, lam, critic = self.kinds
+        self.constants = dict(
+            HAS_NEXT=p.next_values is not None, HAS_TERMINATED=p.terminated is not None,
+            HAS_TRUNCATED=p.truncated is not None, HAS_MASK=p.mask is not None, GAMMA=gamma, LAM=lam, CRITIC=critic,
+            HAS_CARRY=p.carry is not None, HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked),
+            CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=MAX_CHUNKS if chunks > 1 else 1,
+            ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous),
+            num_warps=warps, num_stages=stages)
+
+    def launch(self, p, advantages, returns, arrays: dict | None = None):
+        """Launch on problem ``p``'s arrays (or on ``arrays``, a slice of them) into ``advantages`` and ``returns``."""
+        rewards = p.rewards
+        if arrays is None:
+            pointers = [_pointer(name, getattr(p, name), rewards) for name in STEP_NAMES]
+            bootstrap, carry = p.bootstrap, rewards if p.carry is None else p.carry
+        else:
+            pointers = [arrays.get(name, rewards) for name in STEP_NAMES]
+            bootstrap, carry = arrays["bootstrap"], arrays.get("carry", rewards)
+        maps = rewards if self.maps is None else torch.empty(self.maps, dtype=self.maps_dtype, device=rewards.device)
+        numbers = [value if kind == NUMBER else 0.0
+                   for kind, value in zip(self.kinds, (p.gamma, p.lam, p.critic_lam))]
+        arguments = (*pointers, bootstrap, carry, rewards if p.offsets is None else p.offsets, advantages, returns,
+                     maps, *self.counts, *numbers)
+        launcher = gae_kernel[self.grid]
+        for mode in self.modes:
+            launcher(*arguments, MODE=mode, **self.constants)
+
+
+def _pointer(name: str, value, rewards):
+    """The tensor the kernel gets for a per-step field: its own (a flag viewed as uint8), or ``rewards`` in place
+    of an absent field or a number."""
+    if value is None or isinstance(value, float):
+        return rewards
+    return value.view(torch.uint8) if name in _FLAGS else value
 
 
 def _arrays(p, shape) -> dict:
     """The tensors the kernel reads, by name: per-step arrays broadcast to ``shape`` (views), flags as uint8 views,
     per-row coefficients as (..., 1) views, bootstrap and carry (..., n)."""
     arrays = {}
-    for name, _ in STEP_ARRAYS:
+    for name in STEP_NAMES:
         value = getattr(p, name)
         if value is None or isinstance(value, float):
             continue
@@ -92,51 +189,6 @@ def _folded_strides(a, groups) -> tuple[int, int, int]:
     """(outer, inner, last-axis) strides of ``a`` for batch axes folded into ``groups`` (at most two)."""
     strides = [0, 0, *(a.stride(group[-1]) for group in groups)]
     return strides[-2], strides[-1], a.stride(-1)
-
-
-def _launch(p, arrays: dict, advantages, returns, settings: dict):
-    rewards = arrays["rewards"]
-    shape = tuple(rewards.shape)
-    batch, length = shape[:-1], shape[-1]
-    groups = _fold(arrays, batch)
-    inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
-    rows = math.prod(batch)
-    offsets = p.offsets
-    sequences = 1 if offsets is None else int(offsets.shape[0]) - 1
-    value_chain = p.mask is not None and p.next_values is None
-    config = _config(length, rows, sequences, value_chain, _multiprocessors(rewards.device),
-                     tuple(settings[name] for name in ("block", "num_warps", "num_stages")))
-    block, warps, stages, chunk, chunks = config
-    strides = []
-    for name, short in (*STEP_ARRAYS, ("bootstrap", "b"), ("carry", "c")):
-        a = arrays.get(name)
-        strides.extend((0, 0, 0) if a is None else _folded_strides(a, groups))
-    dtype = _COMPUTE[rewards.dtype]
-    contiguous = all(arrays[name].stride(-1) == 1 for name, _ in STEP_ARRAYS
-                     if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
-    align = _alignment(arrays, batch, length, rewards.element_size(), contiguous)
-    kinds = {name: _kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS}
-    pointers = [arrays.get(name, rewards) for name, _ in STEP_ARRAYS]
-    maps = None
-    if chunks > 1:
-        maps = torch.empty((rows, chunks, 4), dtype=torch.float64 if dtype == tl.float64 else torch.float32,
-                           device=rewards.device)
-    common = (*pointers, arrays["bootstrap"], arrays.get("carry", rewards), rewards if offsets is None else offsets,
-              advantages, returns, rewards if maps is None else maps,
-              length, inner_count, chunk, chunks, *strides,
-              *(float(getattr(p, name)) if kinds[name] == NUMBER else 0.0 for name in _COEFFICIENTS))
-    constants = dict(
-        HAS_NEXT=p.next_values is not None, HAS_TERMINATED=p.terminated is not None,
-        HAS_TRUNCATED=p.truncated is not None, HAS_MASK=p.mask is not None, GAMMA=kinds["gamma"], LAM=kinds["lam"],
-        CRITIC=kinds["critic_lam"], HAS_CARRY=p.carry is not None, HAS_OFFSETS=offsets is not None,
-        FILL=bool(p.fill_masked), CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block,
-        CHUNKS=MAX_CHUNKS if chunks > 1 else 1, ALIGN=align,
-        num_warps=warps, num_stages=stages)
-    if chunks > 1:
-        gae_kernel[(rows, chunks)](*common, MODE=SUMMARY, **constants)
-        gae_kernel[(rows, chunks)](*common, MODE=FINAL, **constants)
-    else:
-        gae_kernel[(rows, sequences)](*common, MODE=WHOLE, **constants)
 
 
 def _kind(value, array, length: int) -> int:

@@ -306,6 +306,20 @@ def test_inputs_are_not_mutated_and_outputs_share_no_memory():
                 assert not _overlaps(out, value)
 
 
+def test_a_repeated_layout_reuses_its_plan_with_the_new_arrays_and_numbers():
+    """The second call of a layout takes the kept plan (no new entry), and its own data, gamma and lam."""
+    first = tensors(build(1, (3, 20), OPTIONS["dones+next_values"]), torch.float32)
+    check(first)
+    plans = dict(_triton_launch._PLANS)
+    second = tensors(build(2, (3, 20), {**OPTIONS["dones+next_values"], "gamma": 0.5, "lam": 0.25}),
+                     torch.float32)
+    check(second)
+    assert _triton_launch._PLANS.keys() == plans.keys()
+    assert all(_triton_launch._PLANS[key] is plan for key, plan in plans.items())
+    for plan in plans.values():  # a plan keeps no array of a call
+        assert not any(torch.is_tensor(value) for value in vars(plan).values())
+
+
 def test_auto_never_chooses_the_interpreter():
     sample = torch.zeros((2, 3))
     assert backends.select("auto", None, [sample]).name == "numba"
