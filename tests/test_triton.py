@@ -1,11 +1,12 @@
 """backend="triton" under Triton's interpreter: every option of gae() against the float64 per-step loop.
 
 ``TRITON_INTERPRET=1`` must be set before triton is imported (Triton reads it
-when its kernels are decorated); ``tests/conftest.py`` sets it for the whole
-session and this module sets it again for a run of its own. The interpreter
+when its kernels are decorated); ``tests/conftest.py`` sets it for every test
+and this module sets it too, for a run of its own. The interpreter
 runs the kernels on torch CPU tensors, which the backend serves only when it
-is named: ``auto`` never sends CPU tensors to it. The kernels' compiled form
-(sm_90 PTX) is checked without a GPU by ``test_the_kernels_compile_for_sm90``;
+is named: under the interpreter ``auto`` never chooses it. The kernels'
+compiled form (sm_90 PTX) is checked without a GPU by
+``test_the_kernels_compile_for_sm90_with_16_byte_accesses``;
 ``tests/gpu/test_triton_cuda.py`` runs the same grid on a GPU.
 """
 
@@ -435,7 +436,7 @@ def test_the_kernels_compile_for_sm90_with_16_byte_accesses(mode):
     assert "ld.local" not in ptx and "st.local" not in ptx
 
 
-# ------------------------------------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------------------------------------ recording
 
 
 def launches(monkeypatch) -> list:

@@ -1,6 +1,6 @@
 """GPU tests of backend="triton": the compiled kernels on torch CUDA tensors against the float64 per-step loop.
 
-The test session sets ``TRITON_INTERPRET=1`` (``tests/conftest.py``), and
+The test run sets ``TRITON_INTERPRET=1`` (``tests/conftest.py``), and
 Triton reads it once, at import: so the checks run in a Python process of their
 own without it (``triton_cuda_checks.py`` beside this file), and this test
 reports what that process found. Skipped where there is no CUDA GPU, no torch
