@@ -55,7 +55,7 @@ WHOLE, SUMMARY, FINAL = 0, 1, 2
 #: How a coefficient arrives (``GAMMA``, ``LAM``, ``CRITIC``): absent, one float, one value per row, one per step.
 ABSENT, NUMBER, PER_ROW, PER_STEP = 0, 1, 2, 3
 
-_RUNTIME = ["length", "inner_count", "chunk", "n_chunks",
+_RUNTIME = ["length", "inner_count", "parts", "chunk", "n_chunks",
             *(f"{name}_{axis}" for name in ("r", "v", "nv", "te", "tr", "m", "g", "l", "cl", "b", "c")
               for axis in ("o", "i", "t"))]
 
@@ -98,7 +98,7 @@ def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr
 def gae_kernel(
     rewards, values, next_values, terminated, truncated, mask, gamma, lam, critic_lam, bootstrap, carry,
     offsets, advantages, returns, maps,
-    length, inner_count, chunk, n_chunks,
+    length, inner_count, parts, chunk, n_chunks,
     r_o, r_i, r_t, v_o, v_i, v_t, nv_o, nv_i, nv_t, te_o, te_i, te_t, tr_o, tr_i, tr_t, m_o, m_i, m_t,
     g_o, g_i, g_t, l_o, l_i, l_t, cl_o, cl_i, cl_t, b_o, b_i, b_t, c_o, c_i, c_t,
     gamma_value: tl.float64, lam_value: tl.float64, critic_value: tl.float64,
@@ -107,9 +107,10 @@ def gae_kernel(
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
     DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr,
 ):
-    """Program (row, part): part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row (else)."""
-    row = tl.program_id(0).to(tl.int64)
-    part = tl.program_id(1).to(tl.int64)
+    """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
+    program = tl.program_id(0).to(tl.int64)  # one axis: rows x parts may pass the 65,535 of a second one
+    row = program // parts
+    part = program - row * parts
     outer = row // inner_count
     inner = row - outer * inner_count
     out_base = tl.multiple_of(row * length, ALIGN)

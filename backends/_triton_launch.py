@@ -100,10 +100,11 @@ class Plan:
         contiguous = all(arrays[name].stride(-1) == 1 for name in STEP_NAMES
                          if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
         self.kinds = tuple(_kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS)
-        self.counts = (length, inner_count, chunk, chunks, *strides)
+        parts = chunks if chunks > 1 else sequences
+        self.counts = (length, inner_count, parts, chunk, chunks, *strides)
         self.maps = (rows, chunks, 4) if chunks > 1 else None
         self.maps_dtype = torch.float64 if dtype == tl.float64 else torch.float32
-        self.grid = (rows, chunks) if chunks > 1 else (rows, sequences)
+        self.grid = (rows * parts,)
         self.modes = (SUMMARY, FINAL) if chunks > 1 else (WHOLE,)
         gamma, lam, critic = self.kinds
         self.constants = dict(
