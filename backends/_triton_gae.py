@@ -21,14 +21,15 @@ real step": a second scan, of (is the next step real, its value), from the
 right, whose carry crosses the blocks as the advantage's does.
 
 Few long rows: the row is cut into chunks of whole blocks, and two launches
-solve it. ``SUMMARY`` writes each chunk's affine map (its local advantage at
-its first step with nothing entering, and the product of its coefficients,
-per chain); ``FINAL`` composes the maps of the chunks to its right (a scan of
-at most ``MAX_CHUNKS`` pairs) into the advantage entering its last step and
-walks its chunk again, writing the outputs. The inputs are read twice and the
-outputs written once: 1.5x the bytes of one pass. Chunks serve rows without
-packed sequences and without the value chain (a holed mask with
-``next_values`` is fine).
+solve it. ``SUMMARY`` writes each chunk's map (``MAP`` fields: its local
+advantage at its first step with nothing entering and the product of its
+coefficients, per chain; with the value chain also how much of "V after the
+chunk" reaches that advantage, and the chunk's first real value); ``FINAL``
+composes the maps of the chunks to its right (scans of at most
+``MAX_CHUNKS`` entries) into the state entering its last step and walks its
+chunk again, writing the outputs. The inputs are read twice and the outputs
+written once: 1.5x the bytes of one pass. Rows of packed sequences are not
+cut (a program per sequence).
 
 Layout: every array is addressed as ``base + outer * s_outer + inner * s_inner
 + t * s_t`` (the batch axes folded into at most two, see
@@ -50,6 +51,10 @@ import triton.language as tl
 
 #: The most chunks one row is cut into (the chunk maps are scanned as one block of this many).
 MAX_CHUNKS = 256
+#: The fields of a chunk's map (``maps[row, chunk]``): local advantage at its first step with nothing entering,
+#: product of its coefficients, the same two of the critic's chain, how much of the value after the chunk reaches
+#: its first step's advantage (and the critic's), whether it holds a real step, V at its first real step.
+MAP = tl.constexpr(8)
 #: Launch modes (``MODE``): the whole of each program's steps in one launch, or a chunk's map, or its final pass.
 WHOLE, SUMMARY, FINAL = 0, 1, 2
 #: How a coefficient arrives (``GAMMA``, ``LAM``, ``CRITIC``): absent, one float, one value per row, one per step.
@@ -108,6 +113,7 @@ def gae_kernel(
     DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr,
 ):
     """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
+    VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
     program = tl.program_id(0).to(tl.int64)  # one axis: rows x parts may pass the 65,535 of a second one
     row = program // parts
     part = program - row * parts
@@ -155,16 +161,37 @@ def gae_kernel(
     product = tl.full((), 1.0, DTYPE)
     critic_product = tl.full((), 1.0, DTYPE)
     next_value = bootstrap_value
-    if MODE == 2:  # FINAL: the advantage entering this chunk is the composition of the chunks to its right
+    # SUMMARY with the value chain: V after a chunk that does not hold the row's end is not known yet; the
+    # chunk's map then takes it as a third input (reach: how much of it reaches the chunk's first step)
+    known = tl.where(ends >= 0, 1, 0)
+    reach = tl.zeros((), DTYPE)
+    critic_reach = tl.zeros((), DTYPE)
+    if MODE == 1:
+        next_value = tl.where(known != 0, bootstrap_value, 0.0)
+    if MODE == 2:  # FINAL: the state entering this chunk is the composition of the chunks to its right
         lanes = tl.arange(0, CHUNKS)
         later = (lanes > part) & (lanes < n_chunks)
-        map_row = maps + row * n_chunks * 4 + lanes * 4
+        map_row = maps + row * n_chunks * MAP + lanes * MAP
+        if VALUE_CHAIN:  # V at the first real step after each chunk (the bootstrap value after the row's last)
+            beyond = lanes + 1 < n_chunks
+            real_after = tl.load(map_row + MAP + 6, mask=beyond, other=0.0) != 0
+            value_after = tl.load(map_row + MAP + 7, mask=beyond, other=0.0)
+            found_after, first_after = tl.associative_scan((real_after.to(tl.int32), value_after), 0, _first_real,
+                                                           reverse=True)
+            values_after = tl.where(found_after != 0, first_after, bootstrap_value)
+            next_value = _lane(values_after, lanes, part).to(DTYPE)
         map_local = tl.load(map_row, mask=later, other=0.0)
+        if VALUE_CHAIN:
+            reaching = tl.load(map_row + 4, mask=later, other=0.0)
+            map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
         map_coefficients = tl.load(map_row + 1, mask=later, other=1.0)
         _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
         following = _lane(composed, lanes, 0).to(DTYPE)
         if CRITIC != 0:
             map_local = tl.load(map_row + 2, mask=later, other=0.0)
+            if VALUE_CHAIN:
+                reaching = tl.load(map_row + 5, mask=later, other=0.0)
+                map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
             map_coefficients = tl.load(map_row + 3, mask=later, other=1.0)
             _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
             critic_following = _lane(composed, lanes, 0).to(DTYPE)
@@ -199,17 +226,20 @@ def gae_kernel(
                 v_next = tl.load(next_values + nv_base + steps, mask=inside, other=0.0).to(DTYPE)
             else:
                 v_next = tl.load(next_values + nv_base + steps * nv_t, mask=inside, other=0.0).to(DTYPE)
-        elif HAS_MASK:  # V at the next real step of the sequence: scan (is step t+1 real, V_{t+1}) from the right
+        elif VALUE_CHAIN:  # V at the next real step of the sequence: scan (is step t+1 real, V_{t+1}) from the right
             ahead = inside & (steps + 1 < hi)
             real_ahead = tl.load(mask + m_base + (steps + 1) * m_t, mask=ahead, other=0) != 0
             value_ahead = tl.load(values + v_base + (steps + 1) * v_t, mask=ahead & real_ahead, other=0.0)
             found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
                                                reverse=True)
             v_next = tl.where(found != 0, first, next_value)
+            if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
+                unknown = (found == 0) & (known == 0) & real & inside
             # the value chain entering the block before: V at the first real step from this block's first step
             first_is_real = tl.sum(tl.where((steps == start) & real, 1, 0), axis=0) != 0
             next_value = tl.where(first_is_real, _lane(tl.where(real, v, 0.0), steps, start),
                                   _lane(v_next, steps, start))
+            known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
         else:
             if CONTIGUOUS:
                 v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < length), other=0.0)
@@ -224,6 +254,8 @@ def gae_kernel(
                 ended = tl.load(terminated + te_base + steps * te_t, mask=inside, other=0) != 0
             delta = r + tl.where(ended, 0.0, g * v_next) - v
             cut = ended
+            if MODE == 1 and VALUE_CHAIN:
+                unknown = unknown & (ended == 0)
         else:
             delta = r + g * v_next - v
             cut = steps < 0
@@ -244,6 +276,10 @@ def gae_kernel(
         products, local = tl.associative_scan((coefficient, delta), 0, _compose, reverse=True)
         advantage = local + tl.where(products == 0, 0.0, products * following)
         following = _lane(advantage, steps, start).to(DTYPE)
+        if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
+            reached = tl.where(unknown, g, 0.0)
+            _, reach_local = tl.associative_scan((coefficient, reached), 0, _compose, reverse=True)
+            reach = _lane(reach_local + tl.where(products == 0, 0.0, products * reach), steps, start).to(DTYPE)
         if CRITIC != 0:
             critic_lam_t = _coefficient(critic_lam, cl_base, steps, cl_t, inside, critic_scalar, CRITIC, DTYPE,
                                         CONTIGUOUS)
@@ -255,6 +291,10 @@ def gae_kernel(
                                                                 reverse=True)
             critic = critic_local + tl.where(critic_products == 0, 0.0, critic_products * critic_following)
             critic_following = _lane(critic, steps, start).to(DTYPE)
+            if MODE == 1 and VALUE_CHAIN:
+                _, reach_local = tl.associative_scan((critic_coefficient, reached), 0, _compose, reverse=True)
+                critic_reach = _lane(reach_local + tl.where(critic_products == 0, 0.0, critic_products * critic_reach),
+                                     steps, start).to(DTYPE)
         else:
             critic = advantage
         if MODE == 1:
@@ -271,8 +311,12 @@ def gae_kernel(
             tl.store(advantages + out_base + steps, advantage.to(out), mask=inside)
             tl.store(returns + out_base + steps, returned.to(out), mask=inside)
     if MODE == 1:
-        map_base = maps + (row * n_chunks + part) * 4
+        map_base = maps + (row * n_chunks + part) * MAP
         tl.store(map_base, following)
         tl.store(map_base + 1, product)
         tl.store(map_base + 2, critic_following)
         tl.store(map_base + 3, critic_product)
+        tl.store(map_base + 4, reach)
+        tl.store(map_base + 5, critic_reach)
+        tl.store(map_base + 6, known.to(DTYPE))
+        tl.store(map_base + 7, next_value)

@@ -19,7 +19,7 @@ import torch
 import triton.language as tl
 
 from . import triton as _backend
-from ._triton_gae import ABSENT, FINAL, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
+from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
 
 #: The per-step arrays the kernel reads, in its order.
 STEP_NAMES = ("rewards", "values", "next_values", "terminated", "truncated", "mask", "gamma", "lam", "critic_lam")
@@ -88,9 +88,8 @@ class Plan:
         inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
         rows = math.prod(batch)
         sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
-        value_chain = p.mask is not None and p.next_values is None
         block, warps, stages, chunk, chunks = _config(
-            length, rows, sequences, value_chain, _multiprocessors(rewards.device),
+            length, rows, sequences, _multiprocessors(rewards.device),
             tuple(settings[name] for name in ("block", "num_warps", "num_stages")))
         strides = []
         for name in (*STEP_NAMES, "bootstrap", "carry"):
@@ -102,7 +101,7 @@ class Plan:
         self.kinds = tuple(_kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS)
         parts = chunks if chunks > 1 else sequences
         self.counts = (length, inner_count, parts, chunk, chunks, *strides)
-        self.maps = (rows, chunks, 4) if chunks > 1 else None
+        self.maps = (rows, chunks, MAP.value) if chunks > 1 else None
         self.maps_dtype = torch.float64 if dtype == tl.float64 else torch.float32
         self.grid = (rows * parts,)
         self.modes = (SUMMARY, FINAL) if chunks > 1 else (WHOLE,)
@@ -214,7 +213,7 @@ def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool
 
 
 @functools.lru_cache(maxsize=256)
-def _config(length: int, rows: int, sequences: int, value_chain: bool, multiprocessors: int,
+def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             override: tuple) -> tuple[int, int, int, int, int]:
     """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
     (``triton.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows."""
@@ -223,7 +222,7 @@ def _config(length: int, rows: int, sequences: int, value_chain: bool, multiproc
     block, warps, stages = (mine if mine is not None else default
                             for mine, default in zip(override, (block, warps, stages)))
     chunk, chunks = length, 1
-    if sequences == 1 and not value_chain and rows < _backend.FEW_ROWS * multiprocessors:
+    if sequences == 1 and rows < _backend.FEW_ROWS * multiprocessors:
         wanted = -(-_backend.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
         chunks = min(MAX_CHUNKS, wanted, -(-length // block))
         if chunks > 1:

@@ -18,8 +18,8 @@ launched one slice at a time), float16 and bfloat16 (computed in float32,
 stored in their dtype), float32 and float64.
 
 Launches: one, or two for few long rows (fewer than ``2 x`` the GPU's
-multiprocessors, rows of many blocks, no packed sequences, no "V at the next
-real step" chain): each row is cut into chunks, a first launch writes each
+multiprocessors, rows of several blocks, no packed sequences): each row is
+cut into chunks, a first launch writes each
 chunk's affine map, a second composes the maps to the right of its chunk and
 writes the outputs (1.5x the bytes of one pass). The block size, warps and
 pipeline stages come from the steps per program (``heuristic``), or from

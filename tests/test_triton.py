@@ -138,17 +138,31 @@ def test_narrow_floats_are_computed_in_float32_and_kept(dtype, name):
     assert advantages.dtype == DTYPES[dtype]
 
 
-@pytest.mark.parametrize("name", ["plain", "dones", "everything", "holes+next_values"])
+@pytest.mark.parametrize("name", ["plain", "dones", "holes", "holes+fill", "everything", "holes+next_values",
+                                  "per_step_critic_lam"])
 def test_few_long_rows_are_cut_into_chunks(name, monkeypatch):
     """One row of 300 steps with 16-step blocks (the interpreter stands for 4 multiprocessors): chunks whose maps
-    one launch writes and the next composes; a terminated step or a mask in any chunk is exact. A holed mask
-    without next_values (the value chain) keeps one program per row."""
+    one launch writes and the next composes; a terminated step or a mask in any chunk is exact, and a holed mask
+    without next_values carries "V at the next real step" across chunks."""
     calls = launches(monkeypatch)
     with triton_backend.tuned(block=16):
         check(tensors(build(11, (1, 300), OPTIONS[name]), torch.float64))
-    modes = [kwargs["MODE"] for _, kwargs in calls]
-    value_chain = "holes" in name and "next_values" not in name or name == "everything"
-    assert modes == ([0] if value_chain else [1, 2])
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_the_value_after_a_gap_of_whole_masked_chunks(fill, monkeypatch):
+    """Masked stretches longer than a chunk (32 steps here): "V at the next real step" crosses chunks that hold
+    no real step, into the advantage of the last real step before them; the row's end is masked too."""
+    case = build(21, (2, 300), {"dones": 0.02, "per_step_critic_lam": True})
+    case["mask"] = np.ones((2, 300), dtype=bool)
+    case["mask"][0, 40:171] = False
+    case["mask"][1, 5:250] = False
+    case["mask"][:, 290:] = False
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        check(tensors(case, torch.float64), fill_masked=fill)
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
 
 
 def test_chunks_carry_the_critic_chain_and_narrow_floats(monkeypatch):
