@@ -18,15 +18,17 @@ import math
 import torch
 import triton.language as tl
 
-from . import triton as _backend
+from gae_xp import _problem
+
+from . import _triton_config as heuristic
 from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
 
-#: The per-step arrays the kernel reads, in its order.
-STEP_NAMES = ("rewards", "values", "next_values", "terminated", "truncated", "mask", "gamma", "lam", "critic_lam")
+#: The per-step arrays the kernel reads, in its order (the kernel's first parameters follow ``gae_xp._problem.PER_STEP``).
+STEP_NAMES = _problem.PER_STEP
 #: The fields of a problem a launch's layout depends on.
 _FIELDS = (*STEP_NAMES, "bootstrap", "carry")
-_FLAGS = ("terminated", "truncated", "mask")
-_COEFFICIENTS = ("gamma", "lam", "critic_lam")
+_FLAGS = _problem.FLAGS
+_COEFFICIENTS = _problem.COEFFICIENTS
 _COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32: tl.float32,
             torch.float64: tl.float64}
 
@@ -216,14 +218,14 @@ def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool
 def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             override: tuple) -> tuple[int, int, int, int, int]:
     """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
-    (``triton.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows."""
+    (``_triton_config.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows."""
     steps = max(1, length // sequences)
-    block, warps, stages = next(row[1:] for row in _backend.HEURISTIC if steps <= row[0])
+    block, warps, stages = next(row[1:] for row in heuristic.HEURISTIC if steps <= row[0])
     block, warps, stages = (mine if mine is not None else default
                             for mine, default in zip(override, (block, warps, stages)))
     chunk, chunks = length, 1
-    if sequences == 1 and rows < _backend.FEW_ROWS * multiprocessors:
-        wanted = -(-_backend.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
+    if sequences == 1 and rows < heuristic.FEW_ROWS * multiprocessors:
+        wanted = -(-heuristic.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
         chunks = min(MAX_CHUNKS, wanted, -(-length // block))
         if chunks > 1:
             chunk = -(-(-(-length // chunks)) // block) * block
@@ -236,7 +238,7 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
 @functools.cache
 def _multiprocessors(device) -> int:
     if device.type != "cuda":
-        return _backend.INTERPRETER_MULTIPROCESSORS
+        return heuristic.INTERPRETER_MULTIPROCESSORS
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
-import math
 import os
 import threading
 
@@ -73,20 +72,6 @@ TUNING_VARIANTS: dict[str, dict] = {
     "stages1": {"block": None, "num_warps": None, "num_stages": 1},
     "stages3": {"block": None, "num_warps": None, "num_stages": 3},
 }
-#: (steps per program at most, block, num_warps, num_stages): the first row whose bound holds.
-HEURISTIC = (
-    (128, 128, 1, 2),
-    (512, 512, 4, 2),
-    (2048, 1024, 4, 3),
-    (math.inf, 2048, 8, 3),
-)
-#: The interpreter's stand-in for a GPU's multiprocessor count (it decides when rows are cut into chunks).
-INTERPRETER_MULTIPROCESSORS = 4
-#: Rows are cut into chunks only with fewer rows than this many times the multiprocessors ...
-FEW_ROWS = 2
-#: ... and for this many programs per multiprocessor.
-PROGRAMS_PER_MULTIPROCESSOR = 4
-
 _SETTINGS = threading.local()
 _KNOBS = ("block", "num_warps", "num_stages")
 
