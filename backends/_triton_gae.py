@@ -236,10 +236,9 @@ def gae_kernel(
             if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
                 unknown = (found == 0) & (known == 0) & real & inside
             # the value chain entering the block before: V at the first real step from this block's first step
-            first_is_real = tl.sum(tl.where((steps == start) & real, 1, 0), axis=0) != 0
-            next_value = tl.where(first_is_real, _lane(tl.where(real, v, 0.0), steps, start),
-                                  _lane(v_next, steps, start))
-            known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
+            next_value = _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+            if MODE == 1:
+                known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
         else:
             if CONTIGUOUS:
                 v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < length), other=0.0)
