@@ -23,7 +23,7 @@ from gae_xp import _problem
 from . import _triton_config as heuristic
 from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
 
-#: The per-step arrays the kernel reads, in its order (the kernel's first parameters follow ``gae_xp._problem.PER_STEP``).
+#: The per-step arrays the kernel reads, in its order (its first parameters follow ``gae_xp._problem.PER_STEP``).
 STEP_NAMES = _problem.PER_STEP
 #: The fields of a problem a launch's layout depends on.
 _FIELDS = (*STEP_NAMES, "bootstrap", "carry")

@@ -192,6 +192,25 @@ def test_packed_sequences_in_one_row_with_the_chunk_block():
         check(tensors(case, torch.float32), cu_seqlens=[0, 37, 37, 90])
 
 
+@pytest.mark.parametrize("name", ["plain", "dones+next_values", "holes+fill", "everything"])
+def test_an_incoming_carry_enters_each_sequence_as_in_the_numba_kernels(name):
+    """Pieces (shards, blocks): each segment's end takes its bootstrap value and an incoming advantage."""
+    from gae_xp._prepare import prepare
+
+    case = {key: value for key, value in tensors(build(5, (2, 30), OPTIONS[name]), torch.float64).items()
+            if key != "bootstrap_value"}
+    case.pop("per_step_critic_lam", None)
+    call = prepare(**{key: value for key, value in case.items()}, backend="triton")
+    p = call.problem.replace(critic_lam=None)
+    rng = np.random.default_rng(0)
+    cut = p.with_segments([0, 11, 11, 30], torch.from_numpy(rng.standard_normal((2, 3))),
+                          torch.from_numpy(rng.standard_normal((2, 3))))
+    got = backends.load("triton").gae(cut, chunk_size=None)
+    want = backends.load("numba").gae(cut, chunk_size=None)
+    for ours, theirs in zip(got, want):
+        xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
+
+
 # ------------------------------------------------------------------------------------------------ layouts
 
 
