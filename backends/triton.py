@@ -69,6 +69,8 @@ TUNING_VARIANTS: dict[str, dict] = {
     "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None},
     "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None},
     "block4096-w16": {"block": 4096, "num_warps": 16, "num_stages": None},
+    "warps2": {"block": None, "num_warps": 2, "num_stages": None},
+    "warps8": {"block": None, "num_warps": 8, "num_stages": None},
     "stages1": {"block": None, "num_warps": None, "num_stages": 1},
     "stages3": {"block": None, "num_warps": None, "num_stages": 3},
 }
