@@ -211,6 +211,21 @@ def test_an_incoming_carry_enters_each_sequence_as_in_the_numba_kernels(name):
         xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
 
 
+def test_an_incoming_carry_reaches_a_row_cut_into_chunks(monkeypatch):
+    from gae_xp._prepare import prepare
+
+    case = tensors(build(6, (1, 300), OPTIONS["holes+fill"]), torch.float64)
+    p = prepare(**case, backend="triton").problem
+    piece = p.replace(carry=torch.tensor([[0.75]], dtype=torch.float64))
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        got = backends.load("triton").gae(piece, chunk_size=None)
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+    want = backends.load("numba").gae(piece, chunk_size=None)
+    for ours, theirs in zip(got, want):
+        xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
+
+
 # ------------------------------------------------------------------------------------------------ layouts
 
 
