@@ -19,16 +19,16 @@ stored in their dtype), float32 and float64.
 
 Launches: one, or two for few long rows (fewer than ``2 x`` the GPU's
 multiprocessors, rows of several blocks, no packed sequences): each row is
-cut into chunks, a first launch writes each
-chunk's affine map, a second composes the maps to the right of its chunk and
-writes the outputs (1.5x the bytes of one pass). The block size, warps and
-pipeline stages come from the steps per program (``heuristic``), or from
-``tuned()`` for a benchmark. A call does only what a launch needs: no host
+cut into chunks, a first launch writes each chunk's map, a second composes
+the maps to the right of its chunk and writes the outputs (1.5x the bytes of
+one pass). The block size, warps and pipeline stages come from the steps per
+program (``_triton_config.HEURISTIC``), or, on this thread within ``tuned()``,
+from a benchmark's settings. A call does only what a launch needs: no host
 synchronisation, no copy to or from the host, outputs from ``torch.empty`` on
 the arrays' device, launched on torch's current stream of that device.
 
 Compiling: the kernels are specialised on the options present, the dtypes,
-the block size (one per row of the ``heuristic`` table) and whether every row
+the block size (one per row of the heuristic's table) and whether every row
 starts on a 16-byte boundary (for 16-byte loads and stores); never on T, B,
 the strides or the number of blocks, so a new T of the same table row and
 alignment compiles nothing.
