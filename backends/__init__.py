@@ -77,6 +77,7 @@ class Backend(Protocol):
 
 #: name -> module, in the order ``backend="auto"`` tries them (the last one serves every array).
 REGISTRY: dict[str, str] = {
+    "triton": "gae_xp.backends.triton",
     "numba-cuda": "gae_xp.backends.numba_cuda",
     "numba": "gae_xp.backends.numba_cpu",
     "jax": "gae_xp.backends.jax",

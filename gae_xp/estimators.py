@@ -100,8 +100,8 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     backend : str, default "auto"
         "auto" (the fastest installed path for these arrays) or a name from
         ``gae_xp.backends.names()``: "xp" (the generic scan), "numba",
-        "numba-cuda", "jax", "dask". A forced backend that cannot serve the
-        arrays raises ValueError.
+        "triton" (torch CUDA tensors), "numba-cuda", "jax", "dask". A forced
+        backend that cannot serve the arrays raises ValueError.
     fill_masked : bool, default False
         What a masked step gets: 0 in both outputs, or (True, verl's
         convention) the advantage of the next real step (0 after the last

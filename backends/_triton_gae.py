@@ -1,0 +1,321 @@
+r"""The Triton kernels of ``gae()``: one program per row (or per packed sequence, or per chunk of a long row).
+
+Imported only by ``gae_xp.backends.triton`` once the arrays are known to be
+torch tensors it serves (it imports triton). Every program walks its steps
+``[lo, hi)`` block by block from the last, keeps the carried state in
+registers, and scans each block with ``tl.associative_scan`` on the affine
+state of a step, the pair (coefficient ``c_t``, delta ``d_t``)::
+
+    Vnext_t = next_values[t] | V at the next real step of the sequence | bootstrap (after its last step)
+    d_t     = r_t + (0 if terminated_t else gamma_t Vnext_t) - V_t        (0 at a masked step)
+    c_t     = 0 if terminated_t or truncated_t else gamma_t lam_t          (1 at a masked step)
+    A_t     = d_t + (0 if c_t == 0 else c_t A_{t+1})
+
+The composition of two runs of steps keeps a zero coefficient exact with
+``tl.where``, never a product with 0, so nothing behind a cut (NaN and inf
+included) reaches the steps before it. A sequence's last step is a cut whose
+delta takes the incoming advantage ``carry`` (0 without one). With
+``critic_lam`` a second chain runs from the same deltas with ``gamma_t
+critic_lam_t``. A holed mask without ``next_values`` needs "V at the next
+real step": a second scan, of (is the next step real, its value), from the
+right, whose carry crosses the blocks as the advantage's does.
+
+Few long rows: the row is cut into chunks of whole blocks, and two launches
+solve it. ``SUMMARY`` writes each chunk's map (``MAP`` fields: its local
+advantage at its first step with nothing entering and the product of its
+coefficients, per chain; with the value chain also how much of "V after the
+chunk" reaches that advantage, and the chunk's first real value); ``FINAL``
+composes the maps of the chunks to its right (scans of at most
+``MAX_CHUNKS`` entries) into the state entering its last step and walks its
+chunk again, writing the outputs. The inputs are read twice and the outputs
+written once: 1.5x the bytes of one pass. Rows of packed sequences are not
+cut (a program per sequence).
+
+Layout: every array is addressed as ``base + outer * s_outer + inner * s_inner
++ t * s_t`` (the batch axes folded into at most two, see
+``gae_xp.backends._triton_launch``), so strided and broadcast views are read in
+place; the outputs are C-contiguous (row ``outer * inner_count + inner``).
+Float16 and bfloat16 are read as they are and computed in float32; float64
+in float64. The lengths, strides, counts and the number of blocks are run-time
+values, never specialised on (``do_not_specialize``). ``ALIGN`` (1, or the
+elements in 16 bytes of the floats) says that every row of every per-step
+array starts at a multiple of that many elements (and T is one), so that the
+compiler issues 16-byte loads and stores: the one property of a layout a
+kernel is compiled for.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+#: The most chunks one row is cut into (the chunk maps are scanned as one block of this many).
+MAX_CHUNKS = 256
+#: The fields of a chunk's map (``maps[row, chunk]``): local advantage at its first step with nothing entering,
+#: product of its coefficients, the same two of the critic's chain, how much of the value after the chunk reaches
+#: its first step's advantage (and the critic's), whether it holds a real step, V at its first real step.
+MAP = tl.constexpr(8)
+#: Launch modes (``MODE``): the whole of each program's steps in one launch, or a chunk's map, or its final pass.
+WHOLE, SUMMARY, FINAL = 0, 1, 2
+#: How a coefficient arrives (``GAMMA``, ``LAM``, ``CRITIC``): absent, one float, one value per row, one per step.
+ABSENT, NUMBER, PER_ROW, PER_STEP = 0, 1, 2, 3
+
+_RUNTIME = ["length", "inner_count", "parts", "chunk", "n_chunks",
+            *(f"{name}_{axis}" for name in ("r", "v", "nv", "te", "tr", "m", "g", "l", "cl", "b", "c")
+              for axis in ("o", "i", "t"))]
+
+
+@triton.jit
+def _compose(far_coefficient, far_delta, near_coefficient, near_delta):
+    """The map of two neighbouring runs of steps (``far`` later in time): a zero coefficient cuts exactly."""
+    carried = tl.where(near_coefficient == 0, 0.0, near_coefficient * far_delta)
+    return far_coefficient * near_coefficient, near_delta + carried
+
+
+@triton.jit
+def _first_real(far_real, far_value, near_real, near_value):
+    """The value at the first real step of two neighbouring runs (``far`` later in time), and whether there is one."""
+    return far_real | near_real, tl.where(near_real != 0, near_value, far_value)
+
+
+@triton.jit
+def _lane(x, positions, position):
+    """The element of ``x`` at ``position`` (a scalar), without reading any other lane's value."""
+    return tl.sum(tl.where(positions == position, x, 0.0), axis=0)
+
+
+@triton.jit
+def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr, DTYPE: tl.constexpr,
+                 CONTIGUOUS: tl.constexpr):
+    """A coefficient at ``steps``: a number, one value per row, or one per step."""
+    if KIND == 1:
+        return value
+    elif KIND == 2:
+        return tl.load(pointer + base).to(DTYPE)
+    else:
+        if CONTIGUOUS:
+            return tl.load(pointer + base + steps, mask=inside, other=0.0).to(DTYPE)
+        else:
+            return tl.load(pointer + base + steps * stride, mask=inside, other=0.0).to(DTYPE)
+
+
+@triton.jit(do_not_specialize=_RUNTIME)
+def gae_kernel(
+    rewards, values, next_values, terminated, truncated, mask, gamma, lam, critic_lam, bootstrap, carry,
+    offsets, advantages, returns, maps,
+    length, inner_count, parts, chunk, n_chunks,
+    r_o, r_i, r_t, v_o, v_i, v_t, nv_o, nv_i, nv_t, te_o, te_i, te_t, tr_o, tr_i, tr_t, m_o, m_i, m_t,
+    g_o, g_i, g_t, l_o, l_i, l_t, cl_o, cl_i, cl_t, b_o, b_i, b_t, c_o, c_i, c_t,
+    gamma_value: tl.float64, lam_value: tl.float64, critic_value: tl.float64,
+    HAS_NEXT: tl.constexpr, HAS_TERMINATED: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr,
+    GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
+    HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
+    DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr,
+):
+    """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
+    VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
+    program = tl.program_id(0).to(tl.int64)  # one axis: rows x parts may pass the 65,535 of a second one
+    row = program // parts
+    part = program - row * parts
+    outer = row // inner_count
+    inner = row - outer * inner_count
+    out_base = tl.multiple_of(row * length, ALIGN)
+    if HAS_OFFSETS:
+        lo = tl.load(offsets + part).to(tl.int64)
+        hi = tl.load(offsets + part + 1).to(tl.int64)
+        ends = hi  # the sequence ends at hi
+        boundary = part
+    else:
+        # chunks are whole blocks (or the whole row, part 0): with aligned rows, both bounds are aligned too
+        lo = tl.multiple_of(part * chunk, ALIGN)
+        hi = tl.multiple_of(tl.minimum(lo + chunk, length), ALIGN)
+        ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
+        boundary = part * 0
+    bootstrap_value = tl.load(bootstrap + outer * b_o + inner * b_i + boundary * b_t).to(DTYPE)
+    if HAS_CARRY:
+        entering = tl.load(carry + outer * c_o + inner * c_i + boundary * c_t).to(DTYPE)
+    else:
+        entering = tl.zeros((), DTYPE)
+    gamma_scalar = (tl.zeros((), DTYPE) + gamma_value).to(DTYPE)
+    lam_scalar = (tl.zeros((), DTYPE) + lam_value).to(DTYPE)
+    critic_scalar = (tl.zeros((), DTYPE) + critic_value).to(DTYPE)
+    r_base = tl.multiple_of(outer * r_o + inner * r_i, ALIGN)
+    v_base = tl.multiple_of(outer * v_o + inner * v_i, ALIGN)
+    nv_base = tl.multiple_of(outer * nv_o + inner * nv_i, ALIGN)
+    te_base = tl.multiple_of(outer * te_o + inner * te_i, ALIGN)
+    tr_base = tl.multiple_of(outer * tr_o + inner * tr_i, ALIGN)
+    m_base = tl.multiple_of(outer * m_o + inner * m_i, ALIGN)
+    g_base = outer * g_o + inner * g_i
+    if GAMMA == 3:
+        g_base = tl.multiple_of(g_base, ALIGN)
+    l_base = outer * l_o + inner * l_i
+    if LAM == 3:
+        l_base = tl.multiple_of(l_base, ALIGN)
+    cl_base = outer * cl_o + inner * cl_i
+    if CRITIC == 3:
+        cl_base = tl.multiple_of(cl_base, ALIGN)
+
+    # The state entering the first block walked: the advantage (and the critic's) after it, and the value chain.
+    following = tl.zeros((), DTYPE)
+    critic_following = tl.zeros((), DTYPE)
+    product = tl.full((), 1.0, DTYPE)
+    critic_product = tl.full((), 1.0, DTYPE)
+    next_value = bootstrap_value
+    # SUMMARY with the value chain: V after a chunk that does not hold the row's end is not known yet; the
+    # chunk's map then takes it as a third input (reach: how much of it reaches the chunk's first step)
+    known = tl.where(ends >= 0, 1, 0)
+    reach = tl.zeros((), DTYPE)
+    critic_reach = tl.zeros((), DTYPE)
+    if MODE == 1:
+        next_value = tl.where(known != 0, bootstrap_value, 0.0)
+    if MODE == 2:  # FINAL: the state entering this chunk is the composition of the chunks to its right
+        lanes = tl.arange(0, CHUNKS)
+        later = (lanes > part) & (lanes < n_chunks)
+        map_row = maps + row * n_chunks * MAP + lanes * MAP
+        if VALUE_CHAIN:  # V at the first real step after each chunk (the bootstrap value after the row's last)
+            beyond = lanes + 1 < n_chunks
+            real_after = tl.load(map_row + MAP + 6, mask=beyond, other=0.0) != 0
+            value_after = tl.load(map_row + MAP + 7, mask=beyond, other=0.0)
+            found_after, first_after = tl.associative_scan((real_after.to(tl.int32), value_after), 0, _first_real,
+                                                           reverse=True)
+            values_after = tl.where(found_after != 0, first_after, bootstrap_value)
+            next_value = _lane(values_after, lanes, part).to(DTYPE)
+        map_local = tl.load(map_row, mask=later, other=0.0)
+        if VALUE_CHAIN:
+            reaching = tl.load(map_row + 4, mask=later, other=0.0)
+            map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
+        map_coefficients = tl.load(map_row + 1, mask=later, other=1.0)
+        _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
+        following = _lane(composed, lanes, 0).to(DTYPE)
+        if CRITIC != 0:
+            map_local = tl.load(map_row + 2, mask=later, other=0.0)
+            if VALUE_CHAIN:
+                reaching = tl.load(map_row + 5, mask=later, other=0.0)
+                map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
+            map_coefficients = tl.load(map_row + 3, mask=later, other=1.0)
+            _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
+            critic_following = _lane(composed, lanes, 0).to(DTYPE)
+        else:
+            critic_following = following
+
+    last_block = (hi - 1) // BLOCK
+    blocks = tl.where(hi > lo, last_block - lo // BLOCK + 1, 0)
+    if MODE == 1:  # SUMMARY: the first chunk's map is never used
+        blocks = tl.where(part == 0, 0, blocks)
+    positions = tl.arange(0, BLOCK)
+    for i in range(0, blocks):
+        start = (last_block - i) * BLOCK
+        steps = tl.multiple_of(start, BLOCK) + positions
+        inside = (steps >= lo) & (steps < hi)
+        if CONTIGUOUS:
+            r = tl.load(rewards + r_base + steps, mask=inside, other=0.0).to(DTYPE)
+            v = tl.load(values + v_base + steps, mask=inside, other=0.0).to(DTYPE)
+        else:
+            r = tl.load(rewards + r_base + steps * r_t, mask=inside, other=0.0).to(DTYPE)
+            v = tl.load(values + v_base + steps * v_t, mask=inside, other=0.0).to(DTYPE)
+        g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS)
+        lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS)
+        the_end = steps + 1 == ends
+        if HAS_MASK:
+            if CONTIGUOUS:
+                real = tl.load(mask + m_base + steps, mask=inside, other=0) != 0
+            else:
+                real = tl.load(mask + m_base + steps * m_t, mask=inside, other=0) != 0
+        if HAS_NEXT:
+            if CONTIGUOUS:
+                v_next = tl.load(next_values + nv_base + steps, mask=inside, other=0.0).to(DTYPE)
+            else:
+                v_next = tl.load(next_values + nv_base + steps * nv_t, mask=inside, other=0.0).to(DTYPE)
+        elif VALUE_CHAIN:  # V at the next real step of the sequence: scan (is step t+1 real, V_{t+1}) from the right
+            ahead = inside & (steps + 1 < hi)
+            real_ahead = tl.load(mask + m_base + (steps + 1) * m_t, mask=ahead, other=0) != 0
+            value_ahead = tl.load(values + v_base + (steps + 1) * v_t, mask=ahead & real_ahead, other=0.0)
+            found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
+                                               reverse=True)
+            v_next = tl.where(found != 0, first, next_value)
+            if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
+                unknown = (found == 0) & (known == 0) & real & inside
+            # the value chain entering the block before: V at the first real step from this block's first step
+            next_value = _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+            if MODE == 1:
+                known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
+        else:
+            if CONTIGUOUS:
+                v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < length), other=0.0)
+            else:
+                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=inside & (steps + 1 < length),
+                                 other=0.0)
+            v_next = tl.where(the_end, bootstrap_value, v_next.to(DTYPE))
+        if HAS_TERMINATED:
+            if CONTIGUOUS:
+                ended = tl.load(terminated + te_base + steps, mask=inside, other=0) != 0
+            else:
+                ended = tl.load(terminated + te_base + steps * te_t, mask=inside, other=0) != 0
+            delta = r + tl.where(ended, 0.0, g * v_next) - v
+            cut = ended
+            if MODE == 1 and VALUE_CHAIN:
+                unknown = unknown & (ended == 0)
+        else:
+            delta = r + g * v_next - v
+            cut = steps < 0
+        if HAS_TRUNCATED:
+            if CONTIGUOUS:
+                cut = cut | (tl.load(truncated + tr_base + steps, mask=inside, other=0) != 0)
+            else:
+                cut = cut | (tl.load(truncated + tr_base + steps * tr_t, mask=inside, other=0) != 0)
+        coefficient = tl.where(cut, 0.0, g * lam_t)
+        if HAS_MASK:
+            delta = tl.where(real, delta, 0.0)
+            coefficient = tl.where(real, coefficient, 1.0)
+        if HAS_CARRY:  # the sequence's last step takes the incoming advantage (a critic_lam never has one)
+            delta = tl.where(the_end & (coefficient != 0), delta + coefficient * entering, delta)
+        # lanes outside the program's steps are the identity map; the sequence's end is a cut
+        delta = tl.where(inside, delta, 0.0)
+        coefficient = tl.where(the_end, 0.0, tl.where(inside, coefficient, 1.0))
+        products, local = tl.associative_scan((coefficient, delta), 0, _compose, reverse=True)
+        advantage = local + tl.where(products == 0, 0.0, products * following)
+        following = _lane(advantage, steps, start).to(DTYPE)
+        if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
+            reached = tl.where(unknown, g, 0.0)
+            _, reach_local = tl.associative_scan((coefficient, reached), 0, _compose, reverse=True)
+            reach = _lane(reach_local + tl.where(products == 0, 0.0, products * reach), steps, start).to(DTYPE)
+        if CRITIC != 0:
+            critic_lam_t = _coefficient(critic_lam, cl_base, steps, cl_t, inside, critic_scalar, CRITIC, DTYPE,
+                                        CONTIGUOUS)
+            critic_coefficient = tl.where(cut, 0.0, g * critic_lam_t)
+            if HAS_MASK:
+                critic_coefficient = tl.where(real, critic_coefficient, 1.0)
+            critic_coefficient = tl.where(the_end, 0.0, tl.where(inside, critic_coefficient, 1.0))
+            critic_products, critic_local = tl.associative_scan((critic_coefficient, delta), 0, _compose,
+                                                                reverse=True)
+            critic = critic_local + tl.where(critic_products == 0, 0.0, critic_products * critic_following)
+            critic_following = _lane(critic, steps, start).to(DTYPE)
+            if MODE == 1 and VALUE_CHAIN:
+                _, reach_local = tl.associative_scan((critic_coefficient, reached), 0, _compose, reverse=True)
+                critic_reach = _lane(reach_local + tl.where(critic_products == 0, 0.0, critic_products * critic_reach),
+                                     steps, start).to(DTYPE)
+        else:
+            critic = advantage
+        if MODE == 1:
+            product = product * _lane(products, steps, start).to(DTYPE)
+            if CRITIC != 0:
+                critic_product = critic_product * _lane(critic_products, steps, start).to(DTYPE)
+        else:
+            returned = critic + v
+            if HAS_MASK:
+                if not FILL:
+                    advantage = tl.where(real, advantage, 0.0)
+                    returned = tl.where(real, returned, 0.0)
+            out = advantages.dtype.element_ty
+            tl.store(advantages + out_base + steps, advantage.to(out), mask=inside)
+            tl.store(returns + out_base + steps, returned.to(out), mask=inside)
+    if MODE == 1:
+        map_base = maps + (row * n_chunks + part) * MAP
+        tl.store(map_base, following)
+        tl.store(map_base + 1, product)
+        tl.store(map_base + 2, critic_following)
+        tl.store(map_base + 3, critic_product)
+        tl.store(map_base + 4, reach)
+        tl.store(map_base + 5, critic_reach)
+        tl.store(map_base + 6, known.to(DTYPE))
+        tl.store(map_base + 7, next_value)

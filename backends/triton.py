@@ -1,0 +1,156 @@
+r"""torch CUDA tensors: ``gae()`` in Triton kernels, one program per row streaming its row block by block.
+
+Every option of ``gae()`` in one pass over memory (``gae_xp.backends._triton_gae``
+has the kernels and the recurrence):
+
+    Vnext_t = next_values[t] | V at the next real step | bootstrap
+    A_t     = r_t + (0 if terminated_t else gamma_t Vnext_t) - V_t + (0 if cut_t else gamma_t lam_t A_{t+1})
+
+with bootstrap values per row or per packed sequence, ``next_values``,
+``terminated``, ``truncated``, holed masks (0 at a masked step, or with
+``fill_masked`` the next real step's advantage and that + its own value),
+per-step or per-row gamma and lam, ``critic_lam`` (a second chain in the same
+pass), packed ``cu_seqlens`` (host or device offsets, empty sequences: one
+program per row and sequence, which reads its bounds on the device), an
+incoming ``carry`` (pieces), any batch rank and strides (the batch axes are
+folded into at most two without a copy; further unmergeable axes are
+launched one slice at a time), float16 and bfloat16 (computed in float32,
+stored in their dtype), float32 and float64.
+
+Launches: one, or two for few long rows (fewer than ``2 x`` the GPU's
+multiprocessors, rows of several blocks, no packed sequences): each row is
+cut into chunks, a first launch writes each chunk's map, a second composes
+the maps to the right of its chunk and writes the outputs (1.5x the bytes of
+one pass). The block size, warps and pipeline stages come from the steps per
+program (``_triton_config.HEURISTIC``), or, on this thread within ``tuned()``,
+from a benchmark's settings. A call does only what a launch needs: no host
+synchronisation, no copy to or from the host, outputs from ``torch.empty`` on
+the arrays' device, launched on torch's current stream of that device.
+
+Compiling: the kernels are specialised on the options present, the dtypes,
+the block size (one per row of the heuristic's table) and whether every row
+starts on a 16-byte boundary (for 16-byte loads and stores); never on T, B,
+the strides or the number of blocks, so a new T of the same table row and
+alignment compiles nothing.
+
+Arrays served: torch CUDA tensors that record no autograd history
+(``backend="auto"`` chooses this route for them where triton imports). With
+``TRITON_INTERPRET=1`` set before triton is imported, torch CPU tensors are
+served through Triton's interpreter, for tests on a machine without a GPU;
+under the interpreter this backend serves only calls that name it
+(``backend="triton"``), CUDA tensors included: ``auto`` never chooses it then.
+CuPy arrays are not served (the numba-CUDA route serves them): Triton 3.9
+reads the current stream from torch, and without torch it launches on the
+device's default stream, not the caller's CuPy stream; importing torch for a
+CuPy caller is what this package avoids.
+
+The generic scan (``scan``) and the estimators other than ``gae()`` run on the
+array-API path of the same tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import os
+import threading
+
+from gae_xp._compat import has_tangent, is_torch_array, values_are_readable
+
+from . import xp as _generic
+
+NAME = "triton"
+
+#: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first.
+TUNING_VARIANTS: dict[str, dict] = {
+    "default": {"block": None, "num_warps": None, "num_stages": None},
+    "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None},
+    "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None},
+    "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None},
+    "block4096-w16": {"block": 4096, "num_warps": 16, "num_stages": None},
+    "warps2": {"block": None, "num_warps": 2, "num_stages": None},
+    "warps8": {"block": None, "num_warps": 8, "num_stages": None},
+    "stages1": {"block": None, "num_warps": None, "num_stages": 1},
+    "stages3": {"block": None, "num_warps": None, "num_stages": 3},
+}
+_SETTINGS = threading.local()
+_KNOBS = ("block", "num_warps", "num_stages")
+
+
+@contextlib.contextmanager
+def tuned(**settings):
+    """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``; None = the
+    heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16."""
+    unknown = set(settings) - set(_KNOBS)
+    if unknown:
+        raise ValueError(f"tuned() takes {', '.join(_KNOBS)}, got {', '.join(sorted(unknown))}")
+    block = settings.get("block")
+    if block is not None and (block < 16 or block & (block - 1)):
+        raise ValueError(f"block must be a power of two >= 16, got {block}")
+    before = getattr(_SETTINGS, "override", None)
+    _SETTINGS.override = {name: settings.get(name) for name in _KNOBS}
+    try:
+        yield
+    finally:
+        _SETTINGS.override = before
+
+
+def interpreted() -> bool:
+    """True when Triton's interpreter is on (``TRITON_INTERPRET=1``, read as triton reads it)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+@functools.cache
+def _not_installed() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return "triton is not installed (it comes with torch's Linux CUDA wheels; pip install triton)"
+    return None
+
+
+class TritonBackend:
+    name = NAME
+    segments = True
+    uses_chunk_size = False
+    critic_lam = True
+    summarize = None
+    #: ``prepare`` may hand this backend float16/bfloat16 arrays as they are: the kernels widen them in registers.
+    narrow_floats = True
+
+    def unavailable_reason(self, xp, arrays, *, forced=False):
+        # The arrays are asked first, triton last: NumPy, JAX, Dask or CuPy arrays never make triton load.
+        for a in arrays:
+            if not is_torch_array(a):
+                return ("the Triton kernels take torch tensors (CuPy arrays: the numba-CUDA route; without torch "
+                        "Triton launches on the default stream, not CuPy's current one)")
+            if a.device.type != "cuda" and not (a.device.type == "cpu" and interpreted()):
+                return "the Triton kernels take torch CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)"
+            if a.requires_grad:
+                return "tensors that require grad take backend='auto' (the custom operator) or backend='xp'"
+            if not values_are_readable(a) or has_tangent(a):
+                return "traced, meta or forward-mode dual tensors need backend='xp' or 'auto'"
+        if interpreted() and not forced:  # tests: the interpreter copies to the host, synchronises, cannot be captured
+            return "under TRITON_INTERPRET=1 the kernels serve only backend='triton', never 'auto'"
+        return _not_installed()
+
+    def gae(self, problem, *, chunk_size=None):
+        """(advantages, returns) of a problem (``gae_xp._problem.GaeProblem``), in its per-step dtype."""
+        if problem.carry is not None and problem.critic_lam is not None:
+            raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
+                             "own")
+        from . import _triton_launch
+
+        return _triton_launch.solve(problem, _settings())
+
+    def scan(self, xp, x, a, *, reverse, chunk_size):
+        """The generic chunk scan (``gae_xp.backends.xp``): the Triton scan kernels are not here."""
+        return _generic.BACKEND.scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+
+
+def _settings() -> dict:
+    """The launch settings in force: ``tuned()``'s, or all None (the heuristic's)."""
+    override = getattr(_SETTINGS, "override", None)
+    return override if override is not None else dict.fromkeys(_KNOBS)
+
+
+BACKEND = TritonBackend()

@@ -1,0 +1,167 @@
+"""backend="triton" on torch CUDA tensors, compiled (not interpreted), against ``gae_xp.reference`` in float64.
+
+Run by ``test_triton_cuda.py`` in a process without ``TRITON_INTERPRET``:
+``python triton_cuda_checks.py options|layouts|compiling``. Each part prints
+one line per case and "checked N cases"; the first mismatch raises.
+
+* options: every option alone and together (``tests/test_triton.py``'s grid)
+  in float32, with rows many enough for one program each (300x129) and few
+  enough to be cut into chunks (2x8193); plain and every option at once in
+  float64, bfloat16 and float16, at T = 1 and 31, and packed with host and
+  with device offsets (empty sequences included). About 50 kernel variants
+  are compiled: a minute or so of the run is Triton's compiler;
+* layouts: time on axis 0, a 3-D batch, strided rows, time-strided inputs,
+  NaN and inf in masked slots;
+* compiling: a new T (of one row of the heuristic's table and one alignment)
+  and a new B add no entry to the kernel's compile cache.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+import gae_xp
+from gae_xp import reference
+from gae_xp.testing import make_case, xp_assert_close
+
+assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
+
+DEVICE = torch.device("cuda")
+DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+OPTIONS = {
+    "plain": {},
+    "bootstrap": {"bootstrap": True},
+    "next_values": {"next_values": True},
+    "dones": {"dones": 0.05},
+    "dones+next_values": {"dones": 0.05, "next_values": True},
+    "holes": {"holes": 0.3},
+    "holes+fill": {"holes": 0.3, "fill_masked": True},
+    "holes+next_values": {"holes": 0.3, "next_values": True, "fill_masked": True},
+    "padding+bootstrap": {"padding": 5, "bootstrap": True},
+    "coefficients": {"per_step_gamma": True, "per_row_lam": True},
+    "critic_lam": {"critic_lam": 1.0},
+    "per_step_critic_lam": {"per_step_critic_lam": True, "dones": 0.02},
+    "everything": {"dones": 0.02, "holes": 0.25, "padding": 2, "per_step_gamma": True, "per_row_lam": True,
+                   "bootstrap": True, "per_step_critic_lam": True, "fill_masked": True},
+}
+SHAPES = ((300, 129), (2, 8193))
+
+
+def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
+    options = dict(options)
+    fill = options.pop("fill_masked", False)
+    case = make_case(np.random.default_rng(seed), shape, axis=axis, **options)
+    if fill:
+        case["fill_masked"] = True
+    return case
+
+
+def on_gpu(case: dict, dtype) -> dict:
+    out = {}
+    for name, value in case.items():
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value.copy()).to(DEVICE)
+            if value.is_floating_point():
+                value = value.to(dtype)
+        out[name] = value
+    return out
+
+
+def widened(given: dict) -> dict:
+    return {name: value.to(torch.float64).cpu().numpy() if torch.is_tensor(value) and value.is_floating_point()
+            else value.cpu().numpy() if torch.is_tensor(value) else value for name, value in given.items()}
+
+
+def check(label: str, given: dict, *, axis: int = -1, cu_seqlens=None, **options):
+    dtype = given["rewards"].dtype
+    advantages, returns = gae_xp.gae(**given, axis=axis, backend="triton", cu_seqlens=cu_seqlens, **options)
+    case = {**widened(given), **options}
+    if cu_seqlens is None:
+        want = reference.gae_loop(**case, axis=axis)
+    else:
+        want = packed_loop(case, np.asarray(cu_seqlens.cpu() if torch.is_tensor(cu_seqlens) else cu_seqlens))
+    like = torch.zeros((), dtype=dtype, device=DEVICE)
+    xp_assert_close(advantages, want[0], like=like)
+    xp_assert_close(returns, want[1], like=like)
+    print("ok", label, flush=True)
+
+
+def packed_loop(case: dict, offsets: np.ndarray):
+    advantages = np.zeros(case["rewards"].shape)
+    returns = np.zeros(case["rewards"].shape)
+    bootstrap = case.get("bootstrap_value")
+    length = case["rewards"].shape[-1]
+    for i, (lo, hi) in enumerate(zip(offsets[:-1], offsets[1:])):
+        piece = {name: value[..., lo:hi] if isinstance(value, np.ndarray) and value.shape[-1] == length else value
+                 for name, value in case.items() if name != "bootstrap_value"}
+        if bootstrap is not None:
+            piece["bootstrap_value"] = bootstrap[..., i]
+        advantages[..., lo:hi], returns[..., lo:hi] = reference.gae_loop(**piece)
+    return advantages, returns
+
+
+def options_part() -> int:
+    count = 0
+    for name, options in OPTIONS.items():
+        for shape in SHAPES:
+            check(f"{name} {shape} float32", on_gpu(build(count, shape, options), torch.float32))
+            count += 1
+    for name in ("plain", "everything"):
+        for dtype in (torch.float64, torch.bfloat16, torch.float16):
+            check(f"{name} (300, 129) {dtype}", on_gpu(build(count, (300, 129), OPTIONS[name]), dtype))
+            count += 1
+        for length in (1, 31):
+            check(f"{name} (3, {length})", on_gpu(build(count, (3, length), OPTIONS[name]), torch.float32))
+            count += 1
+        offsets = [0, 700, 700, 2100, 2101, 2101, 4000]
+        case = build(count, (2, 4000), OPTIONS[name])
+        if "bootstrap_value" in case:
+            case["bootstrap_value"] = np.random.default_rng(count).standard_normal((2, len(offsets) - 1))
+        for device_offsets in (False, True):
+            cuts = torch.tensor(offsets, device=DEVICE) if device_offsets else offsets
+            check(f"{name} packed device_offsets={device_offsets}", on_gpu(case, torch.float32), cu_seqlens=cuts)
+            count += 1
+    return count
+
+
+def layouts_part() -> int:
+    everything = OPTIONS["everything"]
+    check("time on axis 0, 3-D batch", on_gpu(build(1, (300, 2, 3, 2), everything, axis=0), torch.float32), axis=0)
+    case = on_gpu(build(2, (6, 1000), everything), torch.float32)
+    strided = {name: torch.cat([value, value])[::2] if torch.is_tensor(value) and value.shape == (6, 1000) else value
+               for name, value in case.items()}
+    check("strided rows", strided)
+    timed = {name: value[:, ::2] if torch.is_tensor(value) and value.shape[-1] == 1000 else value
+             for name, value in case.items()}
+    check("time-strided", timed)
+    holed = build(3, (4, 3000), {"holes": 0.3, "dones": 0.01, "next_values": True})
+    for name in ("rewards", "values", "next_values"):
+        holed[name][~holed["mask"]] = np.nan
+    check("NaN in masked slots", on_gpu(holed, torch.float32))
+    check("NaN in masked slots, fill_masked", on_gpu(holed, torch.float32), fill_masked=True)
+    return 5
+
+
+def compiling_part() -> int:
+    from gae_xp.backends import _triton_gae
+
+    def entries() -> int:
+        return sum(len(caches[0]) for caches in _triton_gae.gae_kernel.device_caches.values())
+
+    check("first", on_gpu(build(0, (64, 100), OPTIONS["dones"]), torch.float32))
+    before = entries()
+    for rows, length in ((65, 104), (128, 120), (3000, 68)):
+        check(f"{rows}x{length}", on_gpu(build(rows, (rows, length), OPTIONS["dones"]), torch.float32))
+    assert entries() == before, f"{entries() - before} kernels compiled for a new T or B"
+    return 4
+
+
+if __name__ == "__main__":
+    part = sys.argv[1]
+    count = {"options": options_part, "layouts": layouts_part, "compiling": compiling_part}[part]()
+    torch.cuda.synchronize()
+    print(f"checked {count} cases")

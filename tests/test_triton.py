@@ -1,0 +1,519 @@
+"""backend="triton" under Triton's interpreter: every option of gae() against the float64 per-step loop.
+
+``TRITON_INTERPRET=1`` must be set before triton is imported (Triton reads it
+when its kernels are decorated); ``tests/conftest.py`` sets it for every test
+and this module sets it too, for a run of its own. The interpreter
+runs the kernels on torch CPU tensors, which the backend serves only when it
+is named: under the interpreter ``auto`` never chooses it. The kernels'
+compiled form (sm_90 PTX) is checked without a GPU by
+``test_the_kernels_compile_for_sm90_with_16_byte_accesses``;
+``tests/gpu/test_triton_cuda.py`` runs the same grid on a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gae_xp import reference
+from gae_xp.testing import make_case, xp_assert_close
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed (pip install triton): its interpreter runs the kernels on the CPU",
+                allow_module_level=True)
+import triton  # noqa: E402
+
+if not triton.knobs.runtime.interpret:
+    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set: its kernels need a GPU here",
+                allow_module_level=True)
+
+import gae_xp  # noqa: E402
+from gae_xp import backends  # noqa: E402
+from gae_xp.backends import _triton_launch  # noqa: E402
+from gae_xp.backends import triton as triton_backend  # noqa: E402
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+#: name -> make_case options (and gae() options beyond them): every option alone and together.
+OPTIONS = {
+    "plain": {},
+    "bootstrap": {"bootstrap": True},
+    "next_values": {"next_values": True},
+    "dones": {"dones": 0.2},
+    "dones+next_values": {"dones": 0.2, "next_values": True},
+    "holes": {"holes": 0.3},
+    "holes+fill": {"holes": 0.3, "fill_masked": True},
+    "holes+next_values": {"holes": 0.3, "next_values": True, "fill_masked": True},
+    "padding+bootstrap": {"padding": 5, "bootstrap": True},
+    "coefficients": {"per_step_gamma": True, "per_row_lam": True},
+    "critic_lam": {"critic_lam": 1.0},
+    "per_step_critic_lam": {"per_step_critic_lam": True, "dones": 0.1},
+    "everything": {"dones": 0.15, "holes": 0.25, "padding": 2, "per_step_gamma": True, "per_row_lam": True,
+                   "bootstrap": True, "per_step_critic_lam": True, "fill_masked": True},
+}
+
+
+def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
+    options = dict(options)
+    fill = options.pop("fill_masked", False)
+    case = make_case(np.random.default_rng(seed), shape, axis=axis, **options)
+    if fill:
+        case["fill_masked"] = True
+    return case
+
+
+def tensors(case: dict, dtype) -> dict:
+    """The case as torch CPU tensors, the float ones in ``dtype`` (the loop gets those values in float64)."""
+    out = {}
+    for name, value in case.items():
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value.copy())
+            if value.is_floating_point():
+                value = value.to(dtype)
+        out[name] = value
+    return out
+
+
+def widened(given: dict) -> dict:
+    """The tensors' own values (rounded to their dtype) as float64 NumPy arrays, for the loop."""
+    return {name: value.to(torch.float64).numpy() if torch.is_tensor(value) and value.is_floating_point()
+            else value.numpy() if torch.is_tensor(value) else value for name, value in given.items()}
+
+
+def check(given: dict, *, axis: int = -1, dtype=None, **options):
+    """gae(backend="triton") on ``given`` against gae_loop (or the packed reference with ``cu_seqlens``)."""
+    dtype = dtype or given["rewards"].dtype
+    advantages, returns = gae_xp.gae(**given, axis=axis, backend="triton", **options)
+    want = expected(widened(given), axis=axis, **options)
+    like = torch.zeros((), dtype=dtype)
+    xp_assert_close(advantages, want[0], like=like)
+    xp_assert_close(returns, want[1], like=like)
+    return advantages, returns
+
+
+def expected(case: dict, *, axis: int = -1, cu_seqlens=None, **options):
+    if cu_seqlens is None:
+        return reference.gae_loop(**case, axis=axis, **options)
+    return packed_loop({**case, **options}, np.asarray(cu_seqlens))
+
+
+def packed_loop(case: dict, offsets: np.ndarray):
+    """The per-step loop on each packed sequence alone (time last), its bootstrap value the sequence's own."""
+    advantages = np.zeros(case["rewards"].shape)
+    returns = np.zeros(case["rewards"].shape)
+    bootstrap = case.get("bootstrap_value")
+    for i, (lo, hi) in enumerate(zip(offsets[:-1], offsets[1:])):
+        piece = {name: value[..., lo:hi] if isinstance(value, np.ndarray) and value.shape[-1:] ==
+                 case["rewards"].shape[-1:] and name != "bootstrap_value" else value
+                 for name, value in case.items() if name != "bootstrap_value"}
+        if bootstrap is not None:
+            piece["bootstrap_value"] = bootstrap[..., i]
+        advantages[..., lo:hi], returns[..., lo:hi] = reference.gae_loop(**piece)
+    return advantages, returns
+
+
+# ------------------------------------------------------------------------------------------------- every option
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("block", [None, 16])
+def test_every_option_matches_the_loop(name, dtype, block):
+    """With the heuristic's block (one block a row) and with 16 steps a block (state carried across blocks)."""
+    with triton_backend.tuned(block=block):
+        check(tensors(build(7, (3, 45), OPTIONS[name]), DTYPES[dtype]))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", ["plain", "everything"])
+def test_narrow_floats_are_computed_in_float32_and_kept(dtype, name):
+    advantages, _ = check(tensors(build(3, (2, 33), OPTIONS[name]), DTYPES[dtype]))
+    assert advantages.dtype == DTYPES[dtype]
+
+
+@pytest.mark.parametrize("name", ["plain", "dones", "holes", "holes+fill", "everything", "holes+next_values",
+                                  "per_step_critic_lam"])
+def test_few_long_rows_are_cut_into_chunks(name, monkeypatch):
+    """One row of 300 steps with 16-step blocks (the interpreter stands for 4 multiprocessors): chunks whose maps
+    one launch writes and the next composes; a terminated step or a mask in any chunk is exact, and a holed mask
+    without next_values carries "V at the next real step" across chunks."""
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        check(tensors(build(11, (1, 300), OPTIONS[name]), torch.float64))
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+
+
+@pytest.mark.parametrize("fill", [False, True])
+def test_the_value_after_a_gap_of_whole_masked_chunks(fill, monkeypatch):
+    """Masked stretches longer than a chunk (32 steps here): "V at the next real step" crosses chunks that hold
+    no real step, into the advantage of the last real step before them; the row's end is masked too."""
+    case = build(21, (2, 300), {"dones": 0.02, "per_step_critic_lam": True})
+    case["mask"] = np.ones((2, 300), dtype=bool)
+    case["mask"][0, 40:171] = False
+    case["mask"][1, 5:250] = False
+    case["mask"][:, 290:] = False
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        check(tensors(case, torch.float64), fill_masked=fill)
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+
+
+def test_chunks_carry_the_critic_chain_and_narrow_floats(monkeypatch):
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        check(tensors(build(5, (2, 130), {"dones": 0.05, "per_step_critic_lam": True, "next_values": True,
+                                          "holes": 0.2}), torch.bfloat16))
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+
+
+@pytest.mark.parametrize("device_offsets", [False, True])
+@pytest.mark.parametrize("name", ["plain", "bootstrap", "dones", "holes+fill", "everything"])
+def test_packed_sequences_with_empty_ones(name, device_offsets):
+    offsets = [0, 7, 7, 20, 21, 21, 40]
+    case = build(13, (2, 40), OPTIONS[name])
+    if "bootstrap_value" in case:
+        case["bootstrap_value"] = np.random.default_rng(1).standard_normal((2, len(offsets) - 1))
+    given = tensors(case, torch.float64)
+    check(given, cu_seqlens=torch.tensor(offsets) if device_offsets else offsets)
+
+
+def test_packed_sequences_in_one_row_with_the_chunk_block():
+    """Packed sequences longer than a block: each sequence's program walks several blocks."""
+    case = build(2, (1, 90), OPTIONS["everything"])
+    case["bootstrap_value"] = np.array([[0.5, -1.0, 2.0]])
+    with triton_backend.tuned(block=16):
+        check(tensors(case, torch.float32), cu_seqlens=[0, 37, 37, 90])
+
+
+@pytest.mark.parametrize("name", ["plain", "dones+next_values", "holes+fill", "everything"])
+def test_an_incoming_carry_enters_each_sequence_as_in_the_numba_kernels(name):
+    """Pieces (shards, blocks): each segment's end takes its bootstrap value and an incoming advantage."""
+    from gae_xp._prepare import prepare
+
+    case = {key: value for key, value in tensors(build(5, (2, 30), OPTIONS[name]), torch.float64).items()
+            if key != "bootstrap_value"}
+    case.pop("per_step_critic_lam", None)
+    call = prepare(**{key: value for key, value in case.items()}, backend="triton")
+    p = call.problem.replace(critic_lam=None)
+    rng = np.random.default_rng(0)
+    cut = p.with_segments([0, 11, 11, 30], torch.from_numpy(rng.standard_normal((2, 3))),
+                          torch.from_numpy(rng.standard_normal((2, 3))))
+    got = backends.load("triton").gae(cut, chunk_size=None)
+    want = backends.load("numba").gae(cut, chunk_size=None)
+    for ours, theirs in zip(got, want):
+        xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
+
+
+def test_an_incoming_carry_reaches_a_row_cut_into_chunks(monkeypatch):
+    from gae_xp._prepare import prepare
+
+    case = tensors(build(6, (1, 300), OPTIONS["holes+fill"]), torch.float64)
+    p = prepare(**case, backend="triton").problem
+    piece = p.replace(carry=torch.tensor([[0.75]], dtype=torch.float64))
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16):
+        got = backends.load("triton").gae(piece, chunk_size=None)
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+    want = backends.load("numba").gae(piece, chunk_size=None)
+    for ours, theirs in zip(got, want):
+        xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
+
+
+# ------------------------------------------------------------------------------------------------ layouts
+
+
+def test_time_on_the_first_axis_and_a_batch_of_rank_three():
+    given = tensors(build(4, (20, 2, 3, 2), OPTIONS["everything"], axis=0), torch.float64)
+    check(given, axis=0)
+
+
+def test_strided_transposed_and_broadcast_inputs_are_read_in_place(monkeypatch):
+    """Every-other-row slices, a time-major tensor transposed, a per-step gamma broadcast from (T,): no copies."""
+    case = tensors(build(6, (4, 30), OPTIONS["everything"]), torch.float64)
+    wide = {name: torch.cat([value, value], dim=0)[::2] if torch.is_tensor(value) and value.dim() == 2
+            and value.shape == (4, 30) else value for name, value in case.items()}
+    wide["values"] = case["values"].t().contiguous().t()
+    calls = launches(monkeypatch)
+    check(wide)
+    (args, _), = calls
+    pointers = {a.data_ptr() for a in args if torch.is_tensor(a)}
+    assert wide["rewards"].data_ptr() in pointers and wide["values"].data_ptr() in pointers
+    assert _launch_flag(calls, "CONTIGUOUS") is False  # the transposed values step along time by 4
+
+
+def test_unmergeable_batch_axes_are_launched_a_slice_at_a_time(monkeypatch):
+    base = tensors(build(8, (3, 4, 5, 12), OPTIONS["dones+next_values"]), torch.float64)
+    given = {name: value.permute(1, 0, 2, 3) if torch.is_tensor(value) else value for name, value in base.items()}
+    calls = launches(monkeypatch)
+    check(given)
+    assert len(calls) == 4  # the first axis (4) iterated; the other two fold
+
+
+def test_time_strided_inputs():
+    case = tensors(build(9, (2, 60), OPTIONS["everything"]), torch.float64)
+    given = {name: value[:, ::2] if torch.is_tensor(value) and value.shape[-1] == 60 else value
+             for name, value in case.items()}
+    check(given)
+
+
+def test_one_step_and_no_rows():
+    check(tensors(build(1, (3, 1), OPTIONS["everything"]), torch.float64))
+    advantages, returns = gae_xp.gae(torch.zeros((0, 5)), torch.zeros((0, 5)), backend="triton")
+    assert advantages.shape == (0, 5) and returns.shape == (0, 5)
+
+
+# ------------------------------------------------------------------------------------------------ the property
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_any_options_shapes_strides_and_dtypes(data):
+    draw = data.draw
+    rows = draw(st.lists(st.integers(1, 3), min_size=0, max_size=2), label="batch")
+    length = draw(st.integers(1, 70), label="T")
+    options = {"dones": draw(st.sampled_from([0.0, 0.2])), "holes": draw(st.sampled_from([0.0, 0.3])),
+               "padding": draw(st.sampled_from([0, 3])), "per_step_gamma": draw(st.booleans()),
+               "per_row_lam": draw(st.booleans()), "bootstrap": draw(st.booleans()),
+               "next_values": draw(st.booleans())}
+    options["bootstrap"] = options["bootstrap"] and not options["next_values"]  # next_values holds every V'
+    critic = draw(st.sampled_from(["none", "float", "per_step"]))
+    if critic == "float":
+        options["critic_lam"] = 0.8
+    elif critic == "per_step":
+        options["per_step_critic_lam"] = True
+    options["padding"] = min(options["padding"], length)
+    if draw(st.booleans()):
+        options["fill_masked"] = True
+    dtype = DTYPES[draw(st.sampled_from(["float64", "float32", "bfloat16"]))]
+    case = tensors(build(draw(st.integers(0, 2**16)), (*rows, length), options), dtype)
+    if draw(st.booleans(), label="time-strided"):
+        case = {name: torch.repeat_interleave(value, 2, dim=-1)[..., ::2]
+                if torch.is_tensor(value) and value.shape[-1:] == (length,) and value.dim() == len(rows) + 1
+                else value for name, value in case.items()}
+    block = draw(st.sampled_from([None, 16]), label="block")
+    with triton_backend.tuned(block=block):
+        packed = draw(st.booleans(), label="packed") and length > 2 and not options.get("bootstrap")
+        if packed:
+            cut = draw(st.integers(0, length))
+            check(case, cu_seqlens=[0, cut, cut, length])
+        else:
+            check(case)
+
+
+# ------------------------------------------------------------------------------------------------ exact cuts
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's NumPy on NaN
+def test_nan_and_inf_in_masked_slots_and_behind_cuts_do_not_leak():
+    rng = np.random.default_rng(3)
+    shape = (2, 40)
+    case = build(3, shape, {"holes": 0.3, "dones": 0.1, "next_values": True, "per_step_critic_lam": True})
+    for name in ("rewards", "values", "next_values"):
+        case[name][~case["mask"]] = rng.choice([np.nan, np.inf, -np.inf], size=int((~case["mask"]).sum()))
+    ended = case["terminated"] & case["mask"]
+    case["next_values"][ended] = np.nan  # a terminated step does not bootstrap
+    steps = np.arange(shape[1])
+    behind = np.roll(ended, 1, axis=1) & (steps > 0)  # the step after a terminated one, when real
+    case["values"][behind & case["mask"]] = np.inf  # crosses nothing: the terminated step before cuts it
+    for fill in (False, True):
+        advantages, returns = check(tensors(case, torch.float64), fill_masked=fill)
+        if not fill:
+            assert torch.isfinite(advantages[torch.from_numpy(~case["mask"])]).all()
+    # and the same under chunks
+    with triton_backend.tuned(block=16):
+        check(tensors(case, torch.float32))
+
+
+def test_a_zero_coefficient_cuts_exactly():
+    rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
+    values = torch.tensor([[0.0, 0.0, np.nan, 0.0]], dtype=torch.float64)
+    lam = torch.tensor([[1.0, 0.0, 1.0, 1.0]], dtype=torch.float64)
+    advantages, _ = gae_xp.gae(rewards, values, gamma=1.0, lam=lam, backend="triton", next_values=rewards * 0)
+    assert torch.isfinite(advantages[0, :2]).all() and torch.isnan(advantages[0, 2])
+
+
+# ------------------------------------------------------------------------------------------------ the contract
+
+
+def test_inputs_are_not_mutated_and_outputs_share_no_memory():
+    given = tensors(build(2, (3, 25), OPTIONS["everything"]), torch.float32)
+    before = {name: value.clone() for name, value in given.items() if torch.is_tensor(value)}
+    advantages, returns = check(given)
+    for name, value in before.items():
+        assert torch.equal(given[name], value) or torch.allclose(given[name], value, equal_nan=True), name
+    outputs = (advantages, returns)
+    for out in outputs:
+        for value in list(given.values()) + [o for o in outputs if o is not out]:
+            if torch.is_tensor(value):
+                assert not _overlaps(out, value)
+
+
+def test_a_repeated_layout_reuses_its_plan_with_the_new_arrays_and_numbers():
+    """The second call of a layout takes the kept plan (no new entry), and its own data, gamma and lam."""
+    first = tensors(build(1, (3, 20), OPTIONS["dones+next_values"]), torch.float32)
+    check(first)
+    plans = dict(_triton_launch._PLANS)
+    second = tensors(build(2, (3, 20), {**OPTIONS["dones+next_values"], "gamma": 0.5, "lam": 0.25}),
+                     torch.float32)
+    check(second)
+    assert _triton_launch._PLANS.keys() == plans.keys()
+    assert all(_triton_launch._PLANS[key] is plan for key, plan in plans.items())
+    for plan in plans.values():  # a plan keeps no array of a call
+        assert not any(torch.is_tensor(value) for value in vars(plan).values())
+
+
+def test_auto_never_chooses_the_interpreter():
+    sample = torch.zeros((2, 3))
+    assert backends.select("auto", None, [sample]).name == "numba"
+    assert backends.select("triton", None, [sample]).name == "triton"
+
+
+def test_it_refuses_what_it_does_not_serve():
+    reason = backends.load("triton").unavailable_reason(None, [np.zeros((2, 3))], forced=True)
+    assert "torch" in reason
+    with pytest.raises(ValueError, match="backend='triton' cannot run"):
+        gae_xp.gae(np.zeros((2, 3)), np.zeros((2, 3)), backend="triton")
+    with pytest.raises(ValueError, match="backend='triton' cannot run.*require grad"):
+        gae_xp.gae(torch.zeros((2, 3), requires_grad=True), torch.zeros((2, 3)), backend="triton")
+    with pytest.raises(ValueError, match="tuned"):
+        with triton_backend.tuned(blocks=16):
+            pass
+
+
+def test_the_estimators_run_on_the_generic_scan():
+    x = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
+    got = gae_xp.discounted_cumsum(x, 0.5, backend="triton")
+    xp_assert_close(got, reference.discounted_returns_loop(x.numpy(), gamma=0.5), like=x)
+
+
+def test_tuning_variants_name_the_knobs():
+    assert next(iter(triton_backend.TUNING_VARIANTS)) == "default"
+    for settings_ in triton_backend.TUNING_VARIANTS.values():
+        assert set(settings_) == {"block", "num_warps", "num_stages"}
+        with triton_backend.tuned(**settings_):
+            pass
+
+
+# ------------------------------------------------------------------------------------------------ compiling
+
+
+def specialisation(args, kwargs) -> tuple:
+    """The key under which Triton's launcher (for a CUDA sm_90 target) would look this launch's kernel up."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    from gae_xp.backends import _triton_gae
+
+    kernel = JITFunction(_triton_gae.gae_kernel.fn, do_not_specialize=_triton_gae._RUNTIME)
+    binder = create_function_from_signature(kernel.signature, kernel.params, make_backend(GPUTarget("cuda", 90, 32)))
+    _, specialization, options = binder(*args, **kwargs)
+    return tuple(map(str, specialization)), tuple(sorted(options.items()))
+
+
+@pytest.mark.parametrize("name", ["plain", "everything"])
+def test_a_new_length_or_batch_compiles_no_new_kernel(name, monkeypatch):
+    """Within a row of the heuristic's table (T <= 128 here), the kernel is compiled once for rows that start on
+    16-byte boundaries (T a multiple of 4 floats) and once for the others, whatever T and B."""
+    calls = launches(monkeypatch)
+    aligned, unaligned = ((3, 40), (5, 64), (2, 120), (7, 100)), ((3, 37), (1, 45), (4, 127))
+    for rows, length in aligned + unaligned:
+        check(tensors(build(rows, (rows, length), OPTIONS[name]), torch.float32))
+    keys = [specialisation(*call) for call in calls]
+    assert len(set(keys[:len(aligned)])) == 1 and len(set(keys[len(aligned):])) == 1
+    assert keys[0] != keys[-1] and all(kwargs["ALIGN"] == (4 if index < len(aligned) else 1)
+                                       for index, (_, kwargs) in enumerate(calls))
+    # the key does see what a kernel is specialised on
+    check(tensors(build(1, (2, 40), OPTIONS[name]), torch.float64))
+    assert specialisation(*calls[-1]) not in set(keys)
+
+
+#: Compiles the kernel for sm_90 in a process of its own (without the interpreter) and prints its PTX.
+PTX_SCRIPT = """
+import sys
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from gae_xp.backends._triton_gae import gae_kernel as kernel
+options = dict(HAS_NEXT=False, HAS_TERMINATED=True, HAS_TRUNCATED=False, HAS_MASK=True, GAMMA=1, LAM=1, CRITIC=0,
+               HAS_CARRY=False, HAS_OFFSETS=False, FILL=False, MODE=int(sys.argv[1]), CONTIGUOUS=True,
+               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4)
+flags, floats = ("terminated", "truncated", "mask"), ("offsets",)
+signature = {}
+for p in kernel.params:
+    if p.is_constexpr:
+        signature[p.name] = "constexpr"
+    elif p.name in flags:
+        signature[p.name] = "*u8"
+    elif p.name == "offsets":
+        signature[p.name] = "*i64"
+    elif p.name in kernel.arg_names[:kernel.arg_names.index("length")]:
+        signature[p.name] = "*fp32"
+    else:
+        signature[p.name] = "fp64" if p.name.endswith("_value") else "i64"
+constants = {(kernel.arg_names.index(name),): value for name, value in options.items()}
+aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+           if signature[name].startswith("*")}
+compiled = triton.compile(ASTSource(kernel, signature, constants, aligned), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 4, "num_stages": 3})
+print(compiled.asm["ptx"])
+"""
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_the_kernels_compile_for_sm90_with_16_byte_accesses(mode):
+    """The kernel as Triton compiles it for an H200 (sm_90), without a GPU (terminated and a holed mask, float32,
+    aligned rows, one launch and the chunks' final pass): 16-byte loads and stores, no local memory."""
+    import subprocess
+    import sys
+
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(mode)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ptx = done.stdout
+    assert "ld.global.v4" in ptx and "st.global.v4" in ptx
+    assert "ld.local" not in ptx and "st.local" not in ptx
+
+
+# ------------------------------------------------------------------------------------------------ recording
+
+
+def launches(monkeypatch) -> list:
+    """Record every launch of the kernel (its arguments and keywords) and run it."""
+    calls = []
+    kernel = _triton_launch.gae_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                calls.append((args, kwargs))
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
+    return calls
+
+
+def _launch_flag(calls, name):
+    values = {kwargs[name] for _, kwargs in calls}
+    assert len(values) == 1
+    return values.pop()
+
+
+def _overlaps(a, b) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    a_start, b_start = a.data_ptr(), b.data_ptr()
+    a_end = a_start + a.untyped_storage().nbytes()
+    b_end = b_start + b.untyped_storage().nbytes()
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() or (a_start < b_end and b_start < a_end)
