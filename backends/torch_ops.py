@@ -8,8 +8,8 @@ them here. The operators make the kernels one node that autograd and
 * ``gae_xp::gae(rewards, values, next_values, ..., carry) -> (advantages, returns)``
   (the inputs ``INPUTS``: a ``GaeProblem``'s fields by name, its per-step ones
   in the order of ``gae_xp._problem.PER_STEP``):
-  the forward, on the numba kernels for CPU tensors and on the numba-CUDA
-  kernels for CUDA tensors, with a fake implementation (shapes and dtypes)
+  the forward, on the numba kernels for CPU tensors and on the Triton kernels
+  (where triton imports; else the numba-CUDA kernels) for CUDA tensors, with a fake implementation (shapes and dtypes)
   for ``torch.compile``, dynamic shapes and meta tensors;
 * ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
   (rewards, values, next_values, bootstrap, carry)`` (``DIFFERENTIABLE``;
@@ -37,8 +37,8 @@ and the estimators when the graph runs; the numba-CUDA backend guards
 device offsets that nobody read on the device (NaN outputs).
 
 Served here (``BACKEND.unavailable_reason``): torch tensors on the CPU with
-numba installed, meta tensors, and CUDA tensors once the numba-CUDA backend
-has ``gae_backward``; not ``torch.func`` transforms (vmap, grad, jvp), which
+numba installed, meta tensors, and CUDA tensors where triton or numba-cuda
+can run; not ``torch.func`` transforms (vmap, grad, jvp), which
 take the generic path. Everything but ``gae`` (``discounted_cumsum``, the
 estimators' scans, the pieces' summaries) is the generic path.
 """
@@ -85,7 +85,7 @@ class TorchOpBackend:
             return _fallback.broken("numba") or (None if _NUMBA_INSTALLED
                                                  else "numba is not installed (pip install 'gae_xp[numba]')")
         if device == "cuda":
-            return _fallback.broken("numba-cuda") or _cuda_reason()
+            return _cuda_reason()
         return f"the custom operators have no kernel for {device} tensors"
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
@@ -108,7 +108,7 @@ def _generic_reason(p: GaeProblem) -> str | None:
     if p.rewards.device.type == "cuda":
         if (p.offsets is not None or p.carry is not None) and not _cuda_backend().segments:
             return "the numba-CUDA kernels take no packed sequences or carry yet"
-        if p.carry is not None and p.carry.requires_grad:
+        if p.carry is not None and p.carry.requires_grad and _cuda_backend().name == "numba-cuda":
             return "the numba-CUDA backward gives no gradient to a carry"
     return None
 
@@ -196,11 +196,7 @@ def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
     """The adjoint on the GPU: the Triton kernels (``_triton_scan.gae_backward``) where triton imports, else the
     numba-CUDA ones."""
     problem = _problem(dict(zip(INPUTS, inputs)))
-    if _TRITON_INSTALLED:
-        from ._triton_scan import gae_backward as kernel
-    else:
-        kernel = _cuda_backend().gae_backward
-    return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
+    return _gradients(_cuda_backend().gae_backward(problem, grad_advantages, grad_returns), problem)
 
 
 def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
@@ -302,13 +298,23 @@ def _empty(shape, like: Tensor) -> Tensor:
 
 
 def _cuda_backend():
+    """The kernels of both operators on CUDA tensors: Triton's where triton imports and has not failed in this
+    process, else numba-CUDA's."""
+    if _TRITON_INSTALLED and _fallback.broken("triton") is None:
+        from . import triton
+
+        return triton.BACKEND
     from . import numba_cuda
 
     return numba_cuda.BACKEND
 
 
 def _cuda_reason() -> str | None:
-    """None when the numba-CUDA backend can run both operators on this machine."""
+    """None when the Triton or the numba-CUDA backend can run both operators on this machine."""
+    if _TRITON_INSTALLED and _fallback.broken("triton") is None:
+        return None
+    if _fallback.broken("numba-cuda") is not None:
+        return _fallback.broken("numba-cuda")
     if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
         return "numba-cuda is not installed (pip install 'gae_xp[cuda12]' or 'gae_xp[cuda13]')"
     backend = _cuda_backend()

@@ -44,8 +44,10 @@ reads the current stream from torch, and without torch it launches on the
 device's default stream, not the caller's CuPy stream; importing torch for a
 CuPy caller is what this package avoids.
 
-The generic scan (``scan``) and the estimators other than ``gae()`` run on the
-array-API path of the same tensors.
+The scan (``discounted_cumsum``), the adjoint that autograd's backward runs
+(``gae_backward``) and the other estimators (``discounted_returns``,
+``lambda_returns``, ``vtrace``) are Triton kernels of their own, one program
+per row in the same streaming design (``gae_xp.backends._triton_scan``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,6 @@ import os
 import threading
 
 from gae_xp._compat import has_tangent, is_torch_array, values_are_readable
-
-from . import xp as _generic
 
 NAME = "triton"
 
@@ -143,8 +143,35 @@ class TritonBackend:
         return _triton_launch.solve(problem, _settings())
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
-        """The generic chunk scan (``gae_xp.backends.xp``): the Triton scan kernels are not here."""
-        return _generic.BACKEND.scan(xp, x, a, reverse=reverse, chunk_size=chunk_size)
+        """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
+        from ._triton_scan import scan
+
+        return scan(x, a, reverse=reverse)
+
+    def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
+        """The gradients of ``gae(problem)``'s outputs to its inputs (``_triton_scan.gae_backward``)."""
+        from ._triton_scan import gae_backward
+
+        return gae_backward(problem, grad_advantages, grad_returns)
+
+    def solve_discounted_returns(self, problem):
+        """``gae_xp.discounted_returns`` of a prepared problem (``_triton_scan.solve_discounted_returns``)."""
+        from ._triton_scan import solve_discounted_returns
+
+        return solve_discounted_returns(problem)
+
+    def solve_lambda_returns(self, problem):
+        """``gae_xp.lambda_returns`` of a prepared problem (``_triton_scan.solve_lambda_returns``)."""
+        from ._triton_scan import solve_lambda_returns
+
+        return solve_lambda_returns(problem)
+
+    def solve_vtrace(self, problem, *, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold):
+        """``gae_xp.vtrace`` of a prepared problem: (vs, pg) (``_triton_scan.solve_vtrace``)."""
+        from ._triton_scan import solve_vtrace
+
+        return solve_vtrace(problem, clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_c_threshold,
+                            clip_pg_rho_threshold=clip_pg_rho_threshold)
 
 
 def _settings() -> dict:
