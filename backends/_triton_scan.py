@@ -58,7 +58,8 @@ import torch
 import triton
 import triton.language as tl
 
-from gae_xp._prepare import fill_invalid, guarded_offsets
+from gae_xp._prepare import guarded_offsets
+from gae_xp._problem import fill_invalid
 
 #: The reverse-in-time families of ``_reverse_rows``.
 RETURNS, LAMBDA, VTRACE = 0, 1, 2

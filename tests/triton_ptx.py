@@ -10,7 +10,6 @@ each thread handles per block and the bytes each step moves. ``tests/test_triton
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -22,20 +21,13 @@ from pathlib import Path
 os.environ.pop("TRITON_INTERPRET", None)
 
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from gae_xp.backends import _triton_scan  # noqa: E402
+from gae_xp.backends import _triton_gae, _triton_scan  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 ALIGNED = [["tt.divisibility", 16]]
-
-
-def _stand_in():
-    """tests/gpu/triton_gae.py's kernel: it stands for the GAE forward kernels until those join ``CASES``."""
-    spec = importlib.util.spec_from_file_location("triton_gae", Path(__file__).parent / "gpu" / "triton_gae.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._gae_rows
 
 
 def _case(name, function, types: dict, constexprs: dict, *, warps: int, aligned=(), bytes_per_step: int):
@@ -104,14 +96,36 @@ def cases() -> list[dict]:
         out.append(_case(name, reverse, _pointers(reverse, "*fp32", flags, ("length", "segments", "search_steps",
                                                                            "bootstrap_segment", *rows)),
                          constexprs, warps=8, aligned=(*pointers, "length", *rows), bytes_per_step=step_bytes))
-    gae = _stand_in()
-    out.append(_case("GAE forward (stand-in: tests/gpu/triton_gae.py)", gae,
-                     {**_pointers(gae, "*fp32", ("terminated",), ("length", "row_stride")), "gamma": "fp32",
-                      "lam": "fp32"},
-                     {"HAS_DONES": True, "BLOCK": 1024, "BLOCKS": 4}, warps=8,
-                     aligned=("rewards", "values", "terminated", "advantages", "returns", "length", "row_stride"),
-                     bytes_per_step=17))
+    for name, options, step_bytes in (("GAE, constant", {}, 16),
+                                      ("GAE, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, 18),
+                                      ("GAE, chunks' final pass, terminated and mask",
+                                       {"HAS_TERMINATED": True, "HAS_MASK": True, "MODE": 2}, 18)):
+        out.append(_gae_case(name, options, step_bytes))
     return out
+
+
+def _gae_case(name: str, options: dict, bytes_per_step: int) -> dict:
+    """``_triton_gae.gae_kernel`` on aligned contiguous float32 rows with the options given (one launch, ``MODE`` 0,
+    unless ``options`` says otherwise), as ``_triton_launch`` launches it with the heuristic's block of 1024."""
+    kernel = _triton_gae.gae_kernel
+    constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
+                  "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
+                  "CONTIGUOUS": True, "DTYPE": tl.float32, "BLOCK": 1024, "CHUNKS": 256, "ALIGN": 4, **options}
+    arrays = kernel.arg_names[:kernel.arg_names.index("length")]
+    types = {}
+    for arg in kernel.arg_names:
+        if arg in constexprs:
+            continue
+        if arg in ("terminated", "truncated", "mask"):
+            types[arg] = "*u8"
+        elif arg == "offsets":
+            types[arg] = "*i64"
+        elif arg in arrays:
+            types[arg] = "*fp32"
+        else:
+            types[arg] = "fp64" if arg.endswith("_value") else "i64"
+    pointers = [arg for arg in arrays]
+    return _case(name, kernel, types, constexprs, warps=4, aligned=pointers, bytes_per_step=bytes_per_step)
 
 
 def nvdisasm() -> Path:
