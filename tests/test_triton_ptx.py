@@ -60,21 +60,25 @@ pytestmark = pytest.mark.slow  # about 25 s of compilation on a shared 2-core ma
 
 
 def test_every_kernel_is_compiled(kernels):
-    from gae_xp.backends import _triton_scan
+    from gae_xp.backends import _triton_gae, _triton_scan
 
     names = " ".join(kernels)
-    for function in ("scan", "adjoint", "discounted returns", "lambda-returns", "V-trace", "GAE forward"):
+    for function in ("scan", "adjoint", "discounted returns", "lambda-returns", "V-trace", "GAE, constant",
+                     "GAE, terminated and mask", "GAE, chunks' final pass"):
         assert function in names
     assert {"_scan_rows", "_adjoint_rows", "_reverse_rows"} <= set(vars(_triton_scan))
+    assert "gae_kernel" in vars(_triton_gae)
 
 
 def test_float_accesses_are_16_bytes_wide(kernels):
     """Aligned contiguous float rows are read and written 16 bytes at a time; the only narrower accesses are the
-    bool flags (4 steps of 1 byte a thread) and the per-segment values (bootstrap, carry: one number)."""
+    bool flags (4 steps of 1 byte a thread; the GAE kernel reads its flags a byte at a time: 1 byte of its 18 a
+    step) and the per-segment values (bootstrap, carry: one number)."""
     for name, case in kernels.items():
         assert "ld.global.v4.b32" in case["loads"], name
         assert "st.global.v4.b32" in case["stores"], name
-        assert set(case["loads"]) <= {"ld.global.v4.b32", "ld.global.b32"}, name
+        flags = {"ld.global.b8"} if name.startswith("GAE") and "terminated" in name else set()
+        assert set(case["loads"]) <= {"ld.global.v4.b32", "ld.global.b32", *flags}, name
         assert set(case["stores"]) <= {"st.global.v4.b32", "st.global.b32"}, name
 
 
