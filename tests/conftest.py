@@ -88,9 +88,11 @@ def _fewer_examples_on_jax_in_the_quick_run(request):
         else:
             setattr(test, attribute, kept)
 
-# The tests run Triton only under its interpreter (tests/test_gpu_baselines.py); Triton reads the variable when it
-# is first imported, which torch may do before that test runs, so it is set for the whole test run.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+# Without an NVIDIA GPU the tests run Triton under its interpreter (tests/test_triton*.py,
+# tests/test_gpu_baselines.py); Triton reads the variable when it is first imported, which torch may do before those
+# tests run, so it is set for the whole test run. On a GPU machine the kernels are compiled (tests/gpu).
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REQUIRED = {name.strip() for name in os.environ.get("GAE_XP_REQUIRE", "").split(",") if name.strip()}
 #: The CUDA simulator runs Python per thread: tests hand it small arrays only.

@@ -32,6 +32,8 @@ dry_run=${GAE_XP_CHECK_DRY_RUN:-0}
 logs=$(mktemp -d)
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 GAE_XP_HYPOTHESIS_PROFILE=gpu
+# The GPU runs compiled Triton kernels: never the interpreter that the CPU tests use (tests/conftest.py)
+export TRITON_INTERPRET=0
 
 # Seconds per part, install included; with GRACE (the seconds a part stopped at its budget has to exit before it
 # is killed) after each, they fit in the 8 minutes (480 s) the check may take.
