@@ -13,7 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import sys
-from typing import Callable
+from typing import Callable, TextIO
 
 from . import backends
 from ._version import __version__
@@ -54,7 +54,7 @@ def routes() -> dict[str, str | None]:
     return {name: _why_not(name) for name in names}
 
 
-def show_config(file=None) -> dict:
+def show_config(file: TextIO | None = None) -> dict:
     """Print, and return, gae_xp's version, the versions of the packages it may use, and its routes.
 
     Each route ``backend="auto"`` may take is listed with what it serves and

@@ -114,6 +114,8 @@ COMMANDS: dict[str, Run] = {
     "python -m gae_xp.bench.small_calls --ratio": its_help("python -m gae_xp.bench.small_calls", BENCHMARK),
     "python -m gae_xp.bench.turns": its_help("python -m gae_xp.bench.turns", BENCHMARK),
     "python -m gae_xp.bench.scale": its_help("python -m gae_xp.bench.scale", BENCHMARK),
+    "python -m tools.traffic --write": its_help("python -m tools.traffic", "rewrites the tracked pages: "
+                                                "tests/test_traffic.py regenerates them and checks they match"),
     "python -m tools.traffic": its_help("python -m tools.traffic", "tests/test_traffic.py runs the model and "
                                         "checks the pages it writes (it needs the CUDA toolkit wheels)"),
     "python tests/gpu/report_check.py docs $OUT --write docs/gpu.md":
