@@ -362,7 +362,7 @@ def test_tiny_sweep_prints_header_table_legend_verdict_and_duration(tmp_path, ca
                      "cases   constant, dones+mask (dones 0.01, mask holes 0.2)",
                      "chunk sizes auto,8,16,64", "timing  median of 3 samples", "machine ", "cores usable",
                      "threads: ", "GPU: none in this run", "load    none started", "versions gae_xp ", "numpy ",
-                     "routes  numba-cuda ", "; xp yes"):
+                     "routes  triton ", "; numba-cuda ", "; xp yes"):
         assert expected in head, expected
     # the plain table, then its legend
     table = [re.split(r"\s{2,}", line.strip()) for line in lines if line.startswith("numpy ")]
