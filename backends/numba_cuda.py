@@ -145,6 +145,8 @@ class NumbaCUDABackend:
         if p.carry is not None and p.critic_lam is not None:
             raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
                              "own")
+        if lean_serves(p):
+            return _lean(p)
         inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
                                                      "terminated", "truncated", "mask")}
         return _forward("gae", p, inputs, bootstrap=p.bootstrap, carry=p.carry, fill=bool(p.fill_masked),
@@ -442,6 +444,70 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
         return None, None, _compiled("gae", io, final), slots
     tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
     return _compiled("gae", io, tiles), _carry(io, value_chain, critic, True, False), _compiled("gae", io, final), slots
+
+
+#: The per-step arrays the lean kernels may read besides rewards and values (``_cuda_lean.OPTIONAL_STEPS``).
+_LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
+
+
+def lean_serves(problem) -> bool:
+    """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, and no mask,
+    packed offsets, ``critic_lam``, carry or extra arrays (``fill_masked`` is moot without a mask). The general
+    kernels of ``_cuda_gae`` solve the others."""
+    p = problem
+    return (p.values is not None and p.mask is None and p.offsets is None and p.critic_lam is None
+            and p.carry is None and not p.extra)
+
+
+@_on_the_arrays_device(lambda p: p.rewards)
+def _lean(p):
+    """(advantages, returns) of a problem that ``lean_serves``, by the lean kernels: one launch, or two
+    when rows are cut into chunks (``_cuda_plan.lean_plan``)."""
+    xp, r = p.xp, p.rewards
+    shape = tuple(r.shape)
+    length, rows = shape[-1], math.prod(shape[:-1])
+    device = device_of(r)
+    results = (xp.empty(shape, dtype=r.dtype, device=device), xp.empty(shape, dtype=r.dtype, device=device))
+    if length == 0 or rows == 0:
+        return results
+    io = _dtype_name(r.dtype)
+    present = tuple(name for name in _LEAN_STEPS
+                    if (a := getattr(p, name)) is not None and not isinstance(a, float))
+    plan = _lean_plan(rows, length)
+    maps_kernel, final_kernel = _lean_kernels(io, present, plan.chunks > 1)
+    compute = _compute(xp, io)
+    scalars = _scalars(io, (p.gamma, p.lam))
+    with _Launch(r) as launch:
+        arrays = [launch.array(_steps(xp, r, r.dtype, rows, length)),
+                  launch.array(_steps(xp, p.values, r.dtype, rows, length))]
+        arrays += [launch.array(_steps(xp, getattr(p, name), r.dtype, rows, length)) if name in present else None
+                   for name in _LEAN_STEPS]
+        bootstrap = launch.array(_per_segment(xp, p.bootstrap, rows, compute))
+        geometry = plan.geometry()
+        maps = None
+        if maps_kernel is not None:
+            maps = launch.array(xp.empty((2, rows * plan.chunks), dtype=compute, device=device), written=True)
+            launch(maps_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, None, None)
+        outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
+        launch(final_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, *outs)
+    return results
+
+
+@functools.lru_cache(maxsize=4096)
+def _lean_plan(rows: int, length: int) -> _cuda_plan.LeanPlan:
+    return _cuda_plan.lean_plan(rows, length)
+
+
+@functools.lru_cache(maxsize=256)
+def _lean_kernels(io: str, present: tuple, chunked: bool):
+    """(maps launch or None, final launch) of the lean kernels for a dtype and the optional arrays present."""
+    from . import _cuda_lean
+
+    inputs = frozenset(present)
+    final = _jit(_cuda_lean.lean_kernel(io, _cuda_lean.LeanStructure(inputs, "final", chunked)))
+    if not chunked:
+        return None, final
+    return _jit(_cuda_lean.lean_kernel(io, _cuda_lean.LeanStructure(inputs, "maps"))), final
 
 
 #: The families that read each per-segment boundary array (see ``_cuda_gae.signature``).

@@ -1,0 +1,293 @@
+r"""GAE's common structures as lean numba-CUDA kernels: a row streamed right to left, a two-number state.
+
+The structures served (``serves``): a constant or per-step/per-row gamma
+and lam, a bootstrap value per row, ``terminated``, ``truncated`` and
+``next_values``; no mask, packed offsets, ``critic_lam``, carry or pieces
+(the general kernels of ``_cuda_gae`` keep those). Per step, reverse in
+time (``g_t = 0 if terminated_t else gamma_t``, ``c_t = 0 if terminated_t or
+truncated_t else gamma_t lam_t``)::
+
+    delta_t = (r_t - V_t) + g_t Vnext_t        (Vnext_t = V_{t+1}, the row's bootstrap value after its last step)
+    delta_t = (r_t + g_t Vnext_t) - V_t        (Vnext_t = next_values_t)
+    A_t     = delta_t + c_t A_{t+1},  A_T = 0;  outputs A_t and A_t + V_t
+
+A run of steps acts on the advantage entering it from the right by the
+affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).
+Composition, near after far: ``(c_n c_f, d_n + c_n d_f)``, with the product
+``c_n d_f`` exactly 0 when ``c_n`` is (nothing, NaN and inf included,
+crosses a cut) and products of coefficients that keep an underflow of
+non-zero factors at the smallest subnormal (only a true zero cuts).
+
+**One block streams a row.** A *group* of threads (the whole block, or a
+power-of-two part of it when rows are short: several rows per block) owns a
+row, or a *chunk* of it when too few rows fill the GPU, and walks it from
+its last *tile* (``group x ITEMS`` steps) to its first. Per tile: striped
+loads (thread ``k`` of the group reads steps ``i group + k``: a warp's load
+reads consecutive steps) into shared memory; each thread folds its
+``ITEMS`` consecutive steps (V_{t+1} read from the neighbouring slot; the
+tile's last step reads the value carried from the tile to its right) into a
+map; a Hillis-Steele scan in shared memory (``log2(group)`` steps, a barrier
+each; no warp intrinsics, so numba's simulator runs the same code) composes
+the threads' maps from the right; every thread rescans its steps from the
+advantage entering it and writes A and A + V back to shared memory; striped
+stores. The advantage and the value at the tile's first step are the carry
+into the next tile, held in registers.
+
+**Chunks.** A row cut into chunks is two launches: ``maps`` writes each
+chunk's map ``(c, d)`` (its steps folded, no output), ``final`` starts each
+chunk from the maps of the chunks to its right composed in registers (a few
+per row) applied to 0, then streams as above. The inputs are read twice and
+the outputs written once: 1.5x the floor bytes of the plain case.
+
+Kernels are built by ``lean_kernel`` as ``KernelSpec`` (explicit signature,
+absent arrays typed ``none`` and pruned at compile time); ``plan`` sizes the
+groups, chunks and grid of a call (pure arithmetic, no numba needed).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._cuda_import import cuda, types
+from ._cuda_kernels import (
+    KernelSpec,
+    array,
+    compute_dtype,
+    constants,
+    conversions,
+    element_type,
+    load_again,
+    load_once,
+    optional,
+    pad_shift,
+    store_once,
+    tile_id,
+)
+from ._cuda_plan import LEAN_ITEMS as ITEMS
+from ._cuda_plan import LEAN_THREADS as THREADS
+
+#: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
+OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
+#: Bits of a step's flag byte.
+TERMINATED, TRUNCATED = 1, 2
+#: Launch bounds: at least this many blocks of LEAN_THREADS per SM (at most 128 registers a thread).
+BLOCKS_PER_SM = 4
+
+
+class LeanStructure(NamedTuple):
+    """What a lean kernel is compiled for (with the io dtype): its optional per-step arrays and its phase."""
+
+    inputs: frozenset  # from OPTIONAL_STEPS
+    phase: str = "final"  # "maps" (a chunk's map, launch 1 of chunked rows) or "final"
+    chunked: bool = False  # final phase: start each chunk from the maps of the chunks to its right
+
+    @property
+    def name(self) -> str:
+        options = sorted(self.inputs) + (["chunked"] if self.chunked else [])
+        return f"lean_{self.phase}[{','.join(options) or 'plain'}]"
+
+
+def signature(io: str, s: LeanStructure):
+    """The explicit signature of a lean kernel: absent arrays are ``none``."""
+    data, flags = array(element_type(io), 2), array("uint8", 2)
+    compute = compute_dtype(io)
+    final = s.phase == "final"
+    out = array(element_type(io), 2, "C")
+    floats = ("next_values", "gamma", "lam")
+    return types.void(
+        data, data,
+        *(optional(name in s.inputs, data) for name in floats),
+        *(optional(name in s.inputs, flags) for name in ("terminated", "truncated")),
+        array(compute, 2),  # bootstrap, (rows, 1)
+        types.UniTuple(getattr(types, compute), 2),
+        types.UniTuple(types.int64, 5),
+        optional(not final or s.chunked, array(compute, 2, "C")),  # maps, (2, rows * chunks)
+        optional(final, out), optional(final, out),
+    )
+
+
+def lean_kernel(io: str, s: LeanStructure):
+    """A lean kernel (see the module docstring) for one io dtype, as ``_cuda_kernels.KernelSpec``."""
+    c = constants(io)
+    zero, one, tiny, dtype = c.zero, c.one, c.tiny, c.dtype
+    to_compute, to_io = conversions(io)
+    final = s.phase == "final"
+    chunked = s.chunked
+    load = load_once if final else load_again  # the maps launch reads what the final launch reads again
+    has_next = "next_values" in s.inputs
+    has_flags = "terminated" in s.inputs or "truncated" in s.inputs
+    shift = pad_shift(compute_dtype(io))
+    tile_size = THREADS * ITEMS
+    padded = tile_size + (tile_size >> shift) + 1
+
+    @cuda.jit(device=True)
+    def pad(i):
+        return i + (i >> shift)
+
+    @cuda.jit(device=True)
+    def mul0(x, y):
+        """x * y, exactly 0 when x is 0 (a cut drops NaN and inf)."""
+        if x == zero:
+            return zero
+        return x * y
+
+    @cuda.jit(device=True)
+    def times(x, y):
+        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
+        z = x * y
+        if z == zero and x != zero and y != zero:
+            z = -tiny if (x < zero) != (y < zero) else tiny
+        return z
+
+    def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, bootstrap, scalars, geometry, maps,
+               advantages, returns):
+        rows, length, chunks, chunk_steps, groups = geometry
+        tid = cuda.threadIdx.x
+        group = cuda.blockDim.x // groups
+        g = tid // group
+        lt = tid - g * group  # this thread's place in its group
+        base = g * group  # the group's first thread (and its shared slots: base * ITEMS on)
+        work = tile_id() * groups + g
+        row = work // chunks
+        chunk = work - row * chunks
+        live = row < rows
+        lo = chunk * chunk_steps
+        hi = min(lo + chunk_steps, length)
+        if not live:
+            lo, hi = np.int64(0), np.int64(0)
+        tile = group * ITEMS
+        tiles = (chunk_steps + tile - 1) // tile  # the same for every group of a block: barriers match
+        s_r = cuda.shared.array(padded, dtype)
+        s_v = cuda.shared.array(padded, dtype)
+        s_n = cuda.shared.array(padded, dtype)
+        s_g = cuda.shared.array(padded, dtype)
+        s_l = cuda.shared.array(padded, dtype)
+        s_f = cuda.shared.array(tile_size, np.uint8)
+        s_c = cuda.shared.array(2 * THREADS, dtype)
+        s_d = cuda.shared.array(2 * THREADS, dtype)
+        c_ = cuda.local.array(ITEMS, dtype)
+        d_ = cuda.local.array(ITEMS, dtype)
+        gam, lm = scalars[0], scalars[1]
+        # the state entering the chunk from the right: the advantage and the value after its last step
+        x = zero
+        v_right = zero
+        if live:
+            if hi < length:
+                v_right = to_compute(values[row, hi])
+            else:
+                v_right = bootstrap[row, 0]
+            if final and chunked:
+                k = chunks - 1
+                while k > chunk:
+                    column = row * chunks + k
+                    x = maps[1, column] + mul0(maps[0, column], x)
+                    k -= 1
+        map_c, map_d = one, zero  # maps phase: the chunk's map so far (from its right end)
+        first = tid * ITEMS  # this thread's first slot
+        for n in range(tiles):
+            start = lo + (tiles - 1 - n) * tile
+            steps = max(min(tile, hi - start), 0)
+            # striped loads into the group's slots
+            for k in range(ITEMS):
+                i = k * group + lt
+                if i < steps:
+                    t = start + i
+                    slot = pad(base * ITEMS + i)
+                    s_r[slot] = to_compute(load(rewards, row, t))
+                    s_v[slot] = to_compute(load(values, row, t))
+                    if has_next:
+                        s_n[slot] = to_compute(load(next_values, row, t))
+                    if gamma is not None:
+                        s_g[slot] = to_compute(load(gamma, row, t))
+                    if lam is not None:
+                        s_l[slot] = to_compute(load(lam, row, t))
+                    if has_flags:
+                        bits = 0
+                        if terminated is not None:
+                            if load(terminated, row, t) != 0:
+                                bits |= TERMINATED
+                        if truncated is not None:
+                            if load(truncated, row, t) != 0:
+                                bits |= TRUNCATED
+                        s_f[base * ITEMS + i] = np.uint8(bits)
+            if lt == 0 and not has_next:
+                s_v[pad(base * ITEMS + steps)] = v_right
+            cuda.syncthreads()
+            if steps > 0 and not has_next:
+                v_right = s_v[pad(base * ITEMS)]
+            # each thread's steps folded from its far end into (fc, fd)
+            fc, fd = one, zero
+            for i in range(ITEMS):
+                j = ITEMS - 1 - i
+                c_[j] = one
+                d_[j] = zero
+                if lt * ITEMS + j < steps:
+                    slot = pad(first + j)
+                    r = s_r[slot]
+                    v = s_v[slot]
+                    step_gamma = s_g[slot] if gamma is not None else gam
+                    step_lam = s_l[slot] if lam is not None else lm
+                    discount = step_gamma
+                    coefficient = step_gamma * step_lam
+                    if has_flags:
+                        fl = s_f[first + j]
+                        if fl & TERMINATED:
+                            discount = zero
+                        if fl != 0:
+                            coefficient = zero
+                    if has_next:
+                        delta = (r + mul0(discount, s_n[slot])) - v
+                    else:
+                        delta = (r - v) + mul0(discount, s_v[pad(first + j + 1)])
+                    c_[j] = coefficient
+                    d_[j] = delta
+                    fd = delta + mul0(coefficient, fd)
+                    fc = times(coefficient, fc)
+            # the group's maps composed from the right (Hillis-Steele, double-buffered)
+            s_c[tid] = fc
+            s_d[tid] = fd
+            cuda.syncthreads()
+            buf = 0
+            step = 1
+            while step < group:
+                if lt + step < group:
+                    partner = buf * THREADS + tid + step
+                    fd = fd + mul0(fc, s_d[partner])
+                    fc = times(fc, s_c[partner])
+                buf = 1 - buf
+                s_c[buf * THREADS + tid] = fc
+                s_d[buf * THREADS + tid] = fd
+                cuda.syncthreads()
+                step *= 2
+            tile_c, tile_d = s_c[buf * THREADS + base], s_d[buf * THREADS + base]
+            if final:
+                y = x
+                if lt + 1 < group:
+                    y = s_d[buf * THREADS + tid + 1] + mul0(s_c[buf * THREADS + tid + 1], x)
+                for i in range(ITEMS):
+                    j = ITEMS - 1 - i
+                    if lt * ITEMS + j < steps:
+                        slot = pad(first + j)
+                        y = d_[j] + mul0(c_[j], y)
+                        s_r[slot] = y
+                        s_v[slot] = y + s_v[slot]
+                x = tile_d + mul0(tile_c, x)
+                cuda.syncthreads()
+                for k in range(ITEMS):
+                    i = k * group + lt
+                    if i < steps:
+                        slot = pad(base * ITEMS + i)
+                        store_once(advantages, row, start + i, to_io(s_r[slot]))
+                        store_once(returns, row, start + i, to_io(s_v[slot]))
+            else:
+                map_d = tile_d + mul0(tile_c, map_d)
+                map_c = times(tile_c, map_c)
+            cuda.syncthreads()
+        if not final and live and lt == 0:
+            maps[0, work] = map_c
+            maps[1, work] = map_d
+
+    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM))
+
