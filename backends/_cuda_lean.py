@@ -72,8 +72,9 @@ from ._cuda_plan import LEAN_THREADS as THREADS
 OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
 #: Bits of a step's flag byte.
 TERMINATED, TRUNCATED = 1, 2
-#: Launch bounds: at least this many blocks of LEAN_THREADS per SM (at most 128 registers a thread).
-BLOCKS_PER_SM = 4
+#: Launch bounds: at least this many blocks of LEAN_THREADS per SM, float32 compute (at most 96 registers a
+#: thread) and float64 (at most 128).
+BLOCKS_PER_SM = (5, 4)
 
 
 class LeanStructure(NamedTuple):
@@ -121,6 +122,13 @@ def lean_kernel(io: str, s: LeanStructure):
     shift = pad_shift(compute_dtype(io))
     tile_size = THREADS * ITEMS
     padded = tile_size + (tile_size >> shift) + 1
+    scan_size = 2 * THREADS  # the block scan's two buffers
+    # an array the structure lacks gets one unused slot
+    coefficient_size = padded if final and not (s.inputs & {"next_values", "gamma", "lam"}) else 1
+    next_size = padded if has_next else 1
+    gamma_size = padded if "gamma" in s.inputs else 1
+    lam_size = padded if "lam" in s.inputs else 1
+    flags_size = tile_size if has_flags else 1
 
     @cuda.jit(device=True)
     def pad(i):
@@ -161,14 +169,21 @@ def lean_kernel(io: str, s: LeanStructure):
         tiles = (chunk_steps + tile - 1) // tile  # the same for every group of a block: barriers match
         s_r = cuda.shared.array(padded, dtype)
         s_v = cuda.shared.array(padded, dtype)
-        s_n = cuda.shared.array(padded, dtype)
-        s_g = cuda.shared.array(padded, dtype)
-        s_l = cuda.shared.array(padded, dtype)
-        s_f = cuda.shared.array(tile_size, np.uint8)
-        s_c = cuda.shared.array(2 * THREADS, dtype)
-        s_d = cuda.shared.array(2 * THREADS, dtype)
-        c_ = cuda.local.array(ITEMS, dtype)
-        d_ = cuda.local.array(ITEMS, dtype)
+        s_n = cuda.shared.array(next_size, dtype)
+        s_g = cuda.shared.array(gamma_size, dtype)
+        s_l = cuda.shared.array(lam_size, dtype)
+        # each step's coefficient, in a slot its own thread has read already where there is one
+        if has_next:
+            s_k = s_n
+        elif gamma is not None:
+            s_k = s_g
+        elif lam is not None:
+            s_k = s_l
+        else:
+            s_k = cuda.shared.array(coefficient_size, dtype)
+        s_f = cuda.shared.array(flags_size, np.uint8)
+        s_c = cuda.shared.array(scan_size, dtype)
+        s_d = cuda.shared.array(scan_size, dtype)
         gam, lm = scalars[0], scalars[1]
         # the state entering the chunk from the right: the advantage and the value after its last step
         x = zero
@@ -217,12 +232,10 @@ def lean_kernel(io: str, s: LeanStructure):
             cuda.syncthreads()
             if steps > 0 and not has_next:
                 v_right = s_v[pad(base * ITEMS)]
-            # each thread's steps folded from its far end into (fc, fd)
+            # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots
             fc, fd = one, zero
             for i in range(ITEMS):
                 j = ITEMS - 1 - i
-                c_[j] = one
-                d_[j] = zero
                 if lt * ITEMS + j < steps:
                     slot = pad(first + j)
                     r = s_r[slot]
@@ -241,8 +254,9 @@ def lean_kernel(io: str, s: LeanStructure):
                         delta = (r + mul0(discount, s_n[slot])) - v
                     else:
                         delta = (r - v) + mul0(discount, s_v[pad(first + j + 1)])
-                    c_[j] = coefficient
-                    d_[j] = delta
+                    if final:
+                        s_r[slot] = delta
+                        s_k[slot] = coefficient
                     fd = delta + mul0(coefficient, fd)
                     fc = times(coefficient, fc)
             # the group's maps composed from the right (Hillis-Steele, double-buffered)
@@ -270,7 +284,7 @@ def lean_kernel(io: str, s: LeanStructure):
                     j = ITEMS - 1 - i
                     if lt * ITEMS + j < steps:
                         slot = pad(first + j)
-                        y = d_[j] + mul0(c_[j], y)
+                        y = s_r[slot] + mul0(s_k[slot], y)
                         s_r[slot] = y
                         s_v[slot] = y + s_v[slot]
                 x = tile_d + mul0(tile_c, x)
@@ -289,5 +303,5 @@ def lean_kernel(io: str, s: LeanStructure):
             maps[0, work] = map_c
             maps[1, work] = map_d
 
-    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM))
+    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM[io == "float64"]))
 
