@@ -160,8 +160,11 @@ def test_kernel_compiles_without_spills(io, spec, arch):
         assert result["f64"] == 0, "float64 arithmetic in a kernel that computes in float32"
 
 
-@pytest.mark.parametrize("io, spec", [(io, spec) for io, spec in KERNELS if not spec.name.startswith("carry")],
-                         ids=[f"{io}-{spec.name}" for io, spec in KERNELS if not spec.name.startswith("carry")])
+TILE_KERNELS = [(io, spec) for io, spec in KERNELS if not spec.name.startswith(("carry", "lean"))]
+LEAN_KERNELS = [(io, spec) for io, spec in KERNELS if spec.name.startswith("lean")]
+
+
+@pytest.mark.parametrize("io, spec", TILE_KERNELS, ids=[f"{io}-{spec.name}" for io, spec in TILE_KERNELS])
 def test_tile_kernels_load_and_store_coalesced(io, spec):
     """The streamed arrays move only through striped global loads and stores with cache hints (ITEMS of them per
     array and thread, unrolled: a warp's instruction reads 32 consecutive elements) and a shared-memory exchange:
@@ -184,6 +187,20 @@ def test_tile_kernels_load_and_store_coalesced(io, spec):
         assert result["stores_once"] >= ITEMS * outputs, result
     else:
         assert result["stores_once"] == 0, "launch 1 writes the tiles' maps only"
+
+
+@pytest.mark.parametrize("io, spec", LEAN_KERNELS, ids=[f"{io}-{spec.name}" for io, spec in LEAN_KERNELS])
+def test_lean_kernels_stream_through_shared_memory(io, spec):
+    """A lean kernel moves its streamed arrays only through loads and stores with cache hints (the maps launch:
+    ``ld.global.cg``, its data read again by the final launch; the final launch: ``ld.global.cs``, or
+    ``ld.global.cg`` for a broadcast array; its outputs ``st.global.cs``) and a shared-memory exchange, and scans
+    with barriers (no warp intrinsics: the simulator runs the same code). The maps launch writes no output."""
+    result = compile_kernel(io, spec, "sm_90")
+    final = spec.name.startswith("lean_final")
+    assert result["loads_again"] > 0 and result["shared_stores"] > 0 and result["shared_loads"] > 0, result
+    assert result["barriers"] >= 3, result
+    assert (result["loads_once"] > 0 and result["stores_once"] >= 2) if final else (
+        result["loads_once"] == 0 and result["stores_once"] == 0), result
 
 
 #: The per-step arrays a tile kernel's name may list: each is streamed in with ITEMS striped loads per thread.
