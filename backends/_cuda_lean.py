@@ -58,15 +58,13 @@ from ._cuda_kernels import (
     constants,
     conversions,
     element_type,
-    load_again,
-    load_once,
     optional,
     pad_shift,
-    store_once,
     tile_id,
 )
 from ._cuda_plan import LEAN_ITEMS as ITEMS
 from ._cuda_plan import LEAN_THREADS as THREADS
+from ._cuda_plan import SIMULATED
 
 #: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
 OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
@@ -88,6 +86,35 @@ class LeanStructure(NamedTuple):
     def name(self) -> str:
         options = sorted(self.inputs) + (["chunked"] if self.chunked else [])
         return f"lean_{self.phase}[{','.join(options) or 'plain'}]"
+
+
+# --- global loads and stores of a row (a 1-D view: one index, one stride) ----------------------------------------
+
+if SIMULATED:
+    @cuda.jit(device=True)
+    def load_once(a, t):
+        return a[t]
+
+    load_again = load_once
+
+    @cuda.jit(device=True)
+    def store_once(a, t, value):
+        a[t] = value
+else:
+    @cuda.jit(device=True)
+    def load_once(a, t):
+        """A last read: streaming, evict first (ld.global.cs)."""
+        return cuda.ldcs(a, t)
+
+    @cuda.jit(device=True)
+    def load_again(a, t):
+        """A read the final launch repeats, or of a coefficient other rows may share: cached in L2 (ld.global.cg)."""
+        return cuda.ldcg(a, t)
+
+    @cuda.jit(device=True)
+    def store_once(a, t, value):
+        """An output: streaming store (st.global.cs)."""
+        cuda.stcs(a, t, value)
 
 
 def signature(io: str, s: LeanStructure):
@@ -130,9 +157,14 @@ def lean_kernel(io: str, s: LeanStructure):
     lam_size = padded if "lam" in s.inputs else 1
     flags_size = tile_size if has_flags else 1
 
+    # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
+    u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, ITEMS, THREADS, shift))
+
     @cuda.jit(device=True)
     def pad(i):
-        return i + (i >> shift)
+        """The shared slot of a tile's i-th step (unsigned): blocked reads of ITEMS consecutive steps hit distinct
+        banks."""
+        return i + (i >> u_shift)
 
     @cuda.jit(device=True)
     def mul0(x, y):
@@ -152,12 +184,14 @@ def lean_kernel(io: str, s: LeanStructure):
     def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, bootstrap, scalars, geometry, maps,
                advantages, returns):
         rows, length, chunks, chunk_steps, groups = geometry
-        tid = cuda.threadIdx.x
-        group = cuda.blockDim.x // groups
+        tid = np.uint64(cuda.threadIdx.x)
+        group = np.uint64(cuda.blockDim.x) // np.uint64(groups)
         g = tid // group
         lt = tid - g * group  # this thread's place in its group
-        base = g * group  # the group's first thread (and its shared slots: base * ITEMS on)
-        work = tile_id() * groups + g
+        lead = g * group  # the group's first thread
+        base = lead * u_items  # the group's first shared slot
+        first = tid * u_items  # this thread's first shared slot
+        work = tile_id() * groups + np.int64(g)
         row = work // chunks
         chunk = work - row * chunks
         live = row < rows
@@ -165,7 +199,8 @@ def lean_kernel(io: str, s: LeanStructure):
         hi = min(lo + chunk_steps, length)
         if not live:
             lo, hi = np.int64(0), np.int64(0)
-        tile = group * ITEMS
+        at = min(row, rows - 1)  # the row whose views the group takes (an idle group never reads them)
+        tile = np.int64(group * u_items)
         tiles = (chunk_steps + tile - 1) // tile  # the same for every group of a block: barriers match
         s_r = cuda.shared.array(padded, dtype)
         s_v = cuda.shared.array(padded, dtype)
@@ -200,43 +235,42 @@ def lean_kernel(io: str, s: LeanStructure):
                     x = maps[1, column] + mul0(maps[0, column], x)
                     k -= 1
         map_c, map_d = one, zero  # maps phase: the chunk's map so far (from its right end)
-        first = tid * ITEMS  # this thread's first slot
         for n in range(tiles):
             start = lo + (tiles - 1 - n) * tile
-            steps = max(min(tile, hi - start), 0)
+            steps = np.uint64(max(min(tile, hi - start), 0))
             # striped loads into the group's slots
             for k in range(ITEMS):
-                i = k * group + lt
+                i = np.uint64(k) * group + lt
                 if i < steps:
-                    t = start + i
-                    slot = pad(base * ITEMS + i)
-                    s_r[slot] = to_compute(load(rewards, row, t))
-                    s_v[slot] = to_compute(load(values, row, t))
+                    t = start + np.int64(i)
+                    slot = pad(base + i)
+                    s_r[slot] = to_compute(load(rewards[at], t))
+                    s_v[slot] = to_compute(load(values[at], t))
                     if has_next:
-                        s_n[slot] = to_compute(load(next_values, row, t))
+                        s_n[slot] = to_compute(load(next_values[at], t))
                     if gamma is not None:
-                        s_g[slot] = to_compute(load(gamma, row, t))
+                        s_g[slot] = to_compute(load_again(gamma[at], t))
                     if lam is not None:
-                        s_l[slot] = to_compute(load(lam, row, t))
+                        s_l[slot] = to_compute(load_again(lam[at], t))
                     if has_flags:
                         bits = 0
                         if terminated is not None:
-                            if load(terminated, row, t) != 0:
+                            if load(terminated[at], t) != 0:
                                 bits |= TERMINATED
                         if truncated is not None:
-                            if load(truncated, row, t) != 0:
+                            if load(truncated[at], t) != 0:
                                 bits |= TRUNCATED
-                        s_f[base * ITEMS + i] = np.uint8(bits)
-            if lt == 0 and not has_next:
-                s_v[pad(base * ITEMS + steps)] = v_right
+                        s_f[base + i] = np.uint8(bits)
+            if lt == u_zero and not has_next:
+                s_v[pad(base + steps)] = v_right
             cuda.syncthreads()
-            if steps > 0 and not has_next:
-                v_right = s_v[pad(base * ITEMS)]
+            if steps > u_zero and not has_next:
+                v_right = s_v[pad(base)]
             # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots
             fc, fd = one, zero
             for i in range(ITEMS):
-                j = ITEMS - 1 - i
-                if lt * ITEMS + j < steps:
+                j = np.uint64(ITEMS - 1 - i)
+                if lt * u_items + j < steps:
                     slot = pad(first + j)
                     r = s_r[slot]
                     v = s_v[slot]
@@ -253,7 +287,7 @@ def lean_kernel(io: str, s: LeanStructure):
                     if has_next:
                         delta = (r + mul0(discount, s_n[slot])) - v
                     else:
-                        delta = (r - v) + mul0(discount, s_v[pad(first + j + 1)])
+                        delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
                     if final:
                         s_r[slot] = delta
                         s_k[slot] = coefficient
@@ -263,26 +297,26 @@ def lean_kernel(io: str, s: LeanStructure):
             s_c[tid] = fc
             s_d[tid] = fd
             cuda.syncthreads()
-            buf = 0
-            step = 1
+            buf = u_zero
+            step = u_one
             while step < group:
                 if lt + step < group:
-                    partner = buf * THREADS + tid + step
+                    partner = buf * u_threads + tid + step
                     fd = fd + mul0(fc, s_d[partner])
                     fc = times(fc, s_c[partner])
-                buf = 1 - buf
-                s_c[buf * THREADS + tid] = fc
-                s_d[buf * THREADS + tid] = fd
+                buf = u_one - buf
+                s_c[buf * u_threads + tid] = fc
+                s_d[buf * u_threads + tid] = fd
                 cuda.syncthreads()
-                step *= 2
-            tile_c, tile_d = s_c[buf * THREADS + base], s_d[buf * THREADS + base]
+                step = step * u_two
+            tile_c, tile_d = s_c[buf * u_threads + lead], s_d[buf * u_threads + lead]
             if final:
                 y = x
-                if lt + 1 < group:
-                    y = s_d[buf * THREADS + tid + 1] + mul0(s_c[buf * THREADS + tid + 1], x)
+                if lt + u_one < group:
+                    y = s_d[buf * u_threads + tid + u_one] + mul0(s_c[buf * u_threads + tid + u_one], x)
                 for i in range(ITEMS):
-                    j = ITEMS - 1 - i
-                    if lt * ITEMS + j < steps:
+                    j = np.uint64(ITEMS - 1 - i)
+                    if lt * u_items + j < steps:
                         slot = pad(first + j)
                         y = s_r[slot] + mul0(s_k[slot], y)
                         s_r[slot] = y
@@ -290,16 +324,16 @@ def lean_kernel(io: str, s: LeanStructure):
                 x = tile_d + mul0(tile_c, x)
                 cuda.syncthreads()
                 for k in range(ITEMS):
-                    i = k * group + lt
+                    i = np.uint64(k) * group + lt
                     if i < steps:
-                        slot = pad(base * ITEMS + i)
-                        store_once(advantages, row, start + i, to_io(s_r[slot]))
-                        store_once(returns, row, start + i, to_io(s_v[slot]))
+                        slot = pad(base + i)
+                        store_once(advantages[at], start + np.int64(i), to_io(s_r[slot]))
+                        store_once(returns[at], start + np.int64(i), to_io(s_v[slot]))
             else:
                 map_d = tile_d + mul0(tile_c, map_d)
                 map_c = times(tile_c, map_c)
             cuda.syncthreads()
-        if not final and live and lt == 0:
+        if not final and live and lt == u_zero:
             maps[0, work] = map_c
             maps[1, work] = map_d
 
