@@ -148,14 +148,16 @@ def lean_kernel(io: str, s: LeanStructure):
     has_flags = "terminated" in s.inputs or "truncated" in s.inputs
     shift = pad_shift(compute_dtype(io))
     tile_size = THREADS * ITEMS
-    padded = tile_size + (tile_size >> shift) + 1
+    # a group's slots: its tile's steps, then the value after them (groups never share a slot)
+    slots = tile_size + THREADS
+    padded = slots + (slots >> shift) + 1
     scan_size = 2 * THREADS  # the block scan's two buffers
     # an array the structure lacks gets one unused slot
     coefficient_size = padded if final and not (s.inputs & {"next_values", "gamma", "lam"}) else 1
     next_size = padded if has_next else 1
     gamma_size = padded if "gamma" in s.inputs else 1
     lam_size = padded if "lam" in s.inputs else 1
-    flags_size = tile_size if has_flags else 1
+    flags_size = slots if has_flags else 1
 
     # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
     u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, ITEMS, THREADS, shift))
@@ -189,8 +191,8 @@ def lean_kernel(io: str, s: LeanStructure):
         g = tid // group
         lt = tid - g * group  # this thread's place in its group
         lead = g * group  # the group's first thread
-        base = lead * u_items  # the group's first shared slot
-        first = tid * u_items  # this thread's first shared slot
+        base = lead * u_items + g  # the group's first shared slot (one more per group: the value after its tile)
+        first = base + lt * u_items  # this thread's first shared slot
         work = tile_id() * groups + np.int64(g)
         row = work // chunks
         chunk = work - row * chunks
@@ -238,10 +240,10 @@ def lean_kernel(io: str, s: LeanStructure):
         for n in range(tiles):
             start = lo + (tiles - 1 - n) * tile
             steps = np.uint64(max(min(tile, hi - start), 0))
-            # striped loads into the group's slots
-            for k in range(ITEMS):
-                i = np.uint64(k) * group + lt
-                if i < steps:
+            # striped loads into the group's slots; a step past the tile's end reloads its last step (no branch)
+            if steps > u_zero:
+                for k in range(ITEMS):
+                    i = min(np.uint64(k) * group + lt, steps - u_one)
                     t = start + np.int64(i)
                     slot = pad(base + i)
                     s_r[slot] = to_compute(load(rewards[at], t))
@@ -266,33 +268,36 @@ def lean_kernel(io: str, s: LeanStructure):
             cuda.syncthreads()
             if steps > u_zero and not has_next:
                 v_right = s_v[pad(base)]
-            # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots
+            # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
+            # past the tile's end read slots of the tile and are made the identity by a select (no branch).
             fc, fd = one, zero
             for i in range(ITEMS):
                 j = np.uint64(ITEMS - 1 - i)
-                if lt * u_items + j < steps:
-                    slot = pad(first + j)
-                    r = s_r[slot]
-                    v = s_v[slot]
-                    step_gamma = s_g[slot] if gamma is not None else gam
-                    step_lam = s_l[slot] if lam is not None else lm
-                    discount = step_gamma
-                    coefficient = step_gamma * step_lam
-                    if has_flags:
-                        fl = s_f[first + j]
-                        if fl & TERMINATED:
-                            discount = zero
-                        if fl != 0:
-                            coefficient = zero
-                    if has_next:
-                        delta = (r + mul0(discount, s_n[slot])) - v
-                    else:
-                        delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
-                    if final:
-                        s_r[slot] = delta
-                        s_k[slot] = coefficient
-                    fd = delta + mul0(coefficient, fd)
-                    fc = times(coefficient, fc)
+                slot = pad(first + j)
+                r = s_r[slot]
+                v = s_v[slot]
+                step_gamma = s_g[slot] if gamma is not None else gam
+                step_lam = s_l[slot] if lam is not None else lm
+                discount = step_gamma
+                coefficient = step_gamma * step_lam
+                if has_flags:
+                    fl = s_f[first + j]
+                    if fl & TERMINATED:
+                        discount = zero
+                    if fl != 0:
+                        coefficient = zero
+                if has_next:
+                    delta = (r + mul0(discount, s_n[slot])) - v
+                else:
+                    delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
+                inside = lt * u_items + j < steps
+                coefficient = coefficient if inside else one
+                delta = delta if inside else zero
+                if final:
+                    s_r[slot] = delta
+                    s_k[slot] = coefficient
+                fd = delta + mul0(coefficient, fd)
+                fc = times(coefficient, fc)
             # the group's maps composed from the right (Hillis-Steele, double-buffered)
             s_c[tid] = fc
             s_d[tid] = fd
@@ -314,13 +319,11 @@ def lean_kernel(io: str, s: LeanStructure):
                 y = x
                 if lt + u_one < group:
                     y = s_d[buf * u_threads + tid + u_one] + mul0(s_c[buf * u_threads + tid + u_one], x)
-                for i in range(ITEMS):
-                    j = np.uint64(ITEMS - 1 - i)
-                    if lt * u_items + j < steps:
-                        slot = pad(first + j)
-                        y = s_r[slot] + mul0(s_k[slot], y)
-                        s_r[slot] = y
-                        s_v[slot] = y + s_v[slot]
+                for i in range(ITEMS):  # past the tile's end: the identity, written to slots nobody stores
+                    slot = pad(first + np.uint64(ITEMS - 1 - i))
+                    y = s_r[slot] + mul0(s_k[slot], y)
+                    s_r[slot] = y
+                    s_v[slot] = y + s_v[slot]
                 x = tile_d + mul0(tile_c, x)
                 cuda.syncthreads()
                 for k in range(ITEMS):

@@ -36,9 +36,11 @@ pytestmark = [
 
 BACKEND = "numba-cuda"
 HOST = np.zeros(())  # results are NumPy arrays in host memory (the simulator's arrays)
-#: (rows, T): T = 1 (a block of single-step rows); T < a tile (groups of 2 and 4 threads); a tile exactly; several
-#: tiles, T not a multiple; rows cut into chunks (3 rows: 2 chunks of 8; 1 row: 3 chunks of 16, the last partial).
-SHAPES = [(5, 1), (5, 3), (3, 7), (4, 8), (4, 21), (3, 13), (1, 37), (2, 17)]
+#: (rows, T): T = 1 (a block of single-step rows); T < a tile (groups of 2 and 4 threads), and T filling a group's
+#: tile exactly (groups of 1 and 2 threads: the value after one group's tile must not land in the next group's
+#: slots); a tile exactly; several tiles, T not a multiple; rows cut into chunks (3 rows: 2 chunks of 8; 1 row: 3
+#: chunks of 16, the last partial).
+SHAPES = [(5, 1), (6, 2), (5, 3), (5, 4), (3, 7), (4, 8), (4, 21), (3, 13), (1, 37), (2, 17)]
 STRUCTURES = {
     "plain": {},
     "bootstrap": dict(bootstrap=True),
@@ -83,6 +85,8 @@ def test_the_shapes_cover_groups_tiles_and_chunks():
     assert any(p.chunks == 1 and p.groups == 1 and p.length % (p.threads * _cuda_plan.LEAN_ITEMS) for p in
                plans.values())
     assert {p.chunks for p in plans.values()} >= {1, 2, 3}
+    assert {p.threads // p.groups for p in plans.values() if p.groups > 1 and p.length == p.threads // p.groups
+            * _cuda_plan.LEAN_ITEMS} >= {1, 2}
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
