@@ -21,10 +21,10 @@ non-zero factors at the smallest subnormal (only a true zero cuts).
 **One block streams a row.** A *group* of threads (the whole block, or a
 power-of-two part of it when rows are short: several rows per block) owns a
 row, or a *chunk* of it when too few rows fill the GPU, and walks it from
-its last *tile* (``group x ITEMS`` steps) to its first. Per tile: striped
+its last *tile* (``group x items`` steps) to its first. Per tile: striped
 loads (thread ``k`` of the group reads steps ``i group + k``: a warp's load
 reads consecutive steps) into shared memory; each thread folds its
-``ITEMS`` consecutive steps (V_{t+1} read from the neighbouring slot; the
+``items`` consecutive steps (``_cuda_plan.lean_items``) (V_{t+1} read from the neighbouring slot; the
 tile's last step reads the value carried from the tile to its right) into a
 map; a Hillis-Steele scan in shared memory (``log2(group)`` steps, a barrier
 each; no warp intrinsics, so numba's simulator runs the same code) composes
@@ -62,17 +62,16 @@ from ._cuda_kernels import (
     pad_shift,
     tile_id,
 )
-from ._cuda_plan import LEAN_ITEMS as ITEMS
 from ._cuda_plan import LEAN_THREADS as THREADS
-from ._cuda_plan import SIMULATED
+from ._cuda_plan import SIMULATED, lean_items
 
 #: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
 OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
 #: Bits of a step's flag byte.
 TERMINATED, TRUNCATED = 1, 2
-#: Launch bounds: at least this many blocks of LEAN_THREADS per SM, float32 compute (at most 96 registers a
-#: thread) and float64 (at most 128).
-BLOCKS_PER_SM = (5, 4)
+#: Launch bounds: at least this many blocks of LEAN_THREADS per SM (at most 128 registers a thread: with fewer, the
+#: branch-free fold of a tile spills).
+BLOCKS_PER_SM = 4
 
 
 class LeanStructure(NamedTuple):
@@ -141,13 +140,14 @@ def lean_kernel(io: str, s: LeanStructure):
     c = constants(io)
     zero, one, tiny, dtype = c.zero, c.one, c.tiny, c.dtype
     to_compute, to_io = conversions(io)
+    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel
     final = s.phase == "final"
     chunked = s.chunked
     load = load_once if final else load_again  # the maps launch reads what the final launch reads again
     has_next = "next_values" in s.inputs
     has_flags = "terminated" in s.inputs or "truncated" in s.inputs
     shift = pad_shift(compute_dtype(io))
-    tile_size = THREADS * ITEMS
+    tile_size = THREADS * items
     # a group's slots: its tile's steps, then the value after them (groups never share a slot)
     slots = tile_size + THREADS
     padded = slots + (slots >> shift) + 1
@@ -160,11 +160,11 @@ def lean_kernel(io: str, s: LeanStructure):
     flags_size = slots if has_flags else 1
 
     # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
-    u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, ITEMS, THREADS, shift))
+    u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, items, THREADS, shift))
 
     @cuda.jit(device=True)
     def pad(i):
-        """The shared slot of a tile's i-th step (unsigned): blocked reads of ITEMS consecutive steps hit distinct
+        """The shared slot of a tile's i-th step (unsigned): blocked reads of items consecutive steps hit distinct
         banks."""
         return i + (i >> u_shift)
 
@@ -242,7 +242,7 @@ def lean_kernel(io: str, s: LeanStructure):
             steps = np.uint64(max(min(tile, hi - start), 0))
             # striped loads into the group's slots; a step past the tile's end reloads its last step (no branch)
             if steps > u_zero:
-                for k in range(ITEMS):
+                for k in range(items):
                     i = min(np.uint64(k) * group + lt, steps - u_one)
                     t = start + np.int64(i)
                     slot = pad(base + i)
@@ -271,8 +271,8 @@ def lean_kernel(io: str, s: LeanStructure):
             # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
             # past the tile's end read slots of the tile and are made the identity by a select (no branch).
             fc, fd = one, zero
-            for i in range(ITEMS):
-                j = np.uint64(ITEMS - 1 - i)
+            for i in range(items):
+                j = np.uint64(items - 1 - i)
                 slot = pad(first + j)
                 r = s_r[slot]
                 v = s_v[slot]
@@ -319,14 +319,14 @@ def lean_kernel(io: str, s: LeanStructure):
                 y = x
                 if lt + u_one < group:
                     y = s_d[buf * u_threads + tid + u_one] + mul0(s_c[buf * u_threads + tid + u_one], x)
-                for i in range(ITEMS):  # past the tile's end: the identity, written to slots nobody stores
-                    slot = pad(first + np.uint64(ITEMS - 1 - i))
+                for i in range(items):  # past the tile's end: the identity, written to slots nobody stores
+                    slot = pad(first + np.uint64(items - 1 - i))
                     y = s_r[slot] + mul0(s_k[slot], y)
                     s_r[slot] = y
                     s_v[slot] = y + s_v[slot]
                 x = tile_d + mul0(tile_c, x)
                 cuda.syncthreads()
-                for k in range(ITEMS):
+                for k in range(items):
                     i = np.uint64(k) * group + lt
                     if i < steps:
                         slot = pad(base + i)
@@ -340,5 +340,5 @@ def lean_kernel(io: str, s: LeanStructure):
             maps[0, work] = map_c
             maps[1, work] = map_d
 
-    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM[io == "float64"]))
+    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM))
 

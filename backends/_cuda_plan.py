@@ -109,10 +109,16 @@ def block_of(p: Plan, x: int, y: int) -> int:
 
 # --- the lean kernels (``_cuda_lean``) -------------------------------------------------------------------------
 
-#: Threads of a lean block and steps per thread in a tile. The simulator runs Python per thread: tiny blocks there.
-LEAN_THREADS, LEAN_ITEMS = (4, 2) if SIMULATED else (128, 8)
+#: Threads of a lean block and steps per thread in a tile (float64: fewer, its shared arrays are twice as wide). The
+#: simulator runs Python per thread: tiny blocks there.
+LEAN_THREADS, LEAN_ITEMS, LEAN_ITEMS_FLOAT64 = (4, 2, 2) if SIMULATED else (128, 8, 4)
 #: Fewer lean blocks than this leave an H100/H200 (132 SMs) underfilled: rows are then cut into chunks.
 FILL_BLOCKS = 4 if SIMULATED else 1024
+
+
+def lean_items(io: str) -> int:
+    """Steps per thread in a lean tile for an io dtype."""
+    return LEAN_ITEMS_FLOAT64 if io == "float64" else LEAN_ITEMS
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ class CudaPlan:
         lean = numba_cuda.lean_serves(p)
         if lean:
             present = tuple(name for name in numba_cuda._LEAN_STEPS if name in inputs)
-            shapes = numba_cuda._lean_plan(rows, length)
+            shapes = numba_cuda._lean_plan(rows, length, io)
             tiles, final = numba_cuda._lean_kernels(io, present, shapes.chunks > 1)
             scalars = numba_cuda._scalars(io, (p.gamma, p.lam))
             scratch_shape = (2, rows * shapes.chunks) if tiles is not None else None

@@ -473,7 +473,7 @@ def _lean(p):
     io = _dtype_name(r.dtype)
     present = tuple(name for name in _LEAN_STEPS
                     if (a := getattr(p, name)) is not None and not isinstance(a, float))
-    plan = _lean_plan(rows, length)
+    plan = _lean_plan(rows, length, io)
     maps_kernel, final_kernel = _lean_kernels(io, present, plan.chunks > 1)
     compute = _compute(xp, io)
     scalars = _scalars(io, (p.gamma, p.lam))
@@ -494,8 +494,8 @@ def _lean(p):
 
 
 @functools.lru_cache(maxsize=4096)
-def _lean_plan(rows: int, length: int) -> _cuda_plan.LeanPlan:
-    return _cuda_plan.lean_plan(rows, length)
+def _lean_plan(rows: int, length: int, io: str) -> _cuda_plan.LeanPlan:
+    return _cuda_plan.lean_plan(rows, length, items=_cuda_plan.lean_items(io))
 
 
 @functools.lru_cache(maxsize=256)
