@@ -298,7 +298,8 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
 
     ``{launch: (streamed, per_tile)}``, read plus written, launches named
     ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
-    ``final`` only. ``streamed`` grows with the elements: every per-step input
+    ``final`` only. A ``gae`` problem the lean kernels serve has ``final``, or
+    ``maps`` then ``final`` (``_lean_traffic``). ``streamed`` grows with the elements: every per-step input
     once per tile launch (an array counts the bytes its view spans, so a
     per-step gamma broadcast over rows counts one row; a bool flag one byte a
     step), the outputs once. ``per_tile`` is a few numbers per tile: launch 1
@@ -328,6 +329,9 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
     read += sum(_stored_bytes(field[name]) for name in per_step
                 if field[name] is not None and not isinstance(field[name], float))
+    if family == "gae" and field["values"] is not None and all(
+            field[name] is None for name in ("mask", "offsets", "critic_lam", "carry")):
+        return _lean_traffic(rows, length, item, compute, read, outputs)
     p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
     segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
     bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
@@ -343,6 +347,20 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
     maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
     return {"tiles": (read, maps), "carry": (0, 2 * maps),
             "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
+
+
+def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, outputs: int) -> dict:
+    """``traffic`` of a problem the lean kernels serve (``lean_serves``): ``final`` alone, or ``maps`` then
+    ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
+    bootstrap value; ``maps`` writes two numbers per chunk, and ``final``'s chunk k reads those of the chunks
+    after it (K (K - 1) / 2 maps a row, from L2)."""
+    p = _cuda_plan.lean_plan(rows, length, threads=128, items=4 if item == 8 else 8, fill_blocks=1024)
+    chunks = p.chunks
+    edges = rows * ((chunks - 1) * item + compute)
+    if chunks == 1:
+        return {"final": (read + outputs, edges)}
+    return {"maps": (read, edges + rows * chunks * 2 * compute),
+            "final": (read + outputs, edges + rows * chunks * (chunks - 1) * compute)}
 
 
 def _stored_bytes(array) -> int:
@@ -501,13 +519,13 @@ def _lean_plan(rows: int, length: int, io: str) -> _cuda_plan.LeanPlan:
 @functools.lru_cache(maxsize=256)
 def _lean_kernels(io: str, present: tuple, chunked: bool):
     """(maps launch or None, final launch) of the lean kernels for a dtype and the optional arrays present."""
-    from . import _cuda_lean
+    from ._cuda_lean import LeanStructure
 
     inputs = frozenset(present)
-    final = _jit(_cuda_lean.lean_kernel(io, _cuda_lean.LeanStructure(inputs, "final", chunked)))
+    final = _compiled("lean", io, LeanStructure(inputs, "final", chunked))
     if not chunked:
         return None, final
-    return _jit(_cuda_lean.lean_kernel(io, _cuda_lean.LeanStructure(inputs, "maps"))), final
+    return _compiled("lean", io, LeanStructure(inputs, "maps")), final
 
 
 #: The families that read each per-segment boundary array (see ``_cuda_gae.signature``).
@@ -745,9 +763,12 @@ _EXTENSIONS = [_NoneArgument()]
 
 @functools.lru_cache(maxsize=None)
 def _compiled(module: str, io: str, structure):
-    """A kernel of ``_cuda_gae`` ("gae") or ``_cuda_backward`` ("backward"), compiled for its signature."""
+    """A kernel of ``_cuda_gae`` ("gae"), ``_cuda_lean`` ("lean") or ``_cuda_backward`` ("backward"), compiled for
+    its signature."""
     if module == "gae":
         from ._cuda_gae import forward_kernel
+    elif module == "lean":
+        from ._cuda_lean import lean_kernel as forward_kernel
     else:
         from ._cuda_backward import forward_kernel
     return _jit(forward_kernel(io, structure))
