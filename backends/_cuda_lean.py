@@ -1,6 +1,6 @@
 r"""GAE's common structures as lean numba-CUDA kernels: a row streamed right to left, a two-number state.
 
-The structures served (``serves``): a constant or per-step/per-row gamma
+The structures served (``numba_cuda.lean_serves``): a constant or per-step/per-row gamma
 and lam, a bootstrap value per row, ``terminated``, ``truncated`` and
 ``next_values``; no mask, packed offsets, ``critic_lam``, carry or pieces
 (the general kernels of ``_cuda_gae`` keep those). Per step, reverse in
@@ -24,9 +24,9 @@ row, or a *chunk* of it when too few rows fill the GPU, and walks it from
 its last *tile* (``group x items`` steps) to its first. Per tile: striped
 loads (thread ``k`` of the group reads steps ``i group + k``: a warp's load
 reads consecutive steps) into shared memory; each thread folds its
-``items`` consecutive steps (``_cuda_plan.lean_items``) (V_{t+1} read from the neighbouring slot; the
-tile's last step reads the value carried from the tile to its right) into a
-map; a Hillis-Steele scan in shared memory (``log2(group)`` steps, a barrier
+``items`` consecutive steps (``_cuda_plan.lean_items``; V_{t+1} read from
+the neighbouring slot, the tile's last step reads the value carried from the
+tile to its right) into a map; a Hillis-Steele scan in shared memory (``log2(group)`` steps, a barrier
 each; no warp intrinsics, so numba's simulator runs the same code) composes
 the threads' maps from the right; every thread rescans its steps from the
 advantage entering it and writes A and A + V back to shared memory; striped
@@ -40,8 +40,11 @@ per row) applied to 0, then streams as above. The inputs are read twice and
 the outputs written once: 1.5x the floor bytes of the plain case.
 
 Kernels are built by ``lean_kernel`` as ``KernelSpec`` (explicit signature,
-absent arrays typed ``none`` and pruned at compile time); ``plan`` sizes the
-groups, chunks and grid of a call (pure arithmetic, no numba needed).
+absent arrays typed ``none`` and pruned at compile time) and launched by
+``numba_cuda._lean`` through the backend's driver launch (``_cuda_launch``;
+``CudaPlan`` packs their argument blocks once per layout);
+``_cuda_plan.lean_plan`` sizes the groups, chunks and grid of a call (pure
+arithmetic, no numba needed).
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
 """CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
-A call lays its arrays out as (rows, T) views and runs the launch plan of
-``_cuda_plan``: **one launch** when a row fits a tile (T <= 2048; several
-rows share a tile), **three** for longer rows (tile maps, carries between
-the tiles of each row, final pass). The kernels (``_cuda_gae``: GAE,
+A ``gae()`` call without a mask, packed offsets, ``critic_lam`` or a carry
+(``lean_serves``) runs the lean kernels of ``_cuda_lean``: a row (or a chunk
+of a row, when rows are too few to fill the GPU: two launches) streamed by a
+group of threads with a two-number state. Every other call lays its arrays
+out as (rows, T) views and runs the launch plan of ``_cuda_plan``: **one
+launch** when a row fits a tile (T <= 2048; several rows share a tile),
+**three** for longer rows (tile maps, carries between the tiles of each
+row, final pass). The kernels (``_cuda_gae``: GAE,
 V-trace, lambda-returns, discounted returns and piece summaries, reverse in
 time; ``_cuda_backward``: the adjoint of GAE and the forward scan) read every
 input once per tile launch with coalesced (striped) loads, compute in
