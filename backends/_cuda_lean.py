@@ -1,15 +1,21 @@
 r"""GAE's common structures as lean numba-CUDA kernels: a row streamed right to left, a two-number state.
 
 The structures served (``numba_cuda.lean_serves``): a constant or per-step/per-row gamma
-and lam, a bootstrap value per row, ``terminated``, ``truncated`` and
-``next_values``; no mask, packed offsets, ``critic_lam``, carry or pieces
-(the general kernels of ``_cuda_gae`` keep those). Per step, reverse in
+and lam, a bootstrap value per row, ``terminated``, ``truncated``,
+``next_values``, and a mask (without ``fill_masked``) where rows are not cut
+into chunks; no packed offsets, ``critic_lam``, carry or pieces (the
+general kernels of ``_cuda_gae`` keep those). Per step, reverse in
 time (``g_t = 0 if terminated_t else gamma_t``, ``c_t = 0 if terminated_t or
 truncated_t else gamma_t lam_t``)::
 
     delta_t = (r_t - V_t) + g_t Vnext_t        (Vnext_t = V_{t+1}, the row's bootstrap value after its last step)
     delta_t = (r_t + g_t Vnext_t) - V_t        (Vnext_t = next_values_t)
     A_t     = delta_t + c_t A_{t+1},  A_T = 0;  outputs A_t and A_t + V_t
+
+A masked step is skipped (the identity map, outputs 0), and without
+``next_values`` Vnext_t is V at the next real step: a value chain scanned
+before the advantage, each thread's leftmost real value composed "the first
+known, near before far", carried from tile to tile like the advantage.
 
 A run of steps acts on the advantage entering it from the right by the
 affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).
@@ -69,9 +75,9 @@ from ._cuda_plan import LEAN_THREADS as THREADS
 from ._cuda_plan import SIMULATED, lean_items
 
 #: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
-OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
+OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
 #: Bits of a step's flag byte.
-TERMINATED, TRUNCATED = 1, 2
+TERMINATED, TRUNCATED, MASKED = 1, 2, 4
 #: Launch bounds: at least this many blocks of LEAN_THREADS per SM (at most 128 registers a thread: with fewer, the
 #: branch-free fold of a tile spills).
 BLOCKS_PER_SM = 4
@@ -129,7 +135,7 @@ def signature(io: str, s: LeanStructure):
     return types.void(
         data, data,
         *(optional(name in s.inputs, data) for name in floats),
-        *(optional(name in s.inputs, flags) for name in ("terminated", "truncated")),
+        *(optional(name in s.inputs, flags) for name in ("terminated", "truncated", "mask")),
         array(compute, 2),  # bootstrap, (rows, 1)
         types.UniTuple(getattr(types, compute), 2),
         types.UniTuple(types.int64, 5),
@@ -148,7 +154,10 @@ def lean_kernel(io: str, s: LeanStructure):
     chunked = s.chunked
     load = load_once if final else load_again  # the maps launch reads what the final launch reads again
     has_next = "next_values" in s.inputs
-    has_flags = "terminated" in s.inputs or "truncated" in s.inputs
+    has_mask = "mask" in s.inputs
+    has_flags = has_mask or "terminated" in s.inputs or "truncated" in s.inputs
+    value_chain = has_mask and not has_next  # Vnext = V at the next real step: a scan of its own
+    neighbour = not has_mask and not has_next  # Vnext = V_{t+1}: the neighbouring slot
     shift = pad_shift(compute_dtype(io))
     tile_size = THREADS * items
     # a group's slots: its tile's steps, then the value after them (groups never share a slot)
@@ -186,8 +195,8 @@ def lean_kernel(io: str, s: LeanStructure):
             z = -tiny if (x < zero) != (y < zero) else tiny
         return z
 
-    def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, bootstrap, scalars, geometry, maps,
-               advantages, returns):
+    def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
+               maps, advantages, returns):
         rows, length, chunks, chunk_steps, groups = geometry
         tid = np.uint64(cuda.threadIdx.x)
         group = np.uint64(cuda.blockDim.x) // np.uint64(groups)
@@ -265,12 +274,43 @@ def lean_kernel(io: str, s: LeanStructure):
                         if truncated is not None:
                             if load(truncated[at], t) != 0:
                                 bits |= TRUNCATED
+                        if mask is not None:
+                            if load(mask[at], t) == 0:
+                                bits |= MASKED
                         s_f[base + i] = np.uint8(bits)
-            if lt == u_zero and not has_next:
+            if lt == u_zero and neighbour:
                 s_v[pad(base + steps)] = v_right
             cuda.syncthreads()
-            if steps > u_zero and not has_next:
+            if steps > u_zero and neighbour:
                 v_right = s_v[pad(base)]
+            vnext = v_right  # the value chain entering this thread's steps (a mask without next_values)
+            if value_chain:
+                # each thread's leftmost real value (known 1) or none (known 0), scanned from the right: "the first
+                # known, near before far"
+                known, value = zero, zero
+                for i in range(items):
+                    j = np.uint64(items - 1 - i)
+                    if lt * u_items + j < steps and (s_f[first + j] & MASKED) == 0:
+                        known, value = one, s_v[pad(first + j)]
+                s_c[tid] = known
+                s_d[tid] = value
+                cuda.syncthreads()
+                buf = u_zero
+                step = u_one
+                while step < group:
+                    if lt + step < group and known == zero:
+                        partner = buf * u_threads + tid + step
+                        known, value = s_c[partner], s_d[partner]
+                    buf = u_one - buf
+                    s_c[buf * u_threads + tid] = known
+                    s_d[buf * u_threads + tid] = value
+                    cuda.syncthreads()
+                    step = step * u_two
+                if lt + u_one < group and s_c[buf * u_threads + tid + u_one] != zero:
+                    vnext = s_d[buf * u_threads + tid + u_one]
+                if s_c[buf * u_threads + lead] != zero:
+                    v_right = s_d[buf * u_threads + lead]
+                cuda.syncthreads()  # the buffers are the advantage scan's next
             # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
             # past the tile's end read slots of the tile and are made the identity by a select (no branch).
             fc, fd = one, zero
@@ -283,17 +323,22 @@ def lean_kernel(io: str, s: LeanStructure):
                 step_lam = s_l[slot] if lam is not None else lm
                 discount = step_gamma
                 coefficient = step_gamma * step_lam
+                inside = lt * u_items + j < steps
                 if has_flags:
                     fl = s_f[first + j]
                     if fl & TERMINATED:
                         discount = zero
-                    if fl != 0:
+                    if fl & (TERMINATED | TRUNCATED):
                         coefficient = zero
+                    if has_mask:
+                        inside = inside and (fl & MASKED) == 0
                 if has_next:
                     delta = (r + mul0(discount, s_n[slot])) - v
+                elif value_chain:
+                    delta = (r - v) + mul0(discount, vnext)
+                    vnext = v if inside else vnext
                 else:
                     delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
-                inside = lt * u_items + j < steps
                 coefficient = coefficient if inside else one
                 delta = delta if inside else zero
                 if final:
@@ -327,6 +372,10 @@ def lean_kernel(io: str, s: LeanStructure):
                     y = s_r[slot] + mul0(s_k[slot], y)
                     s_r[slot] = y
                     s_v[slot] = y + s_v[slot]
+                    if has_mask:  # a masked step: 0 (its value is ignored, NaN included)
+                        if s_f[first + np.uint64(items - 1 - i)] & MASKED:
+                            s_r[slot] = zero
+                            s_v[slot] = zero
                 x = tile_d + mul0(tile_c, x)
                 cuda.syncthreads()
                 for k in range(items):

@@ -1,9 +1,10 @@
 """CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
-A ``gae()`` call without a mask, packed offsets, ``critic_lam`` or a carry
-(``lean_serves``) runs the lean kernels of ``_cuda_lean``: a row (or a chunk
-of a row, when rows are too few to fill the GPU: two launches) streamed by a
-group of threads with a two-number state. Every other call lays its arrays
+A ``gae()`` call without packed offsets, ``critic_lam`` or a carry (and a
+mask only where rows are not cut into chunks: ``lean_serves``) runs the
+lean kernels of ``_cuda_lean``: a row (or a chunk of a row, when rows are
+too few to fill the GPU: two launches) streamed by a group of threads with a
+two-number state. Every other call lays its arrays
 out as (rows, T) views and runs the launch plan of ``_cuda_plan``: **one
 launch** when a row fits a tile (T <= 2048; several rows share a tile),
 **three** for longer rows (tile maps, carries between the tiles of each
@@ -469,16 +470,23 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
 
 
 #: The per-step arrays the lean kernels may read besides rewards and values (``_cuda_lean.OPTIONAL_STEPS``).
-_LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated")
+_LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
 
 
 def lean_serves(problem) -> bool:
-    """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, and no mask,
-    packed offsets, ``critic_lam``, carry or extra arrays (``fill_masked`` is moot without a mask). The general
-    kernels of ``_cuda_gae`` solve the others."""
+    """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, no packed offsets,
+    ``critic_lam``, carry or extra arrays, and a mask only without ``fill_masked`` and on rows that are not cut
+    into chunks (``_cuda_plan.lean_plan``: the chunks' maps carry no value chain). The general kernels of
+    ``_cuda_gae`` solve the others."""
     p = problem
-    return (p.values is not None and p.mask is None and p.offsets is None and p.critic_lam is None
-            and p.carry is None and not p.extra)
+    if p.values is None or p.offsets is not None or p.critic_lam is not None or p.carry is not None or p.extra:
+        return False
+    if p.mask is None:
+        return True
+    shape = tuple(p.rewards.shape)
+    rows, length = math.prod(shape[:-1]), shape[-1]
+    return not p.fill_masked and (rows == 0 or length == 0
+                                  or _lean_plan(rows, length, _dtype_name(p.rewards.dtype)).chunks == 1)
 
 
 @_on_the_arrays_device(lambda p: p.rewards)

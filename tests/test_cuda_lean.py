@@ -49,6 +49,15 @@ STRUCTURES = {
     "per-step gamma, per-row lam": dict(per_step_gamma=True, per_row_lam=True, bootstrap=True),
     "everything": dict(per_step_gamma=True, per_row_lam=True, dones=0.15, next_values=True),
 }
+#: Masks (rows not cut into chunks: the lean kernels take them there).
+MASKED = {
+    "holes": dict(holes=0.3, bootstrap=True),
+    "holes, padding, dones": dict(holes=0.3, padding=2, dones=0.15, bootstrap=True),
+    "sparse mask, per-step gamma": dict(holes=0.85, dones=0.05, per_step_gamma=True, per_row_lam=True,
+                                        bootstrap=True),
+    "holes with next values": dict(holes=0.4, next_values=True, dones=0.15),
+}
+UNCHUNKED = [(5, 1), (6, 2), (5, 3), (5, 4), (4, 8), (4, 21), (5, 37)]
 
 
 @pytest.fixture(autouse=True)
@@ -99,6 +108,24 @@ def test_every_shape(structure, shape):
 @pytest.mark.parametrize("structure", STRUCTURES)
 def test_every_structure(structure, shape):
     check(make_case(np.random.default_rng(sum(shape) + len(structure) + 1), shape, **STRUCTURES[structure]))
+
+
+@pytest.mark.parametrize("shape", UNCHUNKED, ids=str)
+@pytest.mark.parametrize("structure", MASKED)
+def test_masks(structure, shape):
+    """A masked step is skipped (outputs 0, no discount across it) and, without next_values, V at the next real
+    step bootstraps a step: the value chain, across threads and tiles."""
+    check(make_case(np.random.default_rng(sum(shape) + len(structure) + 2), shape, **MASKED[structure]))
+
+
+def test_masked_steps_hold_nan_and_inf_unread():
+    case = make_case(np.random.default_rng(6), (4, 21), holes=0.3, dones=0.1, bootstrap=True)
+    case["rewards"] = np.where(case["mask"], case["rewards"], np.nan)
+    case["values"] = np.where(case["mask"], case["values"], np.inf)
+    advantages, returns = gae_xp.gae(**case, backend=BACKEND)
+    assert np.isfinite(advantages).all() and np.isfinite(returns).all()
+    assert (advantages[~case["mask"]] == 0).all() and (returns[~case["mask"]] == 0).all()
+    check(case)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
@@ -167,11 +194,18 @@ def test_property_against_the_float64_loop(rows, length, dones, next_values, per
 
 
 def test_other_structures_keep_the_general_kernels(monkeypatch):
-    """A mask, critic_lam or fill_masked: lean_serves says no, and the general kernels solve it."""
-    monkeypatch.undo()
-    case = make_case(np.random.default_rng(1), (2, 9), holes=0.3)
-    got = gae_xp.gae(**case, backend=BACKEND)
-    for out, want in zip(got, float64_loop(**case)):
-        xp_assert_close(out, want, like=HOST)
-    case = make_case(np.random.default_rng(1), (2, 9), critic_lam=0.5)
-    assert gae_xp.gae(**case, backend=BACKEND)[0].shape == (2, 9)
+    """critic_lam, fill_masked, and a mask on rows cut into chunks: lean_serves says no, and the general kernels
+    solve them."""
+    monkeypatch.undo()  # the general kernels allowed
+    original = numba_cuda._launch_forward
+    cases = [(make_case(np.random.default_rng(1), (2, 9), critic_lam=0.5), {}),
+             (make_case(np.random.default_rng(1), (5, 9), holes=0.3), {"fill_masked": True}),
+             (make_case(np.random.default_rng(1), (1, 37), holes=0.3), {})]
+    for case, options in cases:
+        calls = []
+        monkeypatch.setattr(numba_cuda, "_launch_forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+        got = gae_xp.gae(**case, **options, backend=BACKEND)
+        monkeypatch.undo()
+        assert calls, options
+        for out, want in zip(got, reference.gae_loop(**case, **options)):
+            xp_assert_close(out, want, like=HOST)
