@@ -71,13 +71,16 @@ def _lean(phase, inputs, chunked=False):
 
 
 def lean_structures(io: str):
-    """(factory, structure) pairs of the lean kernels of one io dtype: the plainest, the flags, every array (both
-    phases of chunked rows), and for float32 and float64 the steps between."""
+    """(factory, structure) pairs of the lean kernels of one io dtype: the plainest, the flags, every array (a
+    mask with and without next_values; both phases of chunked rows, which take no mask), and for float32 and
+    float64 the steps between."""
     every = [
         _lean("final", []),
         _lean("final", ["terminated", "truncated"]),
-        _lean("final", _cuda_lean.OPTIONAL_STEPS, chunked=True),
-        _lean("maps", _cuda_lean.OPTIONAL_STEPS),
+        _lean("final", _cuda_lean.OPTIONAL_STEPS),  # a mask: never chunked
+        _lean("final", ["gamma", "lam", "terminated", "truncated", "mask"]),  # the value chain
+        _lean("final", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"], chunked=True),
+        _lean("maps", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"]),
     ]
     if io in ("float32", "float64"):
         every += [

@@ -334,8 +334,11 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
     read += sum(_stored_bytes(field[name]) for name in per_step
                 if field[name] is not None and not isinstance(field[name], float))
-    if family == "gae" and field["values"] is not None and all(
-            field[name] is None for name in ("mask", "offsets", "critic_lam", "carry")):
+    lean = family == "gae" and field["values"] is not None and all(
+        field[name] is None for name in ("offsets", "critic_lam", "carry"))
+    if lean and field["mask"] is not None:  # as lean_serves: a mask on rows not cut into chunks, no fill_masked
+        lean = not getattr(problem, "fill_masked", False) and _lean_traffic_plan(rows, length, item).chunks == 1
+    if lean:
         return _lean_traffic(rows, length, item, compute, read, outputs)
     p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
     segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
@@ -359,13 +362,17 @@ def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, ou
     ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
     bootstrap value; ``maps`` writes two numbers per chunk, and ``final``'s chunk k reads those of the chunks
     after it (K (K - 1) / 2 maps a row, from L2)."""
-    p = _cuda_plan.lean_plan(rows, length, threads=128, items=4 if item == 8 else 8, fill_blocks=1024)
-    chunks = p.chunks
+    chunks = _lean_traffic_plan(rows, length, item).chunks
     edges = rows * ((chunks - 1) * item + compute)
     if chunks == 1:
         return {"final": (read + outputs, edges)}
     return {"maps": (read, edges + rows * chunks * 2 * compute),
             "final": (read + outputs, edges + rows * chunks * (chunks - 1) * compute)}
+
+
+def _lean_traffic_plan(rows: int, length: int, item: int) -> _cuda_plan.LeanPlan:
+    """The lean plan on a GPU (the simulator's constants are tiny), for an io dtype of ``item`` bytes."""
+    return _cuda_plan.lean_plan(rows, length, threads=128, items=4 if item == 8 else 8, fill_blocks=1024)
 
 
 def _stored_bytes(array) -> int:

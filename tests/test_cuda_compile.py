@@ -255,8 +255,8 @@ def test_lean_kernels_stream_through_shared_memory(io, spec):
 
 
 #: The structures whose instructions per step the lean and the general kernels are compared on.
-COMPARED = {"plain": [], "terminated": ["terminated", "truncated"], "next_values": ["next_values", "terminated",
-                                                                                  "truncated"]}
+COMPARED = {"plain": [], "terminated": ["terminated", "truncated"],
+            "next_values": ["next_values", "terminated", "truncated"], "dones+mask": ["terminated", "mask"]}
 
 
 def compared(io: str, structure: str):
