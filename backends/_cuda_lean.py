@@ -78,9 +78,9 @@ from ._cuda_plan import SIMULATED, lean_items
 OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
 #: Bits of a step's flag byte.
 TERMINATED, TRUNCATED, MASKED = 1, 2, 4
-#: Launch bounds: at least this many blocks of LEAN_THREADS per SM (at most 128 registers a thread: with fewer, the
-#: branch-free fold of a tile spills).
-BLOCKS_PER_SM = 4
+#: Launch bounds: at least this many blocks of LEAN_THREADS per SM, float32 compute (at most 128 registers a thread:
+#: with fewer, the branch-free fold of a tile spills) and float64 (at most 168: its mask spilled on sm_80 under 128).
+BLOCKS_PER_SM = (4, 3)
 
 
 class LeanStructure(NamedTuple):
@@ -392,5 +392,5 @@ def lean_kernel(io: str, s: LeanStructure):
             maps[0, work] = map_c
             maps[1, work] = map_d
 
-    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM))
+    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM[io == "float64"]))
 
