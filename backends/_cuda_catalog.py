@@ -1,17 +1,16 @@
 """The kernels the numba-CUDA backend launches, by family, phase and structure: what the compile test compiles.
-
 A structure prunes its absent arrays at compile time, so the structure with
 every option present (that can be asked for together: a carry, which pieces
 bring, comes without critic_lam) bounds the registers, the shared memory and the code
 of its family and phase; the plainest one shows the floor. For each io
 dtype the catalog lists both (and, for float32 and float64, the structures
 in between that change which map slots are live), plus the carry kernels of
-every live-slot set. Imports numba.
+every live-slot set; ``lean_structures`` lists the lean kernels (``_cuda_lean``). Imports numba.
 """
 
 from __future__ import annotations
 
-from . import _cuda_backward, _cuda_gae
+from . import _cuda_backward, _cuda_gae, _cuda_lean
 from ._cuda_kernels import IO_DTYPES, Fields, KernelSpec, carry_kernel
 
 _FLAGS = ("terminated", "truncated", "mask")
@@ -67,6 +66,32 @@ def structures(io: str):
     return every
 
 
+def _lean(phase, inputs, chunked=False):
+    return _cuda_lean.lean_kernel, _cuda_lean.LeanStructure(frozenset(inputs), phase, chunked)
+
+
+def lean_structures(io: str):
+    """(factory, structure) pairs of the lean kernels of one io dtype: the plainest, the flags, every array (a
+    mask with and without next_values; both phases of chunked rows, which take no mask), and for float32 and
+    float64 the steps between."""
+    every = [
+        _lean("final", []),
+        _lean("final", ["terminated", "truncated"]),
+        _lean("final", _cuda_lean.OPTIONAL_STEPS),  # a mask: never chunked
+        _lean("final", ["gamma", "lam", "terminated", "truncated", "mask"]),  # the value chain
+        _lean("final", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"], chunked=True),
+        _lean("maps", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"]),
+    ]
+    if io in ("float32", "float64"):
+        every += [
+            _lean("final", ["next_values", "terminated", "truncated"]),
+            _lean("final", ["gamma", "lam"]),
+            _lean("final", [], chunked=True),
+            _lean("maps", []),
+        ]
+    return every
+
+
 def carries(io: str):
     """Every carry kernel: each live-slot set in its direction, and the completion of piece summaries."""
     yield carry_kernel(io, Fields(False, False, True), reverse=True, complete=False)
@@ -81,7 +106,7 @@ def carries(io: str):
 def all_kernels():
     """Every (io dtype, KernelSpec) of the catalog."""
     for io in IO_DTYPES:
-        for factory, structure in structures(io):
+        for factory, structure in (*structures(io), *lean_structures(io)):
             spec: KernelSpec = factory(io, structure)
             yield io, spec
         for spec in carries(io):

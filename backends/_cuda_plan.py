@@ -105,3 +105,73 @@ def tile_of(p: Plan, tile: int) -> tuple[int, int, int]:
 def block_of(p: Plan, x: int, y: int) -> int:
     """The tile a block (x, y) of ``p.grid`` runs (>= p.tiles: the block is idle)."""
     return x + y * p.grid[0]
+
+
+# --- the lean kernels (``_cuda_lean``) -------------------------------------------------------------------------
+
+#: Threads of a lean block and steps per thread in a tile (float64: fewer, its shared arrays are twice as wide). The
+#: simulator runs Python per thread: tiny blocks there.
+LEAN_THREADS, LEAN_ITEMS, LEAN_ITEMS_FLOAT64 = (4, 2, 2) if SIMULATED else (128, 8, 4)
+#: Fewer lean blocks than this leave an H100/H200 (132 SMs) underfilled: rows are then cut into chunks.
+FILL_BLOCKS = 4 if SIMULATED else 1024
+
+
+def lean_items(io: str) -> int:
+    """Steps per thread in a lean tile for an io dtype."""
+    return LEAN_ITEMS_FLOAT64 if io == "float64" else LEAN_ITEMS
+
+
+@dataclass(frozen=True)
+class LeanPlan:
+    """How one call's (rows, T) steps map onto the lean kernels' blocks.
+
+    A *work item* is one chunk of one row (``chunks`` per row, ``chunk_steps`` steps each, the last one
+    partial); a block of ``threads`` threads runs ``groups`` work items at once, one per group of
+    ``threads // groups`` threads (a power of two).
+    """
+
+    rows: int
+    length: int
+    threads: int
+    groups: int
+    chunks: int
+    chunk_steps: int
+    blocks: int
+    grid: tuple[int, int]
+
+    @property
+    def launches(self) -> int:
+        """2 when rows are cut into chunks (the chunks' maps, then the final pass), else 1."""
+        return 2 if self.chunks > 1 else 1
+
+    def geometry(self) -> tuple[int, int, int, int, int]:
+        """The lean kernels' ``geometry`` argument: (rows, T, chunks per row, steps per chunk, groups per block)."""
+        return (self.rows, self.length, self.chunks, self.chunk_steps, self.groups)
+
+
+def lean_plan(rows: int, length: int, *, threads: int = LEAN_THREADS, items: int = LEAN_ITEMS,
+              fill_blocks: int = FILL_BLOCKS) -> LeanPlan:
+    """The lean plan of ``rows`` rows of ``length`` steps (both > 0).
+
+    A row that fits a group of fewer threads than a block (``group x items >= T``, the smallest power of two)
+    shares the block with ``threads // group`` rows. Rows too few to make ``fill_blocks`` blocks are cut into
+    chunks of a whole number of tiles (``threads x items`` steps), as many as make ``fill_blocks`` blocks, at
+    most one per tile.
+    """
+    if rows <= 0 or length <= 0:
+        raise ValueError(f"a launch plan needs rows > 0 and T > 0, got rows={rows}, T={length}")
+    needed = -(-length // items)
+    group = 1
+    while group < needed and group < threads:
+        group *= 2
+    groups = threads // group
+    chunks, chunk_steps = 1, length
+    tile = threads * items
+    if groups == 1 and rows < fill_blocks and length > tile:
+        wanted = min(-(-fill_blocks // rows), -(-length // tile))
+        chunk_steps = -(-(-(-length // wanted)) // tile) * tile
+        chunks = -(-length // chunk_steps)
+        if chunks == 1:
+            chunk_steps = length
+    blocks = -(-(rows * chunks) // groups)
+    return LeanPlan(rows, length, threads, groups, chunks, chunk_steps, blocks, grid(blocks))

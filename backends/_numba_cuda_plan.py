@@ -78,8 +78,10 @@ class CudaPlan:
         self.bootstrap_dtype = p.bootstrap.dtype
         self.device = r.device
         self.launches = launches
-        #: the tiles' maps of a row longer than a tile (None: rows that fit one)
+        #: the tiles' maps of a row longer than a tile, or the chunks' maps of the lean kernels (None: neither)
         self.scratch_shape = scratch_shape
+        #: whether a launch reads the maps entering the tiles (the general kernels' launch 3 of long rows)
+        self._entering = any(_SOURCES.index("entering") in sources for _, _, _, sources in launches)
         self._empty, self._zeros, self._pointer = torch.empty, torch.zeros, torch.Tensor.data_ptr
         #: the device's context, made current around the launches, as ``numba_cuda._Launch`` does
         self._device_index = numba_cuda._device_index(r)
@@ -97,12 +99,21 @@ class CudaPlan:
         io = numba_cuda._dtype_name(r.dtype)
         compute = numba_cuda._compute(xp, io)
         inputs = p.steps()
-        present = tuple(name for name in numba_cuda._ORDER if name in inputs)
-        shapes = numba_cuda._plan(rows, length)
-        tiles, carrying, final, slots = numba_cuda._forward_kernels(
-            "gae", io, present, False, False, bool(p.fill_masked), p.critic_lam is not None, None,
-            shapes.long_rows, False)
-        scalars = numba_cuda._scalars(io, (p.gamma, p.lam, p.critic_lam, 1.0, 1.0, 1.0))
+        lean = numba_cuda.lean_serves(p)
+        if lean:
+            present = tuple(name for name in numba_cuda._LEAN_STEPS if name in inputs)
+            shapes = numba_cuda._lean_plan(rows, length, io)
+            tiles, final = numba_cuda._lean_kernels(io, present, shapes.chunks > 1)
+            scalars = numba_cuda._scalars(io, (p.gamma, p.lam))
+            scratch_shape = (2, rows * shapes.chunks) if tiles is not None else None
+        else:
+            present = tuple(name for name in numba_cuda._ORDER if name in inputs)
+            shapes = numba_cuda._plan(rows, length)
+            tiles, carrying, final, slots = numba_cuda._forward_kernels(
+                "gae", io, present, False, False, bool(p.fill_masked), p.critic_lam is not None, None,
+                shapes.long_rows, False)
+            scalars = numba_cuda._scalars(io, (p.gamma, p.lam, p.critic_lam, 1.0, 1.0, 1.0))
+            scratch_shape = (slots, shapes.tiles) if tiles is not None else None
         geometry = shapes.geometry()
 
         def described(array):
@@ -115,7 +126,6 @@ class CudaPlan:
             return None
         descriptors["bootstrap"] = numba_cuda._descriptor(numba_cuda._per_segment(xp, p.bootstrap, rows, compute))
         descriptors["advantages"] = descriptors["returns"] = _contiguous((rows, length), r.element_size())
-        scratch_shape = (slots, shapes.tiles) if tiles is not None else None
         if scratch_shape is not None:
             descriptors["maps"] = descriptors["entering"] = _contiguous(scratch_shape, 8 if io == "float64" else 4)
 
@@ -133,7 +143,18 @@ class CudaPlan:
                                               of("entering") if shapes.long_rows else None,
                                               [of("advantages"), of("returns")])
 
+        def lean_arguments(of, outputs):
+            steps = [of(name) if name in present else None for name in numba_cuda._LEAN_STEPS]
+            return (of("rewards"), of("values"), *steps, of("bootstrap"), scalars, geometry,
+                    of("maps") if tiles is not None else None, *(of(name) if outputs else None
+                                                                for name in ("advantages", "returns")))
+
         launches = []
+        if lean:
+            if tiles is not None:
+                launches.append(bind(tiles, shapes.grid, shapes.threads, lambda of: lean_arguments(of, False)))
+            launches.append(bind(final, shapes.grid, shapes.threads, lambda of: lean_arguments(of, True)))
+            return cls(p, scratch_shape, compute, tuple(launches))
         if tiles is not None:
             launches.append(bind(tiles, shapes.grid, shapes.threads, lambda of: numba_cuda.tiles_arguments(
                 arrays(of), None, scalars, geometry, of("maps"))))
@@ -155,7 +176,7 @@ class CudaPlan:
         returns = self._empty(self.shape, dtype=self.dtype, device=self.device)
         arrays = (rewards, values, next_values, terminated, truncated, mask, bootstrap, advantages, returns)  # _SOURCES
         if self.scratch_shape is not None:
-            arrays += (self._scratch(), self._scratch())
+            arrays += (self._scratch(), self._scratch() if self._entering else None)
         pointer = self._pointer
         with self._context:
             stream = numba_cuda._current_stream(rewards)
@@ -164,7 +185,7 @@ class CudaPlan:
         return advantages, returns
 
     def _scratch(self):
-        """One of the tiles' maps of a row longer than a tile: (slots, tiles) in the compute dtype."""
+        """One of the tiles' (or the lean kernels' chunks') maps, (slots, tiles or chunks) in the compute dtype."""
         return self._empty(self.scratch_shape, dtype=self.compute, device=self.device)
 
 

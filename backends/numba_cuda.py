@@ -1,9 +1,14 @@
 """CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
-A call lays its arrays out as (rows, T) views and runs the launch plan of
-``_cuda_plan``: **one launch** when a row fits a tile (T <= 2048; several
-rows share a tile), **three** for longer rows (tile maps, carries between
-the tiles of each row, final pass). The kernels (``_cuda_gae``: GAE,
+A ``gae()`` call without packed offsets, ``critic_lam`` or a carry (and a
+mask only where rows are not cut into chunks: ``lean_serves``) runs the
+lean kernels of ``_cuda_lean``: a row (or a chunk of a row, when rows are
+too few to fill the GPU: two launches) streamed by a group of threads with a
+two-number state. Every other call lays its arrays
+out as (rows, T) views and runs the launch plan of ``_cuda_plan``: **one
+launch** when a row fits a tile (T <= 2048; several rows share a tile),
+**three** for longer rows (tile maps, carries between the tiles of each
+row, final pass). The kernels (``_cuda_gae``: GAE,
 V-trace, lambda-returns, discounted returns and piece summaries, reverse in
 time; ``_cuda_backward``: the adjoint of GAE and the forward scan) read every
 input once per tile launch with coalesced (striped) loads, compute in
@@ -146,6 +151,8 @@ class NumbaCUDABackend:
         if p.carry is not None and p.critic_lam is not None:
             raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
                              "own")
+        if lean_serves(p):
+            return _lean(p)
         inputs = {name: getattr(p, name) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
                                                      "terminated", "truncated", "mask")}
         return _forward("gae", p, inputs, bootstrap=p.bootstrap, carry=p.carry, fill=bool(p.fill_masked),
@@ -290,7 +297,8 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
 
     ``{launch: (streamed, per_tile)}``, read plus written, launches named
     ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
-    ``final`` only. ``streamed`` grows with the elements: every per-step input
+    ``final`` only. A ``gae`` problem the lean kernels serve has ``final``, or
+    ``maps`` then ``final`` (``_lean_traffic``). ``streamed`` grows with the elements: every per-step input
     once per tile launch (an array counts the bytes its view spans, so a
     per-step gamma broadcast over rows counts one row; a bool flag one byte a
     step), the outputs once. ``per_tile`` is a few numbers per tile: launch 1
@@ -320,6 +328,12 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
     read += sum(_stored_bytes(field[name]) for name in per_step
                 if field[name] is not None and not isinstance(field[name], float))
+    lean = family == "gae" and field["values"] is not None and all(
+        field[name] is None for name in ("offsets", "critic_lam", "carry"))
+    if lean and field["mask"] is not None:  # as lean_serves: a mask on rows not cut into chunks, no fill_masked
+        lean = not getattr(problem, "fill_masked", False) and _lean_traffic_plan(rows, length, item).chunks == 1
+    if lean:
+        return _lean_traffic(rows, length, item, compute, read, outputs)
     p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
     segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
     bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
@@ -335,6 +349,24 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
     maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
     return {"tiles": (read, maps), "carry": (0, 2 * maps),
             "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
+
+
+def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, outputs: int) -> dict:
+    """``traffic`` of a problem the lean kernels serve (``lean_serves``): ``final`` alone, or ``maps`` then
+    ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
+    bootstrap value; ``maps`` writes two numbers per chunk, and ``final``'s chunk k reads those of the chunks
+    after it (K (K - 1) / 2 maps a row, from L2)."""
+    chunks = _lean_traffic_plan(rows, length, item).chunks
+    edges = rows * ((chunks - 1) * item + compute)
+    if chunks == 1:
+        return {"final": (read + outputs, edges)}
+    return {"maps": (read, edges + rows * chunks * 2 * compute),
+            "final": (read + outputs, edges + rows * chunks * (chunks - 1) * compute)}
+
+
+def _lean_traffic_plan(rows: int, length: int, item: int) -> _cuda_plan.LeanPlan:
+    """The lean plan on a GPU (the simulator's constants are tiny), for an io dtype of ``item`` bytes."""
+    return _cuda_plan.lean_plan(rows, length, threads=128, items=4 if item == 8 else 8, fill_blocks=1024)
 
 
 def _stored_bytes(array) -> int:
@@ -436,6 +468,77 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
         return None, None, _compiled("gae", io, final), slots
     tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
     return _compiled("gae", io, tiles), _carry(io, value_chain, critic, True, False), _compiled("gae", io, final), slots
+
+
+#: The per-step arrays the lean kernels may read besides rewards and values (``_cuda_lean.OPTIONAL_STEPS``).
+_LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
+
+
+def lean_serves(problem) -> bool:
+    """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, no packed offsets,
+    ``critic_lam``, carry or extra arrays, and a mask only without ``fill_masked`` and on rows that are not cut
+    into chunks (``_cuda_plan.lean_plan``: the chunks' maps carry no value chain). The general kernels of
+    ``_cuda_gae`` solve the others."""
+    p = problem
+    if p.values is None or p.offsets is not None or p.critic_lam is not None or p.carry is not None or p.extra:
+        return False
+    if p.mask is None:
+        return True
+    shape = tuple(p.rewards.shape)
+    rows, length = math.prod(shape[:-1]), shape[-1]
+    return not p.fill_masked and (rows == 0 or length == 0
+                                  or _lean_plan(rows, length, _dtype_name(p.rewards.dtype)).chunks == 1)
+
+
+@_on_the_arrays_device(lambda p: p.rewards)
+def _lean(p):
+    """(advantages, returns) of a problem that ``lean_serves``, by the lean kernels: one launch, or two
+    when rows are cut into chunks (``_cuda_plan.lean_plan``)."""
+    xp, r = p.xp, p.rewards
+    shape = tuple(r.shape)
+    length, rows = shape[-1], math.prod(shape[:-1])
+    device = device_of(r)
+    results = (xp.empty(shape, dtype=r.dtype, device=device), xp.empty(shape, dtype=r.dtype, device=device))
+    if length == 0 or rows == 0:
+        return results
+    io = _dtype_name(r.dtype)
+    present = tuple(name for name in _LEAN_STEPS
+                    if (a := getattr(p, name)) is not None and not isinstance(a, float))
+    plan = _lean_plan(rows, length, io)
+    maps_kernel, final_kernel = _lean_kernels(io, present, plan.chunks > 1)
+    compute = _compute(xp, io)
+    scalars = _scalars(io, (p.gamma, p.lam))
+    with _Launch(r) as launch:
+        arrays = [launch.array(_steps(xp, r, r.dtype, rows, length)),
+                  launch.array(_steps(xp, p.values, r.dtype, rows, length))]
+        arrays += [launch.array(_steps(xp, getattr(p, name), r.dtype, rows, length)) if name in present else None
+                   for name in _LEAN_STEPS]
+        bootstrap = launch.array(_per_segment(xp, p.bootstrap, rows, compute))
+        geometry = plan.geometry()
+        maps = None
+        if maps_kernel is not None:
+            maps = launch.array(xp.empty((2, rows * plan.chunks), dtype=compute, device=device), written=True)
+            launch(maps_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, None, None)
+        outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
+        launch(final_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, *outs)
+    return results
+
+
+@functools.lru_cache(maxsize=4096)
+def _lean_plan(rows: int, length: int, io: str) -> _cuda_plan.LeanPlan:
+    return _cuda_plan.lean_plan(rows, length, items=_cuda_plan.lean_items(io))
+
+
+@functools.lru_cache(maxsize=256)
+def _lean_kernels(io: str, present: tuple, chunked: bool):
+    """(maps launch or None, final launch) of the lean kernels for a dtype and the optional arrays present."""
+    from ._cuda_lean import LeanStructure
+
+    inputs = frozenset(present)
+    final = _compiled("lean", io, LeanStructure(inputs, "final", chunked))
+    if not chunked:
+        return None, final
+    return _compiled("lean", io, LeanStructure(inputs, "maps")), final
 
 
 #: The families that read each per-segment boundary array (see ``_cuda_gae.signature``).
@@ -673,9 +776,12 @@ _EXTENSIONS = [_NoneArgument()]
 
 @functools.lru_cache(maxsize=None)
 def _compiled(module: str, io: str, structure):
-    """A kernel of ``_cuda_gae`` ("gae") or ``_cuda_backward`` ("backward"), compiled for its signature."""
+    """A kernel of ``_cuda_gae`` ("gae"), ``_cuda_lean`` ("lean") or ``_cuda_backward`` ("backward"), compiled for
+    its signature."""
     if module == "gae":
         from ._cuda_gae import forward_kernel
+    elif module == "lean":
+        from ._cuda_lean import lean_kernel as forward_kernel
     else:
         from ._cuda_backward import forward_kernel
     return _jit(forward_kernel(io, structure))

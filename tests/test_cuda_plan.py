@@ -90,3 +90,47 @@ def test_short_rows_share_a_tile_and_take_one_launch():
     assert (p.launches, p.rows_per_tile, p.tile_steps) == (1, 2, 2048)
     p = plan(3, 5, **REAL)
     assert (p.tiles, p.threads) == (1, 32) and math.prod(p.grid) == 1
+
+
+#: The lean kernels' plan as on a GPU (the module's constants are the simulator's under NUMBA_ENABLE_CUDASIM=1).
+LEAN = dict(threads=128, items=8, fill_blocks=1024)
+
+
+def lean_work(p):
+    """(row, first step, steps) of every work item of a lean plan: what the kernels compute from its geometry."""
+    for work in range(p.blocks * p.groups):
+        row, chunk = divmod(work, p.chunks)
+        if row < p.rows:
+            lo = chunk * p.chunk_steps
+            yield row, lo, min(lo + p.chunk_steps, p.length) - lo
+
+
+@pytest.mark.parametrize("rows, length", [(1, 1), (3, 5), (5, 16), (300, 8), (7, 1000), (2, 5000), (1, 70001),
+                                          (2000, 3000)])
+def test_lean_work_items_cover_every_step_once(rows, length):
+    p = _cuda_plan.lean_plan(rows, length, **LEAN)
+    covered = [0] * (rows * length)
+    for row, lo, steps in lean_work(p):
+        assert 0 < steps <= p.chunk_steps
+        for t in range(lo, lo + steps):
+            covered[row * length + t] += 1
+    assert covered == [1] * (rows * length)
+    group = p.threads // p.groups
+    assert group & (group - 1) == 0 and group * 8 >= min(length, p.threads * 8)
+    assert p.chunks == 1 or p.chunk_steps % (p.threads * 8) == 0  # chunks of whole tiles
+
+
+def test_lean_plans_of_the_measured_shapes():
+    """The H200 table's shapes: short rows share blocks (T = 128: groups of 16 threads, 8 rows a block), many long
+    rows take a block each, few long rows are cut into chunks of whole tiles until about 1,024 blocks."""
+    cases = {(38400, 128): (8, 1, 4800), (4096, 32): (32, 1, 128), (8192, 1024): (1, 1, 8192),
+             (256, 131072): (1, 4, 1024), (16, 524288): (1, 64, 1024), (2048, 4096): (1, 1, 2048)}
+    for (rows, length), (groups, chunks, blocks) in cases.items():
+        p = _cuda_plan.lean_plan(rows, length, **LEAN)
+        assert (p.groups, p.chunks, p.blocks) == (groups, chunks, blocks), (rows, length, p)
+        assert p.launches == (2 if chunks > 1 else 1)
+
+
+def test_a_lean_plan_needs_steps():
+    with pytest.raises(ValueError, match="rows > 0 and T > 0"):
+        _cuda_plan.lean_plan(0, 5, **LEAN)

@@ -196,8 +196,10 @@ def driven(*, checked: bool = True):
 
     @functools.cache
     def compiled(module, io, structure):
-        from gae_xp.backends import _cuda_backward, _cuda_gae
+        from gae_xp.backends import _cuda_backward, _cuda_gae, _cuda_lean
 
+        if module == "lean":
+            return Kernel(_cuda_lean.lean_kernel(io, structure))
         return Kernel((_cuda_gae if module == "gae" else _cuda_backward).forward_kernel(io, structure))
 
     @functools.cache
@@ -211,6 +213,7 @@ def driven(*, checked: bool = True):
         driver = SimpleNamespace(cuLaunchKernel=lambda f, *args: launches.append(f) or (success,))
     numba_cuda._launcher.cache_clear()
     numba_cuda._forward_kernels.cache_clear()
+    numba_cuda._lean_kernels.cache_clear()
     _plans.PLANS.clear()
     try:
         with mock.patch.object(numba_cuda, "_compiled", compiled), mock.patch.object(numba_cuda, "_carry", carry), \
@@ -226,4 +229,5 @@ def driven(*, checked: bool = True):
     finally:
         numba_cuda._launcher.cache_clear()
         numba_cuda._forward_kernels.cache_clear()
+        numba_cuda._lean_kernels.cache_clear()
         _plans.PLANS.clear()

@@ -239,7 +239,7 @@ def recorded_launches(problem) -> list[tuple]:
     from gae_xp.backends import numba_cuda
 
     LaunchRecorder.launches = []
-    caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels]
+    caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels, numba_cuda._lean_kernels]
     for cache in caches:
         cache.cache_clear()
     try:

@@ -1,0 +1,396 @@
+r"""GAE's common structures as lean numba-CUDA kernels: a row streamed right to left, a two-number state.
+
+The structures served (``numba_cuda.lean_serves``): a constant or per-step/per-row gamma
+and lam, a bootstrap value per row, ``terminated``, ``truncated``,
+``next_values``, and a mask (without ``fill_masked``) where rows are not cut
+into chunks; no packed offsets, ``critic_lam``, carry or pieces (the
+general kernels of ``_cuda_gae`` keep those). Per step, reverse in
+time (``g_t = 0 if terminated_t else gamma_t``, ``c_t = 0 if terminated_t or
+truncated_t else gamma_t lam_t``)::
+
+    delta_t = (r_t - V_t) + g_t Vnext_t        (Vnext_t = V_{t+1}, the row's bootstrap value after its last step)
+    delta_t = (r_t + g_t Vnext_t) - V_t        (Vnext_t = next_values_t)
+    A_t     = delta_t + c_t A_{t+1},  A_T = 0;  outputs A_t and A_t + V_t
+
+A masked step is skipped (the identity map, outputs 0), and without
+``next_values`` Vnext_t is V at the next real step: a value chain scanned
+before the advantage, each thread's leftmost real value composed "the first
+known, near before far", carried from tile to tile like the advantage.
+
+A run of steps acts on the advantage entering it from the right by the
+affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).
+Composition, near after far: ``(c_n c_f, d_n + c_n d_f)``, with the product
+``c_n d_f`` exactly 0 when ``c_n`` is (nothing, NaN and inf included,
+crosses a cut) and products of coefficients that keep an underflow of
+non-zero factors at the smallest subnormal (only a true zero cuts).
+
+**One block streams a row.** A *group* of threads (the whole block, or a
+power-of-two part of it when rows are short: several rows per block) owns a
+row, or a *chunk* of it when too few rows fill the GPU, and walks it from
+its last *tile* (``group x items`` steps) to its first. Per tile: striped
+loads (thread ``k`` of the group reads steps ``i group + k``: a warp's load
+reads consecutive steps) into shared memory; each thread folds its
+``items`` consecutive steps (``_cuda_plan.lean_items``; V_{t+1} read from
+the neighbouring slot, the tile's last step reads the value carried from the
+tile to its right) into a map; a Hillis-Steele scan in shared memory (``log2(group)`` steps, a barrier
+each; no warp intrinsics, so numba's simulator runs the same code) composes
+the threads' maps from the right; every thread rescans its steps from the
+advantage entering it and writes A and A + V back to shared memory; striped
+stores. The advantage and the value at the tile's first step are the carry
+into the next tile, held in registers.
+
+**Chunks.** A row cut into chunks is two launches: ``maps`` writes each
+chunk's map ``(c, d)`` (its steps folded, no output), ``final`` starts each
+chunk from the maps of the chunks to its right composed in registers (a few
+per row) applied to 0, then streams as above. The inputs are read twice and
+the outputs written once: 1.5x the floor bytes of the plain case.
+
+Kernels are built by ``lean_kernel`` as ``KernelSpec`` (explicit signature,
+absent arrays typed ``none`` and pruned at compile time) and launched by
+``numba_cuda._lean`` through the backend's driver launch (``_cuda_launch``;
+``CudaPlan`` packs their argument blocks once per layout);
+``_cuda_plan.lean_plan`` sizes the groups, chunks and grid of a call (pure
+arithmetic, no numba needed).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._cuda_import import cuda, types
+from ._cuda_kernels import (
+    KernelSpec,
+    array,
+    compute_dtype,
+    constants,
+    conversions,
+    element_type,
+    optional,
+    pad_shift,
+    tile_id,
+)
+from ._cuda_plan import LEAN_THREADS as THREADS
+from ._cuda_plan import SIMULATED, lean_items
+
+#: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
+OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
+#: Bits of a step's flag byte.
+TERMINATED, TRUNCATED, MASKED = 1, 2, 4
+#: Launch bounds: at least this many blocks of LEAN_THREADS per SM, float32 compute (at most 128 registers a thread:
+#: with fewer, the branch-free fold of a tile spills) and float64 (at most 168: its mask spilled on sm_80 under 128).
+BLOCKS_PER_SM = (4, 3)
+
+
+class LeanStructure(NamedTuple):
+    """What a lean kernel is compiled for (with the io dtype): its optional per-step arrays and its phase."""
+
+    inputs: frozenset  # from OPTIONAL_STEPS
+    phase: str = "final"  # "maps" (a chunk's map, launch 1 of chunked rows) or "final"
+    chunked: bool = False  # final phase: start each chunk from the maps of the chunks to its right
+
+    @property
+    def name(self) -> str:
+        options = sorted(self.inputs) + (["chunked"] if self.chunked else [])
+        return f"lean_{self.phase}[{','.join(options) or 'plain'}]"
+
+
+# --- global loads and stores of a row (a 1-D view: one index, one stride) ----------------------------------------
+
+if SIMULATED:
+    @cuda.jit(device=True)
+    def load_once(a, t):
+        return a[t]
+
+    load_again = load_once
+
+    @cuda.jit(device=True)
+    def store_once(a, t, value):
+        a[t] = value
+else:
+    @cuda.jit(device=True)
+    def load_once(a, t):
+        """A last read: streaming, evict first (ld.global.cs)."""
+        return cuda.ldcs(a, t)
+
+    @cuda.jit(device=True)
+    def load_again(a, t):
+        """A read the final launch repeats, or of a coefficient other rows may share: cached in L2 (ld.global.cg)."""
+        return cuda.ldcg(a, t)
+
+    @cuda.jit(device=True)
+    def store_once(a, t, value):
+        """An output: streaming store (st.global.cs)."""
+        cuda.stcs(a, t, value)
+
+
+def signature(io: str, s: LeanStructure):
+    """The explicit signature of a lean kernel: absent arrays are ``none``."""
+    data, flags = array(element_type(io), 2), array("uint8", 2)
+    compute = compute_dtype(io)
+    final = s.phase == "final"
+    out = array(element_type(io), 2, "C")
+    floats = ("next_values", "gamma", "lam")
+    return types.void(
+        data, data,
+        *(optional(name in s.inputs, data) for name in floats),
+        *(optional(name in s.inputs, flags) for name in ("terminated", "truncated", "mask")),
+        array(compute, 2),  # bootstrap, (rows, 1)
+        types.UniTuple(getattr(types, compute), 2),
+        types.UniTuple(types.int64, 5),
+        optional(not final or s.chunked, array(compute, 2, "C")),  # maps, (2, rows * chunks)
+        optional(final, out), optional(final, out),
+    )
+
+
+def lean_kernel(io: str, s: LeanStructure):
+    """A lean kernel (see the module docstring) for one io dtype, as ``_cuda_kernels.KernelSpec``."""
+    c = constants(io)
+    zero, one, tiny, dtype = c.zero, c.one, c.tiny, c.dtype
+    to_compute, to_io = conversions(io)
+    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel
+    final = s.phase == "final"
+    chunked = s.chunked
+    load = load_once if final else load_again  # the maps launch reads what the final launch reads again
+    has_next = "next_values" in s.inputs
+    has_mask = "mask" in s.inputs
+    has_flags = has_mask or "terminated" in s.inputs or "truncated" in s.inputs
+    value_chain = has_mask and not has_next  # Vnext = V at the next real step: a scan of its own
+    neighbour = not has_mask and not has_next  # Vnext = V_{t+1}: the neighbouring slot
+    shift = pad_shift(compute_dtype(io))
+    tile_size = THREADS * items
+    # a group's slots: its tile's steps, then the value after them (groups never share a slot)
+    slots = tile_size + THREADS
+    padded = slots + (slots >> shift) + 1
+    scan_size = 2 * THREADS  # the block scan's two buffers
+    # an array the structure lacks gets one unused slot
+    coefficient_size = padded if final and not (s.inputs & {"next_values", "gamma", "lam"}) else 1
+    next_size = padded if has_next else 1
+    gamma_size = padded if "gamma" in s.inputs else 1
+    lam_size = padded if "lam" in s.inputs else 1
+    flags_size = slots if has_flags else 1
+
+    # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
+    u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, items, THREADS, shift))
+
+    @cuda.jit(device=True)
+    def pad(i):
+        """The shared slot of a tile's i-th step (unsigned): blocked reads of items consecutive steps hit distinct
+        banks."""
+        return i + (i >> u_shift)
+
+    @cuda.jit(device=True)
+    def mul0(x, y):
+        """x * y, exactly 0 when x is 0 (a cut drops NaN and inf)."""
+        if x == zero:
+            return zero
+        return x * y
+
+    @cuda.jit(device=True)
+    def times(x, y):
+        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
+        z = x * y
+        if z == zero and x != zero and y != zero:
+            z = -tiny if (x < zero) != (y < zero) else tiny
+        return z
+
+    def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
+               maps, advantages, returns):
+        rows, length, chunks, chunk_steps, groups = geometry
+        tid = np.uint64(cuda.threadIdx.x)
+        group = np.uint64(cuda.blockDim.x) // np.uint64(groups)
+        g = tid // group
+        lt = tid - g * group  # this thread's place in its group
+        lead = g * group  # the group's first thread
+        base = lead * u_items + g  # the group's first shared slot (one more per group: the value after its tile)
+        first = base + lt * u_items  # this thread's first shared slot
+        work = tile_id() * groups + np.int64(g)
+        row = work // chunks
+        chunk = work - row * chunks
+        live = row < rows
+        lo = chunk * chunk_steps
+        hi = min(lo + chunk_steps, length)
+        if not live:
+            lo, hi = np.int64(0), np.int64(0)
+        at = min(row, rows - 1)  # the row whose views the group takes (an idle group never reads them)
+        tile = np.int64(group * u_items)
+        tiles = (chunk_steps + tile - 1) // tile  # the same for every group of a block: barriers match
+        s_r = cuda.shared.array(padded, dtype)
+        s_v = cuda.shared.array(padded, dtype)
+        s_n = cuda.shared.array(next_size, dtype)
+        s_g = cuda.shared.array(gamma_size, dtype)
+        s_l = cuda.shared.array(lam_size, dtype)
+        # each step's coefficient, in a slot its own thread has read already where there is one
+        if has_next:
+            s_k = s_n
+        elif gamma is not None:
+            s_k = s_g
+        elif lam is not None:
+            s_k = s_l
+        else:
+            s_k = cuda.shared.array(coefficient_size, dtype)
+        s_f = cuda.shared.array(flags_size, np.uint8)
+        s_c = cuda.shared.array(scan_size, dtype)
+        s_d = cuda.shared.array(scan_size, dtype)
+        gam, lm = scalars[0], scalars[1]
+        # the state entering the chunk from the right: the advantage and the value after its last step
+        x = zero
+        v_right = zero
+        if live:
+            if hi < length:
+                v_right = to_compute(values[row, hi])
+            else:
+                v_right = bootstrap[row, 0]
+            if final and chunked:
+                k = chunks - 1
+                while k > chunk:
+                    column = row * chunks + k
+                    x = maps[1, column] + mul0(maps[0, column], x)
+                    k -= 1
+        map_c, map_d = one, zero  # maps phase: the chunk's map so far (from its right end)
+        for n in range(tiles):
+            start = lo + (tiles - 1 - n) * tile
+            steps = np.uint64(max(min(tile, hi - start), 0))
+            # striped loads into the group's slots; a step past the tile's end reloads its last step (no branch)
+            if steps > u_zero:
+                for k in range(items):
+                    i = min(np.uint64(k) * group + lt, steps - u_one)
+                    t = start + np.int64(i)
+                    slot = pad(base + i)
+                    s_r[slot] = to_compute(load(rewards[at], t))
+                    s_v[slot] = to_compute(load(values[at], t))
+                    if has_next:
+                        s_n[slot] = to_compute(load(next_values[at], t))
+                    if gamma is not None:
+                        s_g[slot] = to_compute(load_again(gamma[at], t))
+                    if lam is not None:
+                        s_l[slot] = to_compute(load_again(lam[at], t))
+                    if has_flags:
+                        bits = 0
+                        if terminated is not None:
+                            if load(terminated[at], t) != 0:
+                                bits |= TERMINATED
+                        if truncated is not None:
+                            if load(truncated[at], t) != 0:
+                                bits |= TRUNCATED
+                        if mask is not None:
+                            if load(mask[at], t) == 0:
+                                bits |= MASKED
+                        s_f[base + i] = np.uint8(bits)
+            if lt == u_zero and neighbour:
+                s_v[pad(base + steps)] = v_right
+            cuda.syncthreads()
+            if steps > u_zero and neighbour:
+                v_right = s_v[pad(base)]
+            vnext = v_right  # the value chain entering this thread's steps (a mask without next_values)
+            if value_chain:
+                # each thread's leftmost real value (known 1) or none (known 0), scanned from the right: "the first
+                # known, near before far"
+                known, value = zero, zero
+                for i in range(items):
+                    j = np.uint64(items - 1 - i)
+                    if lt * u_items + j < steps and (s_f[first + j] & MASKED) == 0:
+                        known, value = one, s_v[pad(first + j)]
+                s_c[tid] = known
+                s_d[tid] = value
+                cuda.syncthreads()
+                buf = u_zero
+                step = u_one
+                while step < group:
+                    if lt + step < group and known == zero:
+                        partner = buf * u_threads + tid + step
+                        known, value = s_c[partner], s_d[partner]
+                    buf = u_one - buf
+                    s_c[buf * u_threads + tid] = known
+                    s_d[buf * u_threads + tid] = value
+                    cuda.syncthreads()
+                    step = step * u_two
+                if lt + u_one < group and s_c[buf * u_threads + tid + u_one] != zero:
+                    vnext = s_d[buf * u_threads + tid + u_one]
+                if s_c[buf * u_threads + lead] != zero:
+                    v_right = s_d[buf * u_threads + lead]
+                cuda.syncthreads()  # the buffers are the advantage scan's next
+            # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
+            # past the tile's end read slots of the tile and are made the identity by a select (no branch).
+            fc, fd = one, zero
+            for i in range(items):
+                j = np.uint64(items - 1 - i)
+                slot = pad(first + j)
+                r = s_r[slot]
+                v = s_v[slot]
+                step_gamma = s_g[slot] if gamma is not None else gam
+                step_lam = s_l[slot] if lam is not None else lm
+                discount = step_gamma
+                coefficient = step_gamma * step_lam
+                inside = lt * u_items + j < steps
+                if has_flags:
+                    fl = s_f[first + j]
+                    if fl & TERMINATED:
+                        discount = zero
+                    if fl & (TERMINATED | TRUNCATED):
+                        coefficient = zero
+                    if has_mask:
+                        inside = inside and (fl & MASKED) == 0
+                if has_next:
+                    delta = (r + mul0(discount, s_n[slot])) - v
+                elif value_chain:
+                    delta = (r - v) + mul0(discount, vnext)
+                    vnext = v if inside else vnext
+                else:
+                    delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
+                coefficient = coefficient if inside else one
+                delta = delta if inside else zero
+                if final:
+                    s_r[slot] = delta
+                    s_k[slot] = coefficient
+                fd = delta + mul0(coefficient, fd)
+                fc = times(coefficient, fc)
+            # the group's maps composed from the right (Hillis-Steele, double-buffered)
+            s_c[tid] = fc
+            s_d[tid] = fd
+            cuda.syncthreads()
+            buf = u_zero
+            step = u_one
+            while step < group:
+                if lt + step < group:
+                    partner = buf * u_threads + tid + step
+                    fd = fd + mul0(fc, s_d[partner])
+                    fc = times(fc, s_c[partner])
+                buf = u_one - buf
+                s_c[buf * u_threads + tid] = fc
+                s_d[buf * u_threads + tid] = fd
+                cuda.syncthreads()
+                step = step * u_two
+            tile_c, tile_d = s_c[buf * u_threads + lead], s_d[buf * u_threads + lead]
+            if final:
+                y = x
+                if lt + u_one < group:
+                    y = s_d[buf * u_threads + tid + u_one] + mul0(s_c[buf * u_threads + tid + u_one], x)
+                for i in range(items):  # past the tile's end: the identity, written to slots nobody stores
+                    slot = pad(first + np.uint64(items - 1 - i))
+                    y = s_r[slot] + mul0(s_k[slot], y)
+                    s_r[slot] = y
+                    s_v[slot] = y + s_v[slot]
+                    if has_mask:  # a masked step: 0 (its value is ignored, NaN included)
+                        if s_f[first + np.uint64(items - 1 - i)] & MASKED:
+                            s_r[slot] = zero
+                            s_v[slot] = zero
+                x = tile_d + mul0(tile_c, x)
+                cuda.syncthreads()
+                for k in range(items):
+                    i = np.uint64(k) * group + lt
+                    if i < steps:
+                        slot = pad(base + i)
+                        store_once(advantages[at], start + np.int64(i), to_io(s_r[slot]))
+                        store_once(returns[at], start + np.int64(i), to_io(s_v[slot]))
+            else:
+                map_d = tile_d + mul0(tile_c, map_d)
+                map_c = times(tile_c, map_c)
+            cuda.syncthreads()
+        if not final and live and lt == u_zero:
+            maps[0, work] = map_c
+            maps[1, work] = map_d
+
+    return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM[io == "float64"]))
+

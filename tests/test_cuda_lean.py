@@ -1,0 +1,211 @@
+"""The lean numba-CUDA kernels (``backends/_cuda_lean.py``) in numba's CUDA simulator, against the float64 loop.
+
+Run in a process of its own with ``NUMBA_ENABLE_CUDASIM=1`` (see ``.ci/run``);
+skipped otherwise. Under the simulator a lean block is 4 threads of 2 steps
+(a tile of 8 steps), and fewer than 4 row blocks cut rows into chunks, so the
+shapes below cover T = 1, T below a tile (several rows per block, groups of
+1, 2 and 4 threads), exact tiles, T not a multiple of the tile, several tiles
+per row, and rows cut into 2 and 3 chunks. Every test checks that the call
+took the lean kernels: the general kernels' launcher is replaced by one that
+fails.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from helpers import make_case, xp_assert_close
+from hypothesis import given
+from hypothesis import strategies as st
+
+import gae_xp
+from gae_xp import reference
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
+                allow_module_level=True)
+
+from gae_xp.backends import _cuda_plan, numba_cuda  # noqa: E402  (after the simulator check)
+
+pytestmark = [
+    pytest.mark.cudasim,
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # inf - inf in poisoned rows
+]
+
+BACKEND = "numba-cuda"
+HOST = np.zeros(())  # results are NumPy arrays in host memory (the simulator's arrays)
+#: (rows, T): T = 1 (a block of single-step rows); T < a tile (groups of 2 and 4 threads), and T filling a group's
+#: tile exactly (groups of 1 and 2 threads: the value after one group's tile must not land in the next group's
+#: slots); a tile exactly; several tiles, T not a multiple; rows cut into chunks (3 rows: 2 chunks of 8; 1 row: 3
+#: chunks of 16, the last partial).
+SHAPES = [(5, 1), (6, 2), (5, 3), (5, 4), (3, 7), (4, 8), (4, 21), (3, 13), (1, 37), (2, 17)]
+STRUCTURES = {
+    "plain": {},
+    "bootstrap": dict(bootstrap=True),
+    "terminated and truncated": dict(dones=0.15, bootstrap=True),
+    "next values": dict(next_values=True, dones=0.15),
+    "per-step gamma, per-row lam": dict(per_step_gamma=True, per_row_lam=True, bootstrap=True),
+    "everything": dict(per_step_gamma=True, per_row_lam=True, dones=0.15, next_values=True),
+}
+#: Masks (rows not cut into chunks: the lean kernels take them there).
+MASKED = {
+    "holes": dict(holes=0.3, bootstrap=True),
+    "holes, padding, dones": dict(holes=0.3, padding=2, dones=0.15, bootstrap=True),
+    "sparse mask, per-step gamma": dict(holes=0.85, dones=0.05, per_step_gamma=True, per_row_lam=True,
+                                        bootstrap=True),
+    "holes with next values": dict(holes=0.4, next_values=True, dones=0.15),
+}
+UNCHUNKED = [(5, 1), (6, 2), (5, 3), (5, 4), (4, 8), (4, 21), (5, 37)]
+
+
+@pytest.fixture(autouse=True)
+def general_kernels_refused(monkeypatch):
+    """The general kernels' launcher fails: a test passes only through the lean kernels."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the general kernels ran where the lean kernels serve the problem")
+
+    monkeypatch.setattr(numba_cuda, "_launch_forward", refuse)
+
+
+def float64_loop(**case):
+    """The float64 oracle on the case's values, whatever their dtype."""
+    wide = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
+            for k, v in case.items()}
+    return reference.gae_loop(**wide)
+
+
+def check(case, dtype=np.float64):
+    before = {k: v.copy() for k, v in case.items() if isinstance(v, np.ndarray)}
+    got = gae_xp.gae(**case, backend=BACKEND)
+    for name, value in before.items():
+        np.testing.assert_array_equal(case[name], value, err_msg=f"{name} was modified")
+    assert not np.shares_memory(got[0], got[1])
+    assert not any(np.shares_memory(out, v) for out in got for v in before.values())
+    for out, want in zip(got, float64_loop(**case)):
+        xp_assert_close(out, want, like=HOST, dtype=np.dtype(dtype))
+
+
+def test_the_shapes_cover_groups_tiles_and_chunks():
+    """What SHAPES claims about the simulator's plans (so that a change of the constants cannot hollow the tests)."""
+    plans = {shape: _cuda_plan.lean_plan(*shape) for shape in SHAPES}
+    assert {p.threads // p.groups for p in plans.values()} >= {1, 2, 4}
+    assert any(p.chunks == 1 and p.groups == 1 and p.length % (p.threads * _cuda_plan.LEAN_ITEMS) for p in
+               plans.values())
+    assert {p.chunks for p in plans.values()} >= {1, 2, 3}
+    assert {p.threads // p.groups for p in plans.values() if p.groups > 1 and p.length == p.threads // p.groups
+            * _cuda_plan.LEAN_ITEMS} >= {1, 2}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("structure", ["plain", "terminated and truncated", "everything"])
+def test_every_shape(structure, shape):
+    check(make_case(np.random.default_rng(sum(shape) + len(structure)), shape, **STRUCTURES[structure]))
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (4, 21), (1, 37)], ids=str)
+@pytest.mark.parametrize("structure", STRUCTURES)
+def test_every_structure(structure, shape):
+    check(make_case(np.random.default_rng(sum(shape) + len(structure) + 1), shape, **STRUCTURES[structure]))
+
+
+@pytest.mark.parametrize("shape", UNCHUNKED, ids=str)
+@pytest.mark.parametrize("structure", MASKED)
+def test_masks(structure, shape):
+    """A masked step is skipped (outputs 0, no discount across it) and, without next_values, V at the next real
+    step bootstraps a step: the value chain, across threads and tiles."""
+    check(make_case(np.random.default_rng(sum(shape) + len(structure) + 2), shape, **MASKED[structure]))
+
+
+def test_masked_steps_hold_nan_and_inf_unread():
+    case = make_case(np.random.default_rng(6), (4, 21), holes=0.3, dones=0.1, bootstrap=True)
+    case["rewards"] = np.where(case["mask"], case["rewards"], np.nan)
+    case["values"] = np.where(case["mask"], case["values"], np.inf)
+    advantages, returns = gae_xp.gae(**case, backend=BACKEND)
+    assert np.isfinite(advantages).all() and np.isfinite(returns).all()
+    assert (advantages[~case["mask"]] == 0).all() and (returns[~case["mask"]] == 0).all()
+    check(case)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+@pytest.mark.parametrize("structure", ["terminated and truncated", "everything"])
+@pytest.mark.parametrize("shape", [(5, 3), (1, 37)], ids=str)
+def test_narrow_dtypes(shape, structure, dtype):
+    case = make_case(np.random.default_rng(4), shape, **STRUCTURES[structure])
+    narrow = {k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v for k, v in case.items()}
+    check(narrow, dtype)
+
+
+@pytest.mark.parametrize("shape", [(4, 21), (1, 37), (2, 17)], ids=str)
+def test_per_step_and_per_row_coefficients_of_every_step(shape):
+    """gamma and lam given for every (row, step), and gamma per row: no broadcast view."""
+    rng = np.random.default_rng(8)
+    case = make_case(rng, shape, dones=0.1, bootstrap=True)
+    case["gamma"] = rng.uniform(0.0, 1.0, shape)
+    case["lam"] = rng.uniform(0.0, 1.0, shape)
+    check(case)
+    case["gamma"] = rng.uniform(0.0, 1.0, (shape[0], 1))
+    check(case)
+
+
+@pytest.mark.parametrize("next_values", [False, True])
+@pytest.mark.parametrize("cut", [7, 8, 15, 16, 30])
+def test_nan_and_inf_stop_at_a_cut(cut, next_values):
+    """NaN and inf behind a terminated step (at a tile's or a chunk's edge, or inside one) never reach the steps
+    before it; a NaN in front of it travels back as in the serial loop, through tiles and chunks."""
+    rng = np.random.default_rng(cut)
+    case = make_case(rng, (1, 37), next_values=next_values)
+    case["terminated"] = np.zeros((1, 37), dtype=bool)
+    case["terminated"][0, cut] = True
+    case["truncated"] = np.zeros((1, 37), dtype=bool)
+    case["truncated"][0, cut // 2] = True
+    case["rewards"][0, cut + 1] = np.nan
+    case["values"][0, cut + 1:] = np.inf
+    if next_values:
+        case["next_values"][0, cut:] = -np.inf
+    else:
+        case["truncated_bootstrap"] = "next_step"
+    advantages, _ = gae_xp.gae(**case, backend=BACKEND)
+    assert np.isfinite(advantages[0, :cut + 1]).all()
+    check(case)
+    case["rewards"][0, cut - 3] = np.nan  # behind the truncation at cut // 2 for small cuts, else before the cut
+    check(case)
+
+
+def test_a_zero_coefficient_cuts_and_an_underflow_does_not():
+    """gamma lam = 0 at a step drops the NaN after it; products of coefficients that underflow float32 keep it."""
+    case = make_case(np.random.default_rng(2), (1, 37), dtype=np.float32)
+    case["rewards"][0, 36] = np.nan
+    case["gamma"] = np.full((1, 37), 1e-10, dtype=np.float32)
+    check(case, np.float32)
+    case["gamma"][0, 20] = 0.0
+    check(case, np.float32)
+
+
+@given(rows=st.integers(1, 5), length=st.integers(1, 40), dones=st.sampled_from([0.0, 0.2]),
+       next_values=st.booleans(), per_step=st.booleans(), bootstrap=st.booleans(), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from(["float32", "float64"]))
+def test_property_against_the_float64_loop(rows, length, dones, next_values, per_step, bootstrap, seed, dtype):
+    case = make_case(np.random.default_rng(seed), (rows, length), dones=dones, next_values=next_values,
+                     per_step_gamma=per_step, per_row_lam=per_step, bootstrap=bootstrap and not next_values)
+    check({k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v for k, v in case.items()},
+          dtype)
+
+
+def test_other_structures_keep_the_general_kernels(monkeypatch):
+    """critic_lam, fill_masked, and a mask on rows cut into chunks: lean_serves says no, and the general kernels
+    solve them."""
+    monkeypatch.undo()  # the general kernels allowed
+    original = numba_cuda._launch_forward
+    cases = [(make_case(np.random.default_rng(1), (2, 9), critic_lam=0.5), {}),
+             (make_case(np.random.default_rng(1), (5, 9), holes=0.3), {"fill_masked": True}),
+             (make_case(np.random.default_rng(1), (1, 37), holes=0.3), {})]
+    for case, options in cases:
+        calls = []
+        monkeypatch.setattr(numba_cuda, "_launch_forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+        got = gae_xp.gae(**case, **options, backend=BACKEND)
+        monkeypatch.undo()
+        assert calls, options
+        for out, want in zip(got, reference.gae_loop(**case, **options)):
+            xp_assert_close(out, want, like=HOST)
