@@ -151,8 +151,8 @@ COMMANDS: dict[str, Run] = {
     'GAE_XP_HYPOTHESIS_PROFILE=full python -m pytest -n 2 -m "slow or hypothesis"':
         not_run("the test suite itself (the full matrix)"),
     "NUMBA_ENABLE_CUDASIM=1 GAE_XP_HYPOTHESIS_PROFILE=simulator python -m pytest -n 2 -m cudasim "
-    "tests/test_cuda_sim.py tests/test_hardening.py tests/test_masked_extremes.py tests/test_gpu_baselines.py "
-    "tests/test_autograd.py":
+    "tests/test_cuda_sim.py tests/test_cuda_lean.py tests/test_hardening.py tests/test_hardening4.py "
+    "tests/test_masked_extremes.py tests/test_gpu_baselines.py tests/test_autograd.py":
         not_run("the test suite itself (its CUDA simulator part)"),
     "NUMBA_ENABLE_CUDASIM=1 python -m pytest -m cudasim tests/test_cuda_sim.py tests/test_hardening.py "
     "tests/test_masked_extremes.py tests/test_gpu_baselines.py tests/test_autograd.py":
