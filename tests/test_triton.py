@@ -387,7 +387,8 @@ def test_it_refuses_what_it_does_not_serve():
             pass
 
 
-def test_the_estimators_run_on_the_generic_scan():
+def test_discounted_cumsum_runs_on_the_triton_scan():
+    """``backend="triton"`` serves the scan too (``_triton_scan.scan``), not only ``gae()``."""
     x = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
     got = gae_xp.discounted_cumsum(x, 0.5, backend="triton")
     xp_assert_close(got, reference.discounted_returns_loop(x.numpy(), gamma=0.5), like=x)
