@@ -159,7 +159,8 @@ def plan_maker(backend: Backend) -> Callable | None:
 def run(call: PreparedCall | PreparedScan, work: Callable[[Backend], Any], *, segments: bool = False):
     """``(work(backend), backend)`` on the backend that ``solver(call)`` picks; when that backend's compiler fails
     (``_fallback.is_compiler_failure``), "auto" runs ``work`` again on the next route, with one warning per cause,
-    and a named backend raises ``RouteUnavailableError`` from the failure. A caller's error propagates."""
+    and a named backend raises ``RouteUnavailableError`` from the failure; where no other route serves the arrays
+    (Dask's graph for Dask arrays) the failure propagates. A caller's error propagates."""
     while True:
         backend = solver(call, segments=segments)
         try:
@@ -170,7 +171,10 @@ def run(call: PreparedCall | PreparedScan, work: Callable[[Backend], Any], *, se
             cause = fail(backend.name, error)
             if call.backend != "auto":
                 raise _fallback.refuse(backend.name, cause) from error
-            _fallback.warn_once(backend.name, cause, solver(call, segments=segments).name)
+            fallback = solver(call, segments=segments)
+            if fallback is backend:  # the only route for these arrays (Dask's graph): none to fall to, never a loop
+                raise
+            _fallback.warn_once(backend.name, cause, fallback.name)
 
 
 def attempt(name: str, work: Callable[[], Any], otherwise: Callable[[], Any]) -> Any:
@@ -305,7 +309,8 @@ def _traceable(xp, arrays) -> Backend:
     scan."""
     if is_dask_namespace(xp):
         return load("dask")
-    if is_jax_namespace(xp) and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None:
+    if (is_jax_namespace(xp) and _fallback.broken(_lax_scan.NAME) is None
+            and _lax_scan.BACKEND.unavailable_reason(xp, arrays) is None):
         return _lax_scan.BACKEND
     if is_torch_namespace(xp):
         from . import torch_ops

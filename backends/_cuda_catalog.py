@@ -1,4 +1,5 @@
 """The kernels the numba-CUDA backend launches, by family, phase and structure: what the compile test compiles.
+
 A structure prunes its absent arrays at compile time, so the structure with
 every option present (that can be asked for together: a carry, which pieces
 bring, comes without critic_lam) bounds the registers, the shared memory and the code

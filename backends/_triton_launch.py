@@ -92,7 +92,7 @@ class Plan:
         sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
         block, warps, stages, chunk, chunks = _config(
             length, rows, sequences, _multiprocessors(rewards.device),
-            tuple(settings[name] for name in ("block", "num_warps", "num_stages")))
+            tuple(settings[name] for name in ("block", "num_warps", "num_stages")), p.offsets is not None)
         strides = []
         for name in (*STEP_NAMES, "bootstrap", "carry"):
             a = arrays.get(name)
@@ -216,15 +216,17 @@ def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool
 
 @functools.lru_cache(maxsize=256)
 def _config(length: int, rows: int, sequences: int, multiprocessors: int,
-            override: tuple) -> tuple[int, int, int, int, int]:
+            override: tuple, packed: bool = False) -> tuple[int, int, int, int, int]:
     """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
-    (``_triton_config.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows."""
+    (``_triton_config.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows without
+    packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its programs are
+    sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut)."""
     steps = max(1, length // sequences)
     block, warps, stages = next(row[1:] for row in heuristic.HEURISTIC if steps <= row[0])
     block, warps, stages = (mine if mine is not None else default
                             for mine, default in zip(override, (block, warps, stages)))
     chunk, chunks = length, 1
-    if sequences == 1 and rows < heuristic.FEW_ROWS * multiprocessors:
+    if not packed and rows < heuristic.FEW_ROWS * multiprocessors:
         wanted = -(-heuristic.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
         chunks = min(MAX_CHUNKS, wanted, -(-length // block))
         if chunks > 1:

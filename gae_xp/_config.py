@@ -27,13 +27,13 @@ PACKAGES = ("numpy", "array-api-compat", "numba", "llvmlite", "numba-cuda", "num
 
 #: What each route serves, in words.
 SERVES = {
-    "triton": "torch CUDA tensors and CuPy arrays (Triton kernels)",
+    "triton": "torch CUDA tensors (Triton kernels; CuPy arrays take numba-cuda)",
     "numba-cuda": "CuPy arrays and torch CUDA tensors (numba-CUDA kernels)",
     "numba": "NumPy arrays and torch CPU tensors (numba kernels)",
     "jax": "JAX arrays on a CPU (lax.scan)",
     "dask": "Dask arrays (Dask's own graph)",
     "xp": "every array-API library (the generic chunk scan)",
-    "torch-op": "torch tensors that require grad (custom operator on the numba kernels)",
+    "torch-op": "torch tensors that require grad (custom operator: numba on the CPU, Triton or numba-cuda on CUDA)",
 }
 
 

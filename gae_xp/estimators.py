@@ -256,11 +256,6 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[st
         tensors alike. Other layouts (strided time, other slices of the
         per-step arrays) compile a kernel on their first call.
 
-    Raises
-    ------
-    TypeError, ValueError
-        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above.
-
     Returns
     -------
     None
@@ -271,8 +266,8 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[st
 
     Raises
     ------
-    ValueError
-        When ``cases`` names a case not listed above.
+    TypeError, ValueError
+        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above.
 
     Examples
     --------

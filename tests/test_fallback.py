@@ -472,3 +472,37 @@ def test_a_guarded_backend_falls_back_or_names_its_failure(fresh_routes, monkeyp
     # (the summary kernel is not the driver that fails here)
     np.testing.assert_allclose(guarded.summarize(call.problem), numba_cpu.BACKEND.summarize(call.problem),
                                atol=1e-12)
+
+
+def test_a_failing_route_that_is_the_only_one_raises_rather_than_loops(fresh_routes, monkeypatch):
+    """Dask arrays have one route under "auto" (Dask's graph): a compiler failure there has nothing to fall to, so
+    it propagates once, never retried in a loop."""
+    da = pytest.importorskip("dask.array")
+    calls = []
+
+    def failing(self, problem, *, chunk_size=None):
+        calls.append(1)
+        if len(calls) > 3:
+            raise AssertionError("run() retried the failed route in a loop")
+        raise ImportError("a part of the compiler does not import")
+
+    monkeypatch.setattr(type(backends.load("dask")), "gae", failing)
+    r = da.from_array(np.zeros((2, 8)), chunks=(2, 4))
+    with pytest.raises(ImportError, match="a part of the compiler"):
+        gae_xp.gae(r, r)
+    assert len(calls) == 1
+
+
+def test_traced_jax_arrays_fall_back_when_the_lax_scan_fails(fresh_routes, monkeypatch):
+    """Traced JAX arrays take lax.scan; its compiler failing gives the generic path (once warned), not a loop."""
+    jax = pytest.importorskip("jax")
+    jnp = pytest.importorskip("jax.numpy")
+
+    def failing(self, problem, *, chunk_size=None):
+        raise ImportError("a part of the compiler does not import")
+
+    monkeypatch.setattr(type(backends.load("jax")), "gae", failing)
+    r, v, _ = _data()
+    with pytest.warns(gae_xp.RouteUnavailableWarning, match="the 'jax' route is unavailable.*falling back to 'xp'"):
+        advantages = jax.jit(lambda r, v: gae_xp.gae(r, v)[0])(jnp.asarray(r), jnp.asarray(v))
+    np.testing.assert_allclose(np.asarray(advantages), reference.gae_loop(r, v)[0], rtol=1e-5, atol=1e-5)

@@ -1,4 +1,4 @@
-"""tests/gpu/check.sh fits one GPU loan: its structure, budgets and outputs, checked on the CPU.
+"""tests/gpu/check.sh fits one GPU run of at most 8 minutes: its structure, budgets and outputs, checked on the CPU.
 
 The check runs with ``GAE_XP_CHECK_DRY_RUN=1`` (every part on the CPU with
 tiny stand-in work: the GPU test files collected, the sanitizer's calls, the

@@ -192,6 +192,18 @@ def test_packed_sequences_in_one_row_with_the_chunk_block():
         check(tensors(case, torch.float32), cu_seqlens=[0, 37, 37, 90])
 
 
+@pytest.mark.parametrize("device_offsets", [False, True])
+def test_one_packed_sequence_in_few_long_rows_is_not_cut_into_chunks(device_offsets, monkeypatch):
+    """``cu_seqlens=[0, T]`` is one sequence per row, but still offsets the kernel reads by its program's index:
+    a row of few long ones is walked by one program (chunks would read offsets past their end)."""
+    calls = launches(monkeypatch)
+    case = build(4, (1, 300), OPTIONS["everything"])
+    case["bootstrap_value"] = np.array([[0.75]])
+    with triton_backend.tuned(block=16):
+        check(tensors(case, torch.float64), cu_seqlens=torch.tensor([0, 300]) if device_offsets else [0, 300])
+    assert [kwargs["MODE"] for _, kwargs in calls] == [0]
+
+
 @pytest.mark.parametrize("name", ["plain", "dones+next_values", "holes+fill", "everything"])
 def test_an_incoming_carry_enters_each_sequence_as_in_the_numba_kernels(name):
     """Pieces (shards, blocks): each segment's end takes its bootstrap value and an incoming advantage."""
@@ -387,7 +399,8 @@ def test_it_refuses_what_it_does_not_serve():
             pass
 
 
-def test_the_estimators_run_on_the_generic_scan():
+def test_discounted_cumsum_runs_on_the_triton_scan():
+    """``backend="triton"`` serves the scan too (``_triton_scan.scan``), not only ``gae()``."""
     x = torch.arange(6.0, dtype=torch.float64).reshape(2, 3)
     got = gae_xp.discounted_cumsum(x, 0.5, backend="triton")
     xp_assert_close(got, reference.discounted_returns_loop(x.numpy(), gamma=0.5), like=x)
