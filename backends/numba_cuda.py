@@ -1,7 +1,7 @@
 """CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
 A ``gae()`` call without packed offsets, ``critic_lam`` or a carry (and a
-mask only where rows are not cut into chunks: ``lean_serves``) runs the
+mask only without ``fill_masked`` and where rows are not cut into chunks: ``lean_serves``) runs the
 lean kernels of ``_cuda_lean``: a row (or a chunk of a row, when rows are
 too few to fill the GPU: two launches) streamed by a group of threads with a
 two-number state. Every other call lays its arrays

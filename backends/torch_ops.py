@@ -55,7 +55,7 @@ from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view
 from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
-from . import _fallback, numba_cpu, solve_gae
+from . import _fallback, fail, numba_cpu, solve_gae
 from . import xp as _generic
 
 NAME = "torch-op"
@@ -106,8 +106,6 @@ def _generic_reason(p: GaeProblem) -> str | None:
     if any(is_torch_array(c) and c.requires_grad for c in (p.gamma, p.lam, p.critic_lam)):
         return "per-step gamma, lam or critic_lam that require grad: the generic path's autograd differentiates them"
     if p.rewards.device.type == "cuda":
-        if (p.offsets is not None or p.carry is not None) and not _cuda_backend().segments:
-            return "the numba-CUDA kernels take no packed sequences or carry yet"
         if p.carry is not None and p.carry.requires_grad and _cuda_backend().name == "numba-cuda":
             return "the numba-CUDA backward gives no gradient to a carry"
     return None
@@ -177,7 +175,8 @@ def _gae_cpu(*inputs):
 
 
 def _gae_cuda(*inputs):
-    return _solve(_problem(dict(zip(INPUTS, inputs))), _cuda_backend())
+    problem = _problem(dict(zip(INPUTS, inputs)))
+    return _on_cuda_kernels(lambda backend: _solve(problem, backend))
 
 
 def _gae_fake(*inputs):
@@ -196,7 +195,8 @@ def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
     """The adjoint on the GPU: the Triton kernels (``_triton_scan.gae_backward``) where triton imports, else the
     numba-CUDA ones."""
     problem = _problem(dict(zip(INPUTS, inputs)))
-    return _gradients(_cuda_backend().gae_backward(problem, grad_advantages, grad_returns), problem)
+    return _on_cuda_kernels(lambda backend: _gradients(backend.gae_backward(problem, grad_advantages, grad_returns),
+                                                       problem))
 
 
 def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
@@ -309,6 +309,24 @@ def _cuda_backend():
     return numba_cuda.BACKEND
 
 
+def _on_cuda_kernels(work):
+    """``work(backend)`` on the CUDA kernels (``_cuda_backend``); where Triton's compiler fails, the Triton route is
+    remembered as failed (``backends.fail``: warned once per cause) and the work runs again on numba-CUDA's kernels
+    where they can run. Any other error, or a failure with no kernels left, propagates (``backends.run`` then falls
+    back to the generic path)."""
+    backend = _cuda_backend()
+    try:
+        return work(backend)
+    except Exception as error:
+        if backend.name != "triton" or not _fallback.is_compiler_failure(error):
+            raise
+        cause = fail("triton", error)
+        if _cuda_reason() is not None:
+            raise
+        _fallback.warn_once("triton", cause, "numba-cuda")
+        return work(_cuda_backend())
+
+
 def _cuda_reason() -> str | None:
     """None when the Triton or the numba-CUDA backend can run both operators on this machine."""
     if _TRITON_INSTALLED and _fallback.broken("triton") is None:
@@ -317,9 +335,6 @@ def _cuda_reason() -> str | None:
         return _fallback.broken("numba-cuda")
     if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
         return "numba-cuda is not installed (pip install 'gae_xp[cuda12]' or 'gae_xp[cuda13]')"
-    backend = _cuda_backend()
-    if not hasattr(backend, "gae_backward"):
-        return "the numba-CUDA backend has no backward kernel yet"
     from numba import cuda
 
     return None if cuda.is_available() else "numba-cuda finds no usable CUDA driver or GPU"

@@ -81,7 +81,9 @@ _KNOBS = ("block", "num_warps", "num_stages")
 @contextlib.contextmanager
 def tuned(**settings):
     """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``; None = the
-    heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16."""
+    heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16. A launch that cannot run with them
+    (too many registers or too much shared memory for the GPU) raises RuntimeError naming them: the route stays
+    usable, ``auto`` does not fall back for it."""
     unknown = set(settings) - set(_KNOBS)
     if unknown:
         raise ValueError(f"tuned() takes {', '.join(_KNOBS)}, got {', '.join(sorted(unknown))}")
@@ -140,7 +142,14 @@ class TritonBackend:
                              "own")
         from . import _triton_launch
 
-        return _triton_launch.solve(problem, _settings())
+        override = getattr(_SETTINGS, "override", None)
+        if override is None:
+            return _triton_launch.solve(problem, _settings())
+        try:  # a benchmark's settings that cannot run are the settings' failure, not the route's (no fallback)
+            return _triton_launch.solve(problem, override)
+        except Exception as error:
+            raise RuntimeError(f"the Triton kernels cannot run with tuned({override}): {type(error).__name__}: "
+                               f"{error}") from error
 
     def scan(self, xp, x, a, *, reverse, chunk_size):
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""

@@ -106,9 +106,26 @@ def lines(config: dict) -> list[str]:
     return out
 
 
+#: The module each kernel route needs, for ``summary``: found without importing it (``numba_cuda`` is numba-cuda's
+#: own top-level module; ``numba.cuda`` would import numba).
+ROUTE_MODULES = {"triton": "triton", "numba-cuda": "numba_cuda", "numba": "numba", "jax": "jax", "dask": "dask",
+                 "torch-op": "torch"}
+
+
 def summary() -> str:
-    """One line: each route, "yes" or "no (why)" (the bench's header)."""
-    return "; ".join(f"{name} {'yes' if why is None else f'no ({why})'}" for name, why in routes().items())
+    """One line for the bench's header, importing nothing: each route "installed", "not installed" or "failed in
+    this process (why)"; the generic path "yes". ``show_config`` probes further (compilers, GPUs)."""
+    states = []
+    for name in [*backends.REGISTRY, "torch-op"]:
+        module, cause = ROUTE_MODULES.get(name), _fallback.broken(name)
+        if cause is not None:
+            state = f"failed in this process ({cause})"
+        elif module is None:
+            state = "yes"
+        else:
+            state = "installed" if _installed(module) else "not installed"
+        states.append(f"{name} {state}")
+    return "; ".join(states)
 
 
 def _why_not(name: str) -> str | None:
@@ -157,6 +174,10 @@ def _numba_cuda() -> str | None:
 def _triton() -> str | None:
     if not _installed("triton"):
         return "triton is not installed (it comes with torch's Linux CUDA wheels)"
+    from .backends import triton as route
+
+    if route.interpreted():
+        return "TRITON_INTERPRET=1: the interpreter serves backend='triton' only, never 'auto'"
     importlib.import_module("triton")
     return _torch_cuda()
 

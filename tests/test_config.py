@@ -74,4 +74,19 @@ def test_a_route_failed_in_this_process_is_shown_with_its_cause(monkeypatch):
 
     monkeypatch.setattr(_fallback, "_BROKEN", {"numba": "numba 0.0 cannot compile"})
     assert _config.routes()["numba"] == "failed in this process: numba 0.0 cannot compile"
-    assert "numba no (failed in this process: numba 0.0 cannot compile)" in _config.summary()
+    assert "numba failed in this process (numba 0.0 cannot compile)" in _config.summary()
+
+
+def test_the_bench_headers_summary_imports_no_framework_or_compiler():
+    """The bench's header line says what is installed without importing it: a NumPy bench's process must not load
+    torch, triton or numba-cuda (and start a CUDA driver) to print its header."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from gae_xp import _config; line = _config.summary(); "
+              "print(line); print(sorted(m for m in ('torch', 'triton', 'numba', 'jax', 'dask') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    line, imported = done.stdout.strip().splitlines()
+    assert imported == "[]", imported
+    assert line.startswith("triton ") and "; xp yes" in line

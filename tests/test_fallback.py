@@ -506,3 +506,41 @@ def test_traced_jax_arrays_fall_back_when_the_lax_scan_fails(fresh_routes, monke
     with pytest.warns(gae_xp.RouteUnavailableWarning, match="the 'jax' route is unavailable.*falling back to 'xp'"):
         advantages = jax.jit(lambda r, v: gae_xp.gae(r, v)[0])(jnp.asarray(r), jnp.asarray(v))
     np.testing.assert_allclose(np.asarray(advantages), reference.gae_loop(r, v)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_cuda_operators_fall_from_a_failing_triton_to_numba_cuda(fresh_routes, monkeypatch):
+    """The torch operators' CUDA implementations (``torch_ops._on_cuda_kernels``): a Triton compile failure marks
+    the Triton route failed (not the operator), warns once and runs the same work on numba-CUDA's kernels; a
+    caller's error, or a failure with no numba-CUDA to run, propagates."""
+    pytest.importorskip("torch")
+    from gae_xp.backends import torch_ops
+
+    triton_module = types.ModuleType("triton.compiler")
+    exec("def fail():\n    raise RuntimeError('no backend for this GPU')\n", triton_module.__dict__)
+    triton_route, numba_route = types.SimpleNamespace(name="triton"), types.SimpleNamespace(name="numba-cuda")
+    monkeypatch.setattr(torch_ops, "_TRITON_INSTALLED", True)
+    monkeypatch.setattr(torch_ops, "_cuda_backend",
+                        lambda: numba_route if _fallback.broken("triton") else triton_route)
+    monkeypatch.setattr(torch_ops, "_cuda_reason", lambda: None)
+
+    def work(backend):
+        if backend is triton_route:
+            triton_module.fail()
+        return backend.name
+
+    with pytest.warns(gae_xp.RouteUnavailableWarning, match="the 'triton' route is unavailable.*'numba-cuda'"):
+        assert torch_ops._on_cuda_kernels(work) == "numba-cuda"
+    assert _fallback.broken("triton") is not None and _fallback.broken("torch-op") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch_ops._on_cuda_kernels(work) == "numba-cuda"  # remembered: no second warning, no retry
+
+    def refuse(backend):
+        raise ValueError("cu_seqlens must be increasing")
+
+    monkeypatch.setattr(_fallback, "_BROKEN", {})
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        torch_ops._on_cuda_kernels(refuse)
+    monkeypatch.setattr(torch_ops, "_cuda_reason", lambda: "numba-cuda is not installed")
+    with pytest.raises(RuntimeError, match="no backend"):
+        torch_ops._on_cuda_kernels(work)

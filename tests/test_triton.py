@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import types
 
 import numpy as np
 import pytest
@@ -530,3 +531,18 @@ def _overlaps(a, b) -> bool:
     a_end = a_start + a.untyped_storage().nbytes()
     b_end = b_start + b.untyped_storage().nbytes()
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() or (a_start < b_end and b_start < a_end)
+
+
+def test_settings_that_cannot_run_fail_as_the_settings_not_the_route(monkeypatch):
+    """Within ``tuned()``, a launch that fails (e.g. Triton's OutOfResources for a block too large) raises
+    RuntimeError naming the settings, and the route is not remembered as failed: the next variant still runs."""
+    from gae_xp.backends import _fallback
+
+    compiler = types.ModuleType("triton.runtime.errors")
+    exec("def fail(*args):\n    raise RuntimeError('out of resources: shared memory')\n", compiler.__dict__)
+    monkeypatch.setattr(_triton_launch, "solve", compiler.fail)
+    r, v = torch.ones(2, 8), torch.zeros(2, 8)
+    with triton_backend.tuned(block=4096, num_warps=16):
+        with pytest.raises(RuntimeError, match=r"tuned\(.*'block': 4096.*out of resources"):
+            gae_xp.gae(r, v, backend="triton")
+    assert _fallback.broken("triton") is None
