@@ -49,6 +49,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._triton_parts import compose as _compose
+from ._triton_parts import lane as _lane
+
 #: The most chunks one row is cut into (the chunk maps are scanned as one block of this many).
 MAX_CHUNKS = 256
 #: The fields of a chunk's map (``maps[row, chunk]``): local advantage at its first step with nothing entering,
@@ -66,22 +69,9 @@ _RUNTIME = ["length", "inner_count", "parts", "chunk", "n_chunks",
 
 
 @triton.jit
-def _compose(far_coefficient, far_delta, near_coefficient, near_delta):
-    """The map of two neighbouring runs of steps (``far`` later in time): a zero coefficient cuts exactly."""
-    carried = tl.where(near_coefficient == 0, 0.0, near_coefficient * far_delta)
-    return far_coefficient * near_coefficient, near_delta + carried
-
-
-@triton.jit
 def _first_real(far_real, far_value, near_real, near_value):
     """The value at the first real step of two neighbouring runs (``far`` later in time), and whether there is one."""
     return far_real | near_real, tl.where(near_real != 0, near_value, far_value)
-
-
-@triton.jit
-def _lane(x, positions, position):
-    """The element of ``x`` at ``position`` (a scalar), without reading any other lane's value."""
-    return tl.sum(tl.where(positions == position, x, 0.0), axis=0)
 
 
 @triton.jit

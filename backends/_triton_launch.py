@@ -43,7 +43,7 @@ def solve(p, settings: dict):
         return advantages, returns
     key = _layout(p, settings)
     plan = _PLANS.get(key)
-    with _on_device(rewards.device):
+    with on_device(rewards.device):
         if plan is not None:
             plan.launch(p, advantages, returns)
             return advantages, returns
@@ -244,7 +244,7 @@ def _multiprocessors(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _on_device(device):
+def on_device(device):
     """torch's device context for a CUDA device (Triton launches on the current one), else nothing."""
     import contextlib
 

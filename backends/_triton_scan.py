@@ -61,6 +61,10 @@ import triton.language as tl
 from gae_xp._prepare import guarded_offsets
 from gae_xp._problem import fill_invalid
 
+from ._triton_launch import on_device
+from ._triton_parts import compose as _compose
+from ._triton_parts import lane as _lane
+
 #: The reverse-in-time families of ``_reverse_rows``.
 RETURNS, LAMBDA, VTRACE = 0, 1, 2
 #: Rows up to this many steps are scanned in one block of the next power of two (at least 16); longer rows stream
@@ -73,24 +77,9 @@ LONG_BLOCK = 1024
 
 
 @triton.jit
-def _compose(first_coefficient, first_value, second_coefficient, second_value):
-    """The map of two neighbouring runs of steps, ``second`` applied last (the nearer one in the scan's order):
-    ``y -> second_value + second_coefficient (first_value + first_coefficient y)``, a zero coefficient cutting
-    exactly (the product beyond it chosen away)."""
-    carried = tl.where(second_coefficient != 0.0, second_coefficient * first_value, 0.0)
-    return first_coefficient * second_coefficient, second_value + carried
-
-
-@triton.jit
 def _enter(product, local, carry):
     """A block's scan entered by the carry from the block before it: ``local + product carry``, cut exactly."""
     return local + tl.where(product != 0.0, product * carry, 0.0)
-
-
-@triton.jit
-def _lane(x, lanes, lane):
-    """The value of one lane of a block, as a scalar."""
-    return tl.sum(tl.where(lanes == lane, x, 0.0), axis=0)
 
 
 @triton.jit
@@ -380,7 +369,7 @@ def scan(x, a, *, reverse: bool):
     steps = not isinstance(a, float)
     coefficients = _rows(torch.broadcast_to(a, shape), rows, length) if steps else values
     block = _block(length)
-    with _on_device(x):
+    with on_device(x.device):
         _scan_rows[(rows,)](out, values, coefficients, 0.0 if steps else a, length, *_strides(values),
                             *_strides(coefficients), REVERSE=reverse, STEPS=steps, WIDE=_wide(x.dtype), BLOCK=block,
                             num_warps=_warps(block))
@@ -422,7 +411,7 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
         arrays = [*upstream, *flags, *coefficients]
         written = [grads[name] for name in ("rewards", "values", "next_values", "bootstrap", "carry")]
         block = _block(length)
-        with _on_device(r):
+        with on_device(r.device):
             _adjoint_rows[(rows,)](
                 *(_or(a, r) for a in written), *(_or(a, r) for a in arrays), _offsets(p, r),
                 *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), length, count, count.bit_length(),
@@ -488,7 +477,7 @@ def _reverse(family: int, problem, *, following=None, clips=(1.0, 1.0, 1.0)):
     if bootstrap is not None:
         bootstrap = torch.broadcast_to(bootstrap, (*shape[:-1], count)).reshape(rows, count)
     block = _block(length)
-    with _on_device(r):
+    with on_device(r.device):
         _reverse_rows[(rows,)](
             outputs[0], outputs[-1], *(_or(a, r) for a in per_step), _or(bootstrap, r), _offsets(p, r),
             *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), *clips, length, count,
@@ -564,10 +553,3 @@ def _block(length: int) -> int:
 
 def _warps(block: int) -> int:
     return 8 if block >= LONG_BLOCK else 4
-
-
-def _on_device(array):
-    """The array's CUDA device made current for the launch (nothing for CPU tensors under the interpreter)."""
-    import contextlib
-
-    return torch.cuda.device(array.device) if array.device.type == "cuda" else contextlib.nullcontext()
