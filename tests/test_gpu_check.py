@@ -128,6 +128,7 @@ def dry_run(tmp_path_factory):
     return done, tmp / "out"
 
 
+@pytest.mark.slow  # the full matrix: it runs check.sh's parts on the CPU (10-20 s)
 def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     done, out = dry_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -179,6 +180,7 @@ def test_a_failing_part_does_not_stop_the_rest(tmp_path):
     assert done.returncode == 0  # the script's own status: it ran to its end
 
 
+@pytest.mark.slow  # the full matrix: it runs check.sh's parts on the CPU (10-20 s)
 def test_a_part_over_its_budget_is_stopped_and_the_next_runs(tmp_path):
     subprocess.run(["bash", str(CHECK)], env=environment(tmp_path, stub_python=True, STUB_STALL="bench",
                                                          GAE_XP_BUDGET_BENCH="3"),
@@ -310,6 +312,7 @@ def test_junit_parts_merge_and_a_missing_one_is_incomplete(report, tmp_path):
     assert report.junit_totals(tmp_path / "absent.xml") is None
 
 
+@pytest.mark.slow  # the full matrix: it runs check.sh's parts on the CPU (10-20 s)
 def test_the_docs_section_says_nothing_is_measured_until_a_run_fills_it(report, dry_run, tmp_path):
     empty = report.section(None)
     assert "no figure in this section is measured" in empty and "|" in empty

@@ -173,6 +173,7 @@ def _installed_files(site: Path) -> tuple[set[str], set[str]]:
     return present, listed
 
 
+@pytest.mark.slow  # the full matrix: a venv, two installs and a bench (15-35 s)
 def test_an_installed_copy_gets_nothing_compiled_inside_it_and_reinstalls_editable(tmp_path):
     """Issue 44, 1: the bench compiled numba's cache into site-packages/gae_xp/bench/__pycache__; pip uninstall left
     those files, and the leftover folder then imported as an empty namespace package (``gae_xp.gae`` missing after
