@@ -69,6 +69,20 @@ _RUNTIME = ["length", "inner_count", "parts", "chunk", "n_chunks",
 
 
 @triton.jit
+def _entering_chain(map_row, chain, later, values_after, lanes, VALUE_CHAIN: tl.constexpr):
+    """The advantage of chain ``chain`` (0: the actor's, 1: the critic's) entering a chunk from the right: the maps
+    of the chunks after it (``later``), each its local value (plus, with the value chain, what "V after the chunk"
+    adds to it) and its product of coefficients, composed."""
+    local = tl.load(map_row + 2 * chain, mask=later, other=0.0)
+    if VALUE_CHAIN:
+        reaching = tl.load(map_row + 4 + chain, mask=later, other=0.0)
+        local += tl.where(reaching == 0, 0.0, reaching * values_after)
+    coefficients = tl.load(map_row + 2 * chain + 1, mask=later, other=1.0)
+    _, composed = tl.associative_scan((coefficients, local), 0, _compose, reverse=True)
+    return _lane(composed, lanes, 0)
+
+
+@triton.jit
 def _first_real(far_real, far_value, near_real, near_value):
     """The value at the first real step of two neighbouring runs (``far`` later in time), and whether there is one."""
     return far_real | near_real, tl.where(near_real != 0, near_value, far_value)
@@ -170,21 +184,11 @@ def gae_kernel(
                                                            reverse=True)
             values_after = tl.where(found_after != 0, first_after, bootstrap_value)
             next_value = _lane(values_after, lanes, part).to(DTYPE)
-        map_local = tl.load(map_row, mask=later, other=0.0)
-        if VALUE_CHAIN:
-            reaching = tl.load(map_row + 4, mask=later, other=0.0)
-            map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
-        map_coefficients = tl.load(map_row + 1, mask=later, other=1.0)
-        _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
-        following = _lane(composed, lanes, 0).to(DTYPE)
+        else:
+            values_after = bootstrap_value  # not read without the value chain (_entering_chain)
+        following = _entering_chain(map_row, 0, later, values_after, lanes, VALUE_CHAIN).to(DTYPE)
         if CRITIC != 0:
-            map_local = tl.load(map_row + 2, mask=later, other=0.0)
-            if VALUE_CHAIN:
-                reaching = tl.load(map_row + 5, mask=later, other=0.0)
-                map_local += tl.where(reaching == 0, 0.0, reaching * values_after)
-            map_coefficients = tl.load(map_row + 3, mask=later, other=1.0)
-            _, composed = tl.associative_scan((map_coefficients, map_local), 0, _compose, reverse=True)
-            critic_following = _lane(composed, lanes, 0).to(DTYPE)
+            critic_following = _entering_chain(map_row, 1, later, values_after, lanes, VALUE_CHAIN).to(DTYPE)
         else:
             critic_following = following
 

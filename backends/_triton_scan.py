@@ -171,6 +171,23 @@ def _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS: tl.co
 
 
 @triton.jit
+def _step_flags(steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
+                terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED: tl.constexpr,
+                HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr, HAS_OFFSETS: tl.constexpr):
+    """What every reverse and adjoint kernel knows of its block's steps: inside the row, the segment of each step
+    and whether it is the segment's first or last, terminated, cut (terminated or truncated), real (unmasked)."""
+    inside = steps < length
+    segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
+    ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside, HAS_TERMINATED)
+    cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside, HAS_TRUNCATED)
+    if HAS_MASK:
+        real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
+    else:
+        real = inside
+    return inside, segment, first, last, ended, cut, real
+
+
+@triton.jit
 def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row, a_time,
                REVERSE: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr,
                BLOCK: tl.constexpr):
@@ -212,16 +229,10 @@ def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
     pending = _zero(WIDE)  # b at the latest real step so far in the segment
     for i in range(0, tl.cdiv(length, BLOCK)):
         steps = i * BLOCK + lanes
-        inside = steps < length
-        segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
-        ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside,
-                       HAS_TERMINATED)
-        cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside,
-                             HAS_TRUNCATED)
-        if HAS_MASK:
-            real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
-        else:
-            real = inside
+        inside, segment, first, last, ended, cut, real = _step_flags(
+            steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
+            terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED,
+            HAS_MASK, HAS_OFFSETS)
         kept = (real | FILL) & inside
         g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
@@ -282,16 +293,10 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
     blocks = tl.cdiv(length, BLOCK)
     for i in range(0, blocks):
         steps = (blocks - 1 - i) * BLOCK + lanes
-        inside = steps < length
-        segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
-        ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside,
-                       HAS_TERMINATED)
-        cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside,
-                             HAS_TRUNCATED)
-        if HAS_MASK:
-            real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
-        else:
-            real = inside
+        inside, segment, first, last, ended, cut, real = _step_flags(
+            steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
+            terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED,
+            HAS_MASK, HAS_OFFSETS)
         g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
         r = tl.where(real, _floats(rewards, row * rewards_row, rewards_time, steps, inside, WIDE), 0.0)
