@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gae_xp import reference
-from gae_xp.testing import make_case, xp_assert_close
+from gae_xp.testing import make_case, option_grid, xp_assert_close
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
@@ -42,32 +42,11 @@ from gae_xp.backends import triton as triton_backend  # noqa: E402
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
-#: name -> make_case options (and gae() options beyond them): every option alone and together.
-OPTIONS = {
-    "plain": {},
-    "bootstrap": {"bootstrap": True},
-    "next_values": {"next_values": True},
-    "dones": {"dones": 0.2},
-    "dones+next_values": {"dones": 0.2, "next_values": True},
-    "holes": {"holes": 0.3},
-    "holes+fill": {"holes": 0.3, "fill_masked": True},
-    "holes+next_values": {"holes": 0.3, "next_values": True, "fill_masked": True},
-    "padding+bootstrap": {"padding": 5, "bootstrap": True},
-    "coefficients": {"per_step_gamma": True, "per_row_lam": True},
-    "critic_lam": {"critic_lam": 1.0},
-    "per_step_critic_lam": {"per_step_critic_lam": True, "dones": 0.1},
-    "everything": {"dones": 0.15, "holes": 0.25, "padding": 2, "per_step_gamma": True, "per_row_lam": True,
-                   "bootstrap": True, "per_step_critic_lam": True, "fill_masked": True},
-}
+OPTIONS = option_grid(dones=0.2)
 
 
 def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
-    options = dict(options)
-    fill = options.pop("fill_masked", False)
-    case = make_case(np.random.default_rng(seed), shape, axis=axis, **options)
-    if fill:
-        case["fill_masked"] = True
-    return case
+    return make_case(np.random.default_rng(seed), shape, axis=axis, **options)
 
 
 def tensors(case: dict, dtype) -> dict:

@@ -12,6 +12,7 @@ imports no array library until one is asked for.
   ``target_unavailable``, ``to_numpy``;
 * ``make_case``: random ``gae()`` arguments as NumPy float64 arrays (dones,
   holes, padding, per-step gamma, per-row lam, bootstrap, next values);
+  ``option_grid``: every option alone and together, as ``make_case`` options;
 * ``xp_assert_close``: a result against a float64 oracle (namespace, dtype,
   shape, device, non-finite pattern, tolerance by dtype).
 
@@ -28,8 +29,8 @@ Examples
 
 from . import libraries
 from .assertions import tolerance, xp_assert_close
-from .cases import make_case
+from .cases import make_case, option_grid
 from .libraries import TARGETS, Library, load, target_unavailable, to_numpy, unavailable
 
 __all__ = ["libraries", "Library", "TARGETS", "load", "unavailable", "target_unavailable", "to_numpy", "make_case",
-           "xp_assert_close", "tolerance"]
+           "option_grid", "xp_assert_close", "tolerance"]

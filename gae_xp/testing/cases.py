@@ -10,7 +10,8 @@ import numpy as np
 def make_case(rng: np.random.Generator, shape: tuple[int, ...], *, axis: int = -1, dones: float = 0.0,
               holes: float = 0.0, padding: int = 0, per_step_gamma: bool = False, per_row_lam: bool = False,
               bootstrap: bool = False, next_values: bool = False, gamma: float = 0.99, lam: float = 0.95,
-              critic_lam: float | None = None, per_step_critic_lam: bool = False, dtype: Any = np.float64) -> dict:
+              critic_lam: float | None = None, per_step_critic_lam: bool = False, fill_masked: bool = False,
+              dtype: Any = np.float64) -> dict:
     """``gae()`` keyword arguments as NumPy arrays, time on ``axis``.
 
     Parameters
@@ -35,6 +36,8 @@ def make_case(rng: np.random.Generator, shape: tuple[int, ...], *, axis: int = -
         The discounts when not drawn.
     critic_lam : float, optional
         Decoupled GAE's lambda for the returns, passed on; ``per_step_critic_lam`` draws it per step (0 to 1).
+    fill_masked : bool, default False
+        Passed on: ``gae()`` fills the masked steps' outputs instead of zeroing them.
     dtype : numpy dtype, default float64
         The dtype of rewards and values.
 
@@ -85,4 +88,50 @@ def make_case(rng: np.random.Generator, shape: tuple[int, ...], *, axis: int = -
         critic_shape = [1] * len(shape)
         critic_shape[axis] = length
         case["critic_lam"] = rng.uniform(0.0, 1.0, critic_shape)
+    if fill_masked:
+        case["fill_masked"] = True
     return case
+
+
+def option_grid(dones: float = 0.2) -> dict[str, dict]:
+    """Every option of ``gae()`` alone and in the combinations kernels treat apart, as ``make_case`` options.
+
+    Parameters
+    ----------
+    dones : float, default 0.2
+        The probability of terminated (and of truncated) per step where a case has them: small for long rows,
+        large for short ones, so that every row has some. The case with every option draws 3/4 of it, and the
+        per-step critic lambda's half.
+
+    Returns
+    -------
+    dict
+        name -> keyword arguments for ``make_case``: ``plain``, ``bootstrap``, ``next_values``, ``dones``,
+        ``dones+next_values``, ``holes``, ``holes+fill``, ``holes+next_values``, ``padding+bootstrap``,
+        ``coefficients`` (gamma per step, lam per row), ``critic_lam``, ``per_step_critic_lam`` and
+        ``everything``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gae_xp.testing import make_case, option_grid
+    >>> case = make_case(np.random.default_rng(0), (2, 8), **option_grid()["holes+fill"])
+    >>> case["fill_masked"], case["mask"].shape
+    (True, (2, 8))
+    """
+    return {
+        "plain": {},
+        "bootstrap": {"bootstrap": True},
+        "next_values": {"next_values": True},
+        "dones": {"dones": dones},
+        "dones+next_values": {"dones": dones, "next_values": True},
+        "holes": {"holes": 0.3},
+        "holes+fill": {"holes": 0.3, "fill_masked": True},
+        "holes+next_values": {"holes": 0.3, "next_values": True, "fill_masked": True},
+        "padding+bootstrap": {"padding": 5, "bootstrap": True},
+        "coefficients": {"per_step_gamma": True, "per_row_lam": True},
+        "critic_lam": {"critic_lam": 1.0},
+        "per_step_critic_lam": {"per_step_critic_lam": True, "dones": dones / 2},
+        "everything": {"dones": 0.75 * dones, "holes": 0.25, "padding": 2, "per_step_gamma": True,
+                       "per_row_lam": True, "bootstrap": True, "per_step_critic_lam": True, "fill_masked": True},
+    }

@@ -26,38 +26,18 @@ import torch
 
 import gae_xp
 from gae_xp import reference
-from gae_xp.testing import make_case, xp_assert_close
+from gae_xp.testing import make_case, option_grid, xp_assert_close
 
 assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
 
 DEVICE = torch.device("cuda")
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
-OPTIONS = {
-    "plain": {},
-    "bootstrap": {"bootstrap": True},
-    "next_values": {"next_values": True},
-    "dones": {"dones": 0.05},
-    "dones+next_values": {"dones": 0.05, "next_values": True},
-    "holes": {"holes": 0.3},
-    "holes+fill": {"holes": 0.3, "fill_masked": True},
-    "holes+next_values": {"holes": 0.3, "next_values": True, "fill_masked": True},
-    "padding+bootstrap": {"padding": 5, "bootstrap": True},
-    "coefficients": {"per_step_gamma": True, "per_row_lam": True},
-    "critic_lam": {"critic_lam": 1.0},
-    "per_step_critic_lam": {"per_step_critic_lam": True, "dones": 0.02},
-    "everything": {"dones": 0.02, "holes": 0.25, "padding": 2, "per_step_gamma": True, "per_row_lam": True,
-                   "bootstrap": True, "per_step_critic_lam": True, "fill_masked": True},
-}
+OPTIONS = option_grid(dones=0.05)
 SHAPES = ((300, 129), (2, 8193))
 
 
 def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
-    options = dict(options)
-    fill = options.pop("fill_masked", False)
-    case = make_case(np.random.default_rng(seed), shape, axis=axis, **options)
-    if fill:
-        case["fill_masked"] = True
-    return case
+    return make_case(np.random.default_rng(seed), shape, axis=axis, **options)
 
 
 def on_gpu(case: dict, dtype) -> dict:
