@@ -1,11 +1,14 @@
 """Cost model: a GPU kernel's device time from the bytes it moves and the instructions it issues, calibrated on
 the measured H200 table.
 
-Per launch::
+Per launch, in one of two forms::
 
-    time = max(bytes / bandwidth, thread instructions / issue rate) + latency
+    max: time = max(bytes / bandwidth, thread instructions / issue rate) + latency   (overlapped)
+    sum: time = bytes / bandwidth + thread instructions / issue rate + latency        (added)
 
-and a call's time is the sum over its launches. A copy is bound by bytes; the
+and a call's time is the sum over its launches; both forms are fit, and the one
+with the smaller residual on the rows fit is used (``choose``: ``sum`` on the
+H200 table, where ``max`` models the Triton baseline 10-41 % fast). A copy is bound by bytes; the
 first fused numba-CUDA kernels, measured at 7-12x a copy, by their own
 instructions (about 1,100 SASS instructions a step): bytes alone, the traffic
 model, predicted 23 us at 38400x128 where 163 us was measured.
