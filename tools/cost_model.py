@@ -214,7 +214,7 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
         recorded = traffic.recorded_launches(problem)
         moved = numba_cuda.traffic(problem)
     if [kernel.name.split("[")[0].split("_")[-1] for kernel, *_ in recorded] != list(moved):
-        raise AssertionError(f"the launches {[k.name for k, *_ in recorded]} are not the traffic model's {list(moved)}")
+        raise RuntimeError(f"the launches {[k.name for k, *_ in recorded]} are not the traffic model's {list(moved)}")
     launches = []
     for (kernel, blocks, threads, arguments), (streamed, per_tile) in zip(recorded, moved.values()):
         blocks = math.prod(blocks) if isinstance(blocks, tuple) else int(blocks)
