@@ -34,6 +34,8 @@ run profile      python -m gae_xp bench --library numpy,torch --B 8 --T 128 --ca
 run accuracy     python tests/conformance/float32_accuracy.py
 # the GPU traffic model (predicted, no GPU needed), written between its markers, and the kernels' registers
 run traffic      python -m tools.traffic --write
+# the cost model (bytes and SASS instructions, calibrated on the measured H200 table): its fit and predictions
+run cost-model   python -m tools.cost_model --write
 run registers    python tests/test_cuda_compile.py
 # beyond one device: packed sequences, context parallelism (4 gloo processes), Dask out of core and in memory
 run packed       env NUMBA_NUM_THREADS=1 python -m gae_xp.bench.scale packed

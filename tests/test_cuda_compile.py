@@ -25,7 +25,6 @@ import functools
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,19 +33,9 @@ from types import SimpleNamespace
 import pytest
 from test_cuda_launch import ptx_parameters
 
+from tools import sass
+
 ARCHS = {"sm_80": (8, 0), "sm_90": (9, 0)}
-
-
-def _ptxas() -> str | None:
-    try:  # find_spec raises when the parent package "nvidia" itself is absent
-        spec = importlib.util.find_spec("nvidia.cuda_nvcc")
-    except ModuleNotFoundError:
-        spec = None
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(root) / "bin" / "ptxas"
-        if candidate.exists():
-            return str(candidate)
-    return shutil.which("ptxas")
 
 
 def _unavailable() -> str | None:
@@ -54,7 +43,7 @@ def _unavailable() -> str | None:
         return "compile_ptx does not exist in the CUDA simulator"
     if importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None:
         return "numba-cuda is not installed (pip install 'numba-cuda[cu12]')"
-    if _ptxas() is None:
+    if sass.ptxas() is None:
         return "ptxas not found (pip install 'numba-cuda[cu12]' brings the nvidia-cuda-nvcc-cu12 wheel)"
     return _nvvm_missing()
 
@@ -108,10 +97,10 @@ def compile_kernel(io: str, spec, arch: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         source = Path(folder) / f"{io}-{re.sub(r'[^a-z0-9]+', '_', spec.name)}-{arch}.ptx"
         source.write_text(ptx)
-        done = subprocess.run([_ptxas(), f"-arch={arch}", "-v", str(source), "-o", str(source.with_suffix(".cubin"))],
-                              capture_output=True, text=True)
+        done = subprocess.run([sass.ptxas(), f"-arch={arch}", "-v", str(source), "-o",
+                               str(source.with_suffix(".cubin"))], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        listing = _sass(source.with_suffix(".cubin"))
+        listing = sass.listing(source.with_suffix(".cubin"))
     info = done.stderr
 
     def number(pattern):
@@ -140,51 +129,6 @@ def compile_kernel(io: str, spec, arch: str) -> dict:
         "ptx_parameters": ptx_parameters(ptx),
         "sass": listing,
     }
-
-
-def _cuobjdump() -> str | None:
-    """cuobjdump from the PATH, or the one Triton's wheel bundles."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    spec = importlib.util.find_spec("triton")
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(root) / "backends" / "nvidia" / "bin" / "cuobjdump"
-        if candidate.exists():
-            return str(candidate)
-    return None
-
-
-def _sass(cubin: Path) -> tuple[tuple[int, str], ...] | None:
-    """(address, instruction) of a cubin's SASS, or None without cuobjdump."""
-    if _cuobjdump() is None:
-        return None
-    done = subprocess.run([_cuobjdump(), "-sass", str(cubin)], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    found = (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line) for line in done.stdout.splitlines())
-    return tuple((int(m.group(1), 16), m.group(2)) for m in found if m)
-
-
-def instructions_per_step(listing, items: int, scan_steps: int) -> float:
-    """SASS instructions a thread issues per step of a tile, counted in the code: a loop is a backward branch; the
-    scan is the innermost loop holding a barrier, run ``scan_steps`` times; the tile is the loop around it (the lean
-    kernels' walk over a row), or the whole kernel (the general kernels: one tile a block); a thread holds ``items``
-    steps of a tile. Both sides of every branch count (a static count: an upper bound of the path a thread runs)."""
-    loops = []
-    for address, instruction in listing:
-        target = re.search(r"\bBRA\s+0x([0-9a-f]+)", instruction)
-        if target and int(target.group(1), 16) < address:
-            loops.append((int(target.group(1), 16), address))
-    barriers = [address for address, instruction in listing if "BAR.SYNC" in instruction]
-    scans = [(lo, hi) for lo, hi in loops if any(lo <= b <= hi for b in barriers)
-             and not any((a, b) != (lo, hi) and lo <= a and b <= hi for a, b in loops)]
-    tiles = [(lo, hi) for lo, hi in loops if any(lo < a and b <= hi for a, b in scans)]
-    span = tiles[0] if tiles else (listing[0][0], listing[-1][0])
-
-    def size(loop):
-        return (loop[1] - loop[0]) // 16 + 1
-
-    return (size(span) + sum((scan_steps - 1) * size(scan) for scan in scans)) / items
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -271,17 +215,17 @@ def compared(io: str, structure: str):
 
 
 def per_step_counts(io: str, structure: str) -> tuple[float, float]:
-    """(lean, general) SASS instructions per step on sm_90 (``instructions_per_step``; a block of the most threads
+    """(lean, general) SASS instructions per step on sm_90 (``tools.sass.per_step``; a block of the most threads
     scans in log2(threads) steps)."""
     from gae_xp.backends._cuda_plan import ITEMS, LEAN_THREADS, THREADS, lean_items
 
     lean, general = compared(io, structure)
-    return (instructions_per_step(compile_kernel(io, lean, "sm_90")["sass"], lean_items(io),
+    return (sass.per_step(compile_kernel(io, lean, "sm_90")["sass"], lean_items(io),
                                   LEAN_THREADS.bit_length() - 1),
-            instructions_per_step(compile_kernel(io, general, "sm_90")["sass"], ITEMS, THREADS.bit_length() - 1))
+            sass.per_step(compile_kernel(io, general, "sm_90")["sass"], ITEMS, THREADS.bit_length() - 1))
 
 
-@pytest.mark.skipif(_cuobjdump() is None, reason="cuobjdump not found (Triton's wheel bundles one)")
+@pytest.mark.skipif(sass.cuobjdump() is None, reason="cuobjdump not found (Triton's wheel bundles one)")
 @pytest.mark.parametrize("structure", COMPARED)
 @pytest.mark.parametrize("io", ["float32", "bfloat16"])
 def test_lean_kernels_issue_fewer_instructions_per_step(io, structure):

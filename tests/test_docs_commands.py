@@ -118,6 +118,10 @@ COMMANDS: dict[str, Run] = {
                                                 "tests/test_traffic.py regenerates them and checks they match"),
     "python -m tools.traffic": its_help("python -m tools.traffic", "tests/test_traffic.py runs the model and "
                                         "checks the pages it writes (it needs the CUDA toolkit wheels)"),
+    "python -m tools.cost_model --write": its_help("python -m tools.cost_model", "rewrites docs/gpu.md's tables: "
+                                                   "tests/test_cost_model.py regenerates them and checks they match"),
+    "python -m tools.cost_model": its_help("python -m tools.cost_model", "tests/test_cost_model.py fits the model "
+                                           "and checks the page (it needs triton and the CUDA toolkit wheels)"),
     "python tests/gpu/report_check.py docs $OUT --write docs/gpu.md":
         its_help("python tests/gpu/report_check.py", "reads a GPU check's outputs ($OUT): tests/test_gpu_check.py "
                  "runs it on a dry run's"),

@@ -13,30 +13,34 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)
+ROOT = Path(__file__).resolve().parents[1]  # the developer tools (``tools/``) live there, not in the package
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
 from gae_xp.backends import _triton_gae, _triton_scan  # noqa: E402
+from tools import sass  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 ALIGNED = [["tt.divisibility", 16]]
 
 
-def _case(name, function, types: dict, constexprs: dict, *, warps: int, aligned=(), bytes_per_step: int):
+def _case(name, function, types: dict, constexprs: dict, *, warps: int, aligned=(), bytes_per_step: int,
+          stages: int = 3):
     """One compilation: the kernel's arguments' types (pointers and scalars; constexprs from ``constexprs``), the
-    arguments Triton's launcher would find 16-aligned (every pointer and integer of an aligned layout)."""
+    arguments Triton's launcher would find 16-aligned (every pointer and integer of an aligned layout), its warps
+    and stages (Triton's default: 3)."""
     signature = {arg: types.get(arg, "constexpr") for arg in function.arg_names}
     attrs = {(function.arg_names.index(arg),): ALIGNED for arg in aligned}
     return {"name": name, "function": function, "signature": signature, "constexprs": constexprs, "attrs": attrs,
-            "warps": warps, "block": constexprs["BLOCK"], "bytes_per_step": bytes_per_step}
+            "warps": warps, "stages": stages, "block": constexprs["BLOCK"], "bytes_per_step": bytes_per_step}
 
 
 def _pointers(function, dtype: str, flags=(), integers=()) -> dict:
@@ -104,13 +108,17 @@ def cases() -> list[dict]:
     return out
 
 
-def _gae_case(name: str, options: dict, bytes_per_step: int) -> dict:
-    """``_triton_gae.gae_kernel`` on aligned contiguous float32 rows with the options given (one launch, ``MODE`` 0,
-    unless ``options`` says otherwise), as ``_triton_launch`` launches it with the heuristic's block of 1024."""
+def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp32", block: int = 1024,
+              warps: int = 4, stages: int = 3) -> dict:
+    """``_triton_gae.gae_kernel`` on aligned contiguous rows of ``dtype`` (a Triton pointer type: fp32, bf16, fp16,
+    fp64) with the options given (one launch, ``MODE`` 0, unless ``options`` says otherwise), as
+    ``_triton_launch`` launches it; by default with the heuristic's block of 1024 (4 warps)."""
     kernel = _triton_gae.gae_kernel
+    compute = tl.float64 if dtype == "fp64" else tl.float32
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
-                  "CONTIGUOUS": True, "DTYPE": tl.float32, "BLOCK": 1024, "CHUNKS": 256, "ALIGN": 4, **options}
+                  "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_gae.MAX_CHUNKS,
+                  "ALIGN": 128 // int(dtype[2:]), **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
     types = {}
     for arg in kernel.arg_names:
@@ -120,31 +128,25 @@ def _gae_case(name: str, options: dict, bytes_per_step: int) -> dict:
             types[arg] = "*u8"
         elif arg == "offsets":
             types[arg] = "*i64"
+        elif arg in ("bootstrap", "carry", "maps"):  # in the compute dtype
+            types[arg] = f"*{'fp64' if dtype == 'fp64' else 'fp32'}"
         elif arg in arrays:
-            types[arg] = "*fp32"
+            types[arg] = f"*{dtype}"
         else:
             types[arg] = "fp64" if arg.endswith("_value") else "i64"
     pointers = [arg for arg in arrays]
-    return _case(name, kernel, types, constexprs, warps=4, aligned=pointers, bytes_per_step=bytes_per_step)
+    return _case(name, kernel, types, constexprs, warps=warps, aligned=pointers, bytes_per_step=bytes_per_step,
+                 stages=stages)
 
 
-def nvdisasm() -> Path:
-    """The nvdisasm that ships with Triton's NVIDIA backend (beside its ptxas)."""
-    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-
-
-def sass(cubin: bytes) -> list[str]:
-    """The SASS instructions of a cubin (nvdisasm), one per line, without addresses or comments."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
-        file.write(cubin)
-        file.flush()
-        text = subprocess.run([str(nvdisasm()), "-c", file.name], check=True, capture_output=True, text=True).stdout
-    return [m.group(1) for line in text.splitlines() if (m := re.search(r"/\*[0-9a-f]{4,}\*/\s+([^;]+);", line))]
+def compile_case(case: dict):
+    """``triton.compile`` of one case of ``cases`` for sm_90 (its ``asm`` holds the PTX and the cubin)."""
+    source = triton.compiler.ASTSource(case["function"], case["signature"], case["constexprs"], case["attrs"])
+    return triton.compile(source, target=TARGET, options={"num_warps": case["warps"], "num_stages": case["stages"]})
 
 
 def describe(case: dict) -> dict:
-    source = triton.compiler.ASTSource(case["function"], case["signature"], case["constexprs"], case["attrs"])
-    compiled = triton.compile(source, target=TARGET, options={"num_warps": case["warps"]})
+    compiled = compile_case(case)
     ptx = compiled.asm["ptx"]
     body = [line.strip() for line in ptx.splitlines()]
     instructions = [line for line in body if line.endswith(";") and not line.startswith(("//", ".", "{", "}"))
@@ -155,8 +157,8 @@ def describe(case: dict) -> dict:
             "stores": sorted({re.search(r"st\.global[.\w]*", a).group(0) for a in accesses if "st.global" in a}),
             "local": ".local" in ptx or "local_depot" in ptx, "instructions": len(instructions),
             "steps_per_thread": case["block"] // (32 * case["warps"]), "bytes_per_step": case["bytes_per_step"],
-            "sass": len(code := sass(compiled.asm["cubin"])),
-            "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", line)) for line in code)}
+            "sass": len(code := sass.listing(compiled.asm["cubin"])),
+            "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code)}
 
 
 if __name__ == "__main__":

@@ -6,9 +6,13 @@ without a GPU.
 * ``tools.group_traffic``: the same for ``group_advantages``' CUDA launches;
 * ``tools.ptx``: a PTX reader that runs a kernel's sm_90 PTX on the CPU, block by block, and records every global
   load and store;
-* ``tools.driver``: a stand-in CUDA driver below the numba-CUDA backend's launch call.
+* ``tools.driver``: a stand-in CUDA driver below the numba-CUDA backend's launch call;
+* ``tools.sass``: a cubin's SASS listed, and the instructions one thread issues counted from its loops;
+* ``tools.cost_model``: device time from bytes and SASS instructions, calibrated on the measured H200 table, and
+  its tables in docs/gpu.md (``python -m tools.cost_model --write``).
 
-They need the CUDA toolkit wheels (``pip install "numba-cuda[cu12]"``) to compile the kernels, and torch to
-record the generic path. The tests (``tests/test_traffic.py``, ``tests/test_cuda_driver_path.py``) and the
+They need the CUDA toolkit wheels (``pip install "numba-cuda[cu12]"``) to compile the kernels (the cost model
+triton too), and torch to record the generic path. The tests (``tests/test_traffic.py``,
+``tests/test_cost_model.py``, ``tests/test_cuda_driver_path.py``) and the
 scripts of ``docs/`` import them from the clone's root; ``gae_xp`` never does.
 """
