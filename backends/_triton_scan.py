@@ -47,21 +47,25 @@ they break the contract every output is NaN.
 
 These functions take a ``GaeProblem`` (or tensors) of torch tensors, CUDA
 ones on a GPU; with ``TRITON_INTERPRET=1`` set before triton is imported,
-the same kernels run on CPU tensors.
+the same kernels run on CPU tensors. ``gae_backward`` also takes the fake
+tensors of a trace (``torch.compile``, ``opcheck``): it reads no value on
+the host, and launches through ``torch.library.wrap_triton`` there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
 from gae_xp._prepare import guarded_offsets
 from gae_xp._problem import fill_invalid
 
-from ._triton_launch import on_device
+from ._triton_launch import on_device, recorded
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
 
@@ -416,10 +420,12 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
         arrays = [*upstream, *flags, *coefficients]
         written = [grads[name] for name in ("rewards", "values", "next_values", "bootstrap", "carry")]
         block = _block(length)
-        with on_device(r.device):
-            _adjoint_rows[(rows,)](
+        traced = recorded(r)  # torch.compile, opcheck: the launch goes into the graph (_triton_launch.recorded)
+        with contextlib.nullcontext() if traced else on_device(r.device):
+            (wrap_triton(_adjoint_rows) if traced else _adjoint_rows)[(rows,)](
                 *(_or(a, r) for a in written), *(_or(a, r) for a in arrays), _offsets(p, r),
-                *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), length, count, count.bit_length(),
+                *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), length, count,
+                int(count).bit_length(),
                 *(s for a in arrays for s in _strides(a)),
                 HAS_ADVANTAGES=upstream[0] is not None, HAS_RETURNS=upstream[1] is not None,
                 HAS_NEXT=p.next_values is not None, HAS_CARRY=p.carry is not None,

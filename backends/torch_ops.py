@@ -46,10 +46,12 @@ estimators' scans, the pieces' summaries) is the generic path.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view
 from gae_xp._prepare import check_offset_values
@@ -61,8 +63,10 @@ from . import xp as _generic
 NAME = "torch-op"
 #: Read once here, not per call: under ``torch.compile`` a cached lookup would be traced on every compilation.
 _NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
-#: Triton comes with torch's Linux CUDA builds: where it imports, the backward of CUDA tensors runs its kernels.
+#: Triton comes with torch's Linux CUDA builds: where it imports, the operators run its kernels on CUDA tensors.
 _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+#: The devices whose tensors the operators' bodies give to the Triton kernels (``_launches_triton``).
+_TRITON_DEVICES = ("cuda",)
 
 
 class TorchOpBackend:
@@ -160,6 +164,8 @@ def _problem(arguments: dict) -> GaeProblem:
     offsets, host_offsets = arguments["offsets"], arguments["host_offsets"]
     if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
         host_offsets = offsets
+    if host_offsets is not None and is_fake(host_offsets):  # traced: the offsets' values are not known yet
+        host_offsets = None
     if host_offsets is not None:  # the operator's own check: its callers' offsets may have been traced
         check_offset_values(host_offsets.numpy(), arguments["rewards"].shape[-1])
     return GaeProblem(xp=array_namespace(arguments["rewards"]), **fields, bootstrap=arguments["bootstrap"],
@@ -168,13 +174,79 @@ def _problem(arguments: dict) -> GaeProblem:
 
 
 # --- the operators -----------------------------------------------------------------------------------------------
+# gae_xp::gae and gae_xp::gae_backward are torch.library.triton_op's (where triton is installed): their bodies,
+# _gae_body and _gae_backward_body, launch the Triton kernels for CUDA tensors (through torch.library.wrap_triton
+# when traced, so that torch.compile sees the kernels) and call the opaque operators gae_xp::gae_kernels and
+# gae_xp::gae_backward_kernels (numba on the CPU, numba-CUDA on the GPU) for everything else.
 
 
-def _gae_cpu(*inputs):
+def _gae_body(*inputs):
+    """(advantages, returns): the Triton kernels where ``_launches_triton``, else ``gae_kernels``."""
+    arguments = dict(zip(INPUTS, inputs))
+    if _launches_triton(arguments["rewards"]):
+        from . import triton
+
+        launched = _on_triton(arguments["rewards"], lambda: _solve(_problem(arguments), triton.BACKEND))
+        if launched is not None:
+            return launched
+    return gae_kernels(*inputs)
+
+
+def _gae_backward_body(grad_advantages, grad_returns, *inputs):
+    """The gradients (``DIFFERENTIABLE``): the Triton adjoint where ``_launches_triton``, else
+    ``gae_backward_kernels``."""
+    arguments = dict(zip(INPUTS, inputs))
+    if _launches_triton(arguments["rewards"]):
+        from . import triton
+
+        def adjoint():
+            problem = _problem(arguments)
+            return _gradients(triton.BACKEND.gae_backward(problem, grad_advantages, grad_returns), problem)
+
+        launched = _on_triton(arguments["rewards"], adjoint)
+        if launched is not None:
+            return launched
+    return gae_backward_kernels(grad_advantages, grad_returns, *inputs)
+
+
+def _launches_triton(rewards: Tensor) -> bool:
+    """True when the operators' bodies launch the Triton kernels themselves: tensors on a device of
+    ``_TRITON_DEVICES`` where triton is installed and its compiler has not failed in this process, except traced
+    tensors under Triton's interpreter (see ``_on_triton``)."""
+    if rewards.device.type not in _TRITON_DEVICES or not _TRITON_INSTALLED or _fallback.broken("triton") is not None:
+        return False
+    from . import triton
+
+    if not triton.interpreted():
+        return True
+    from ._triton_launch import recorded
+
+    # Under TRITON_INTERPRET=1, wrap_triton hands the interpreted kernel back unwrapped (torch/_library/triton.py,
+    # "TRITON_INTERPRET=1 makes @triton.jit return InterpretedFunction"), and the interpreter copies every tensor's
+    # storage to the host (triton/runtime/interpreter.py, _init_args_hst): a fake tensor has none.
+    return not recorded(rewards)
+
+
+def _on_triton(rewards: Tensor, work):
+    """``work()``, or None where Triton's compiler fails on an eager call: the Triton route is then remembered as
+    failed (``_fall_from_triton``) and the caller runs the opaque operator, on numba-CUDA's kernels. A traced call
+    never fails here (its launches are recorded, compiled by Inductor later); any other error propagates."""
+    try:
+        return work()
+    except Exception as error:
+        from ._triton_launch import recorded
+
+        if recorded(rewards) or not _fallback.is_compiler_failure(error):
+            raise
+        _fall_from_triton(error)
+        return None
+
+
+def _gae_kernels_cpu(*inputs):
     return _solve(_problem(dict(zip(INPUTS, inputs))), numba_cpu.BACKEND)
 
 
-def _gae_cuda(*inputs):
+def _gae_kernels_cuda(*inputs):
     problem = _problem(dict(zip(INPUTS, inputs)))
     return _on_cuda_kernels(lambda backend: _solve(problem, backend))
 
@@ -184,14 +256,14 @@ def _gae_fake(*inputs):
     return _empty(rewards.shape, rewards), _empty(rewards.shape, rewards)
 
 
-def _gae_backward_cpu(grad_advantages, grad_returns, *inputs):
+def _gae_backward_kernels_cpu(grad_advantages, grad_returns, *inputs):
     from ._numba_backward import gae_backward as kernel
 
     problem = _problem(dict(zip(INPUTS, inputs)))
     return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
 
 
-def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
+def _gae_backward_kernels_cuda(grad_advantages, grad_returns, *inputs):
     """The adjoint on the GPU: the Triton kernels (``_triton_scan.gae_backward``) where triton imports, else the
     numba-CUDA ones."""
     problem = _problem(dict(zip(INPUTS, inputs)))
@@ -205,20 +277,47 @@ def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
     return tuple(_empty((0,) if arguments[name] is None else arguments[name].shape, rewards) for name in DIFFERENTIABLE)
 
 
+def _signature(parameters: tuple[tuple[str, str], ...], returns: int) -> inspect.Signature:
+    """The Python signature of a schema's inputs ((schema type, name) pairs) and ``returns`` tensors: what
+    ``torch.library.triton_op`` infers the operator's schema from (it takes no schema string)."""
+    annotations = {"Tensor": Tensor, "Tensor?": Tensor | None, "float?": float | None, "bool": bool}
+    return inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotations[kind])
+         for kind, name in parameters], return_annotation=tuple[(Tensor,) * returns])
+
+
+def _operator(name: str, body, parameters: tuple[tuple[str, str], ...], returns: int):
+    """The public operator ``name`` running ``body``: a ``torch.library.triton_op`` where triton is installed (its
+    body is also its fake implementation, and under ``torch.compile`` it is traced into the graph: the Triton
+    launches become graph nodes, the opaque operators stay nodes of their own), else a ``custom_op`` over the
+    same body."""
+    body.__signature__ = _signature(parameters, returns)
+    if _TRITON_INSTALLED:
+        return torch.library.triton_op(name, body, mutates_args=())
+    operator = torch.library.custom_op(name, body, mutates_args=())
+    operator.register_fake(body)
+    return operator
+
+
 _INPUTS_SCHEMA = ", ".join(f"{kind} {name}" for kind, name in _SCHEMA)
-gae = torch.library.custom_op("gae_xp::gae", _gae_cpu, mutates_args=(), device_types="cpu",
-                              schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+_UPSTREAM = (("Tensor", "grad_advantages"), ("Tensor", "grad_returns"))
+_GRADIENTS_SCHEMA = ", ".join("Tensor" for _ in DIFFERENTIABLE)
+gae_kernels = torch.library.custom_op("gae_xp::gae_kernels", _gae_kernels_cpu, mutates_args=(), device_types="cpu",
+                                      schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+gae_kernels.__doc__ = "``gae`` on the numba (CPU) or numba-CUDA kernels, opaque to ``torch.compile``."
+gae_backward_kernels = torch.library.custom_op(
+    "gae_xp::gae_backward_kernels", _gae_backward_kernels_cpu, mutates_args=(), device_types="cpu",
+    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> ({_GRADIENTS_SCHEMA})")
+gae_backward_kernels.__doc__ = "``gae_backward`` on the numba (CPU) or numba-CUDA kernels, opaque to ``torch.compile``."
+gae_kernels.register_kernel("cuda", _gae_kernels_cuda)
+gae_backward_kernels.register_kernel("cuda", _gae_backward_kernels_cuda)
+gae_kernels.register_fake(_gae_fake)
+gae_backward_kernels.register_fake(_gae_backward_fake)
+gae = _operator("gae_xp::gae", _gae_body, _SCHEMA, 2)
 gae.__doc__ = "(advantages, returns) of the problem made of ``INPUTS`` (see the module docstring)."
-gae_backward = torch.library.custom_op(
-    "gae_xp::gae_backward", _gae_backward_cpu, mutates_args=(), device_types="cpu",
-    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> "
-           f"({', '.join('Tensor' for _ in DIFFERENTIABLE)})")
+gae_backward = _operator("gae_xp::gae_backward", _gae_backward_body, (*_UPSTREAM, *_SCHEMA), len(DIFFERENTIABLE))
 gae_backward.__doc__ = ("The gradients to ``DIFFERENTIABLE`` given those to (advantages, returns); an empty tensor "
                         "for an absent input.")
-gae.register_kernel("cuda", _gae_cuda)
-gae_backward.register_kernel("cuda", _gae_backward_cuda)
-gae.register_fake(_gae_fake)
-gae_backward.register_fake(_gae_backward_fake)
 
 
 def _checked_offsets(offsets: Tensor, length: int) -> Tensor:
@@ -310,21 +409,27 @@ def _cuda_backend():
 
 
 def _on_cuda_kernels(work):
-    """``work(backend)`` on the CUDA kernels (``_cuda_backend``); where Triton's compiler fails, the Triton route is
-    remembered as failed (``backends.fail``: warned once per cause) and the work runs again on numba-CUDA's kernels
-    where they can run. Any other error, or a failure with no kernels left, propagates (``backends.run`` then falls
-    back to the generic path)."""
+    """``work(backend)`` on the CUDA kernels (``_cuda_backend``); where Triton's compiler fails, the work runs again
+    on numba-CUDA's kernels (``_fall_from_triton``). Any other error, or a failure with no kernels left, propagates
+    (``backends.run`` then falls back to the generic path)."""
     backend = _cuda_backend()
     try:
         return work(backend)
     except Exception as error:
         if backend.name != "triton" or not _fallback.is_compiler_failure(error):
             raise
-        cause = fail("triton", error)
-        if _cuda_reason() is not None:
-            raise
-        _fallback.warn_once("triton", cause, "numba-cuda")
+        _fall_from_triton(error)
         return work(_cuda_backend())
+
+
+def _fall_from_triton(error: BaseException) -> None:
+    """After Triton's compiler failed with ``error``: the Triton route is remembered as failed (``backends.fail``:
+    warned once per cause, numba-CUDA named as what serves instead); ``error`` is raised again where numba-CUDA
+    cannot run either."""
+    cause = fail("triton", error)
+    if _cuda_reason() is not None:
+        raise error
+    _fallback.warn_once("triton", cause, "numba-cuda")
 
 
 def _cuda_reason() -> str | None:
