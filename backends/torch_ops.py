@@ -7,10 +7,7 @@ them here. The operators make the kernels one node that autograd and
 
 * ``gae_xp::gae(rewards, values, next_values, ..., carry) -> (advantages, returns)``
   (the inputs ``INPUTS``: a ``GaeProblem``'s fields by name, its per-step ones
-  in the order of ``gae_xp._problem.PER_STEP``):
-  the forward, on the numba kernels for CPU tensors and on the Triton kernels
-  (where triton imports; else the numba-CUDA kernels) for CUDA tensors, with a fake implementation (shapes and dtypes)
-  for ``torch.compile``, dynamic shapes and meta tensors;
+  in the order of ``gae_xp._problem.PER_STEP``): the forward;
 * ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
   (rewards, values, next_values, bootstrap, carry)`` (``DIFFERENTIABLE``;
   an empty tensor for an absent input): the gradients, which
@@ -18,9 +15,44 @@ them here. The operators make the kernels one node that autograd and
   float inputs once flags and coefficients are fixed, so the backward is
   the adjoint scan: the same coefficients run forward in time, cut at the
   same places (``gae_xp.backends._numba_backward``; on CUDA tensors the
-  Triton kernels of ``gae_xp.backends._triton_scan`` where triton imports,
-  else numba-CUDA's), and its own backward is the forward operator again
-  (second derivatives are exact).
+  Triton kernels of ``gae_xp.backends._triton_scan``), and its own backward
+  is the forward operator again (second derivatives are exact).
+
+How they are built. Where triton is installed, both are
+``torch.library.triton_op``'s: an operator whose body is ordinary PyTorch
+code plus Triton launches through ``torch.library.wrap_triton``. torch runs
+the body three ways: as the eager implementation (the kernels launched
+directly), as the fake implementation (``opcheck``, meta tensors), and,
+under ``torch.compile``, traced by AOTAutograd, so that the graph handed to
+Inductor holds the Triton launches themselves (Inductor compiles, schedules
+and fuses around them, and CUDA graphs capture them) rather than one opaque
+call. The bodies (``_gae_body``, ``_gae_backward_body``) therefore read no
+value on the host before a launch: the plan of a launch (grid, block,
+alignment class, strides) comes from shapes, strides and dtypes alone
+(``gae_xp.backends._triton_launch``). Where triton is not installed they
+are ``custom_op``'s over the same bodies.
+
+A body launches the Triton kernels for CUDA tensors (``_launches_triton``);
+everything else goes to an opaque ``custom_op`` of its own,
+``gae_xp::gae_kernels`` / ``gae_xp::gae_backward_kernels``: the numba
+kernels for CPU tensors, numba-CUDA's for CUDA tensors where Triton cannot
+run, with a fake implementation (shapes and dtypes). The fallback from a
+failing Triton compiler stays inside the bodies, around the launches: an
+eager call whose launch fails in Triton's compiler remembers the Triton
+route as failed (warned once) and calls the opaque operator, which runs
+numba-CUDA; later calls, traced ones included, go to the opaque operator
+from the start. A traced call cannot fail there (its launches are recorded;
+Inductor compiles them later), so it needs no fallback of its own. Keeping
+the fallback outside the registration, as a second CUDA kernel of the
+operator, would not do: under ``torch.compile`` AOTAutograd traces the body
+whatever kernel is registered for the device.
+
+Under Triton's interpreter (``TRITON_INTERPRET=1``) a traced body calls the
+opaque operators too: ``wrap_triton`` hands an interpreted kernel back
+unwrapped, and the interpreter copies each argument's storage to the host,
+which a fake tensor does not have ("Cannot access data pointer of Tensor
+(e.g. FakeTensor ...)"); ``triton_op`` makes the body the fake
+implementation, so it would run the kernel on fake tensors.
 
 Inputs are a ``GaeProblem``'s fields: time last, compute dtype (float32 or
 float64), ``bootstrap`` (and ``carry``) of the batch shape plus a trailing
@@ -173,11 +205,7 @@ def _problem(arguments: dict) -> GaeProblem:
                       host_offsets=None if host_offsets is None else host_offsets.numpy())
 
 
-# --- the operators -----------------------------------------------------------------------------------------------
-# gae_xp::gae and gae_xp::gae_backward are torch.library.triton_op's (where triton is installed): their bodies,
-# _gae_body and _gae_backward_body, launch the Triton kernels for CUDA tensors (through torch.library.wrap_triton
-# when traced, so that torch.compile sees the kernels) and call the opaque operators gae_xp::gae_kernels and
-# gae_xp::gae_backward_kernels (numba on the CPU, numba-CUDA on the GPU) for everything else.
+# --- the operators (see the module docstring, "How they are built") ---------------------------------------------
 
 
 def _gae_body(*inputs):
