@@ -8,7 +8,7 @@ coefficients' numbers (grid, counts, strides, specialisation, block, warps,
 stages, chunks), kept per layout: a repeated call builds a key of its arrays'
 shapes, strides and dtypes, allocates its outputs and launches.
 
-Traced calls (``recorded``: the fake tensors of ``torch.compile``, ``opcheck``
+Traced calls (``gae_xp._compat.torch_is_recorded``: the fake tensors of ``torch.compile``, ``opcheck``
 or a meta-device trace, or a Python dispatch mode recording the call) build
 their plan from shapes, strides and dtypes alone, as every call does, keep no
 plan and launch through ``torch.library.wrap_triton``, which puts the launch
@@ -25,11 +25,10 @@ import math
 
 import torch
 import triton.language as tl
-from torch._subclasses.fake_tensor import is_fake
 from torch.library import wrap_triton
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from gae_xp import _problem
+from gae_xp._compat import torch_is_recorded
 
 from . import _triton_config as heuristic
 from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
@@ -52,7 +51,7 @@ def solve(p, settings: dict):
     returns = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
     if rewards.numel() == 0:
         return advantages, returns
-    traced = recorded(rewards)  # its shapes may be symbols, which no dict keeps: a plan of its own, never kept
+    traced = torch_is_recorded(rewards)  # its shapes may be symbols, which no dict keeps: a plan of its own, never kept
     key = None if traced else _layout(p, settings)
     plan = _PLANS.get(key)
     with contextlib.nullcontext() if traced else on_device(rewards.device):
@@ -73,13 +72,6 @@ def solve(p, settings: dict):
             sliced = {name: a[index] for name, a in arrays.items()}
             Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced, traced)
     return advantages, returns
-
-
-def recorded(tensor) -> bool:
-    """True when a launch on ``tensor`` must be recorded, not run: it is a fake tensor (``torch.compile``,
-    ``torch.library.opcheck``, FakeTensorMode; a functional tensor over one included) or a Python dispatch mode
-    (``make_fx``) records the operations. Such launches go through ``torch.library.wrap_triton``."""
-    return is_fake(tensor) or _get_current_dispatch_mode() is not None
 
 
 #: Plans kept per layout (``_layout``); emptied when full.
@@ -139,7 +131,7 @@ class Plan:
 
     def launch(self, p, advantages, returns, arrays: dict | None = None, traced: bool = False):
         """Launch on problem ``p``'s arrays (or on ``arrays``, a slice of them) into ``advantages`` and ``returns``;
-        ``traced``: through ``torch.library.wrap_triton`` (``recorded``)."""
+        ``traced``: through ``torch.library.wrap_triton`` (``torch_is_recorded``)."""
         rewards = p.rewards
         if arrays is None:
             pointers = [_pointer(name, getattr(p, name), rewards) for name in STEP_NAMES]

@@ -62,10 +62,11 @@ import triton
 import triton.language as tl
 from torch.library import wrap_triton
 
+from gae_xp._compat import torch_is_recorded
 from gae_xp._prepare import guarded_offsets
 from gae_xp._problem import fill_invalid
 
-from ._triton_launch import on_device, recorded
+from ._triton_launch import on_device
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
 
@@ -426,7 +427,7 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
         arrays = [*upstream, *flags, *coefficients]
         written = [grads[name] for name in ("rewards", "values", "next_values", "bootstrap", "carry")]
         block = _block(length)
-        traced = recorded(r)  # torch.compile, opcheck: the launch goes into the graph (_triton_launch.recorded)
+        traced = torch_is_recorded(r)  # torch.compile, opcheck: the launch goes into the graph
         with contextlib.nullcontext() if traced else on_device(r.device):
             (wrap_triton(_adjoint_rows) if traced else _adjoint_rows)[(rows,)](
                 *(_or(a, r) for a in written), *(_or(a, r) for a in arrays), _offsets(p, r),

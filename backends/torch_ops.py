@@ -21,9 +21,10 @@ them here. The operators make the kernels one node that autograd and
 How they are built. Where triton is installed, both are
 ``torch.library.triton_op``'s: an operator whose body is ordinary PyTorch
 code plus Triton launches through ``torch.library.wrap_triton``. torch runs
-the body three ways: as the eager implementation (the kernels launched
-directly), as the fake implementation (``opcheck``, meta tensors), and,
-under ``torch.compile``, traced by AOTAutograd, so that the graph handed to
+the body three ways: as the eager implementation (registered as the CPU and
+CUDA kernels, the kernels launched directly), as the fake implementation
+(``opcheck``, meta tensors), and, under ``torch.compile``, traced by
+AOTAutograd (``triton_op``'s own rule), so that the graph handed to
 Inductor holds the Triton launches themselves (Inductor compiles, schedules
 and fuses around them, and CUDA graphs capture them) rather than one opaque
 call. The bodies (``_gae_body``, ``_gae_backward_body``) therefore read no
@@ -85,7 +86,7 @@ import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view
+from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view, torch_is_recorded
 from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
@@ -217,7 +218,7 @@ def _gae_body(*inputs):
         launched = _on_triton(arguments["rewards"], lambda: _solve(_problem(arguments), triton.BACKEND))
         if launched is not None:
             return launched
-    return gae_kernels(*inputs)
+    return _opaque(gae_kernels, {"cpu": _gae_kernels_cpu, "cuda": _gae_kernels_cuda}, inputs, arguments["rewards"])
 
 
 def _gae_backward_body(grad_advantages, grad_returns, *inputs):
@@ -234,25 +235,32 @@ def _gae_backward_body(grad_advantages, grad_returns, *inputs):
         launched = _on_triton(arguments["rewards"], adjoint)
         if launched is not None:
             return launched
-    return gae_backward_kernels(grad_advantages, grad_returns, *inputs)
+    return _opaque(gae_backward_kernels, {"cpu": _gae_backward_kernels_cpu, "cuda": _gae_backward_kernels_cuda},
+                   (grad_advantages, grad_returns, *inputs), arguments["rewards"])
+
+
+def _opaque(operator, implementations: dict, arguments: tuple, rewards: Tensor):
+    """An opaque operator's answer from a body: the operator itself where the call is recorded (one node of the
+    graph), else its implementation for the tensors' (``rewards``') device called directly (a dispatch less)."""
+    if torch_is_recorded(rewards) or rewards.device.type not in implementations:
+        return operator(*arguments)
+    return implementations[rewards.device.type](*arguments)
 
 
 def _launches_triton(rewards: Tensor) -> bool:
     """True when the operators' bodies launch the Triton kernels themselves: tensors on a device of
     ``_TRITON_DEVICES`` where triton is installed and its compiler has not failed in this process, except traced
-    tensors under Triton's interpreter (see ``_on_triton``)."""
+    tensors under Triton's interpreter (the comment below says why)."""
     if rewards.device.type not in _TRITON_DEVICES or not _TRITON_INSTALLED or _fallback.broken("triton") is not None:
         return False
     from . import triton
 
     if not triton.interpreted():
         return True
-    from ._triton_launch import recorded
-
     # Under TRITON_INTERPRET=1, wrap_triton hands the interpreted kernel back unwrapped (torch/_library/triton.py,
     # "TRITON_INTERPRET=1 makes @triton.jit return InterpretedFunction"), and the interpreter copies every tensor's
     # storage to the host (triton/runtime/interpreter.py, _init_args_hst): a fake tensor has none.
-    return not recorded(rewards)
+    return not torch_is_recorded(rewards)
 
 
 def _on_triton(rewards: Tensor, work):
@@ -262,9 +270,7 @@ def _on_triton(rewards: Tensor, work):
     try:
         return work()
     except Exception as error:
-        from ._triton_launch import recorded
-
-        if recorded(rewards) or not _fallback.is_compiler_failure(error):
+        if torch_is_recorded(rewards) or not _fallback.is_compiler_failure(error):
             raise
         _fall_from_triton(error)
         return None
@@ -321,9 +327,12 @@ def _operator(name: str, body, parameters: tuple[tuple[str, str], ...], returns:
     same body."""
     body.__signature__ = _signature(parameters, returns)
     if _TRITON_INSTALLED:
-        return torch.library.triton_op(name, body, mutates_args=())
-    operator = torch.library.custom_op(name, body, mutates_args=())
-    operator.register_fake(body)
+        operator = torch.library.triton_op(name, body, mutates_args=())
+    else:
+        operator = torch.library.custom_op(name, body, mutates_args=())
+        operator.register_fake(body)
+    for device in ("cpu", "cuda"):  # eager calls: the body without triton_op's wrapper (it launches no wrap_triton)
+        operator.register_kernel(device, body)
     return operator
 
 
