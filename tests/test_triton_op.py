@@ -29,6 +29,9 @@ import types
 
 import numpy as np
 import pytest
+from hypothesis import given
+from test_autograd import differentiable, loop_outputs, problems
+from test_autograd import tensors as autograd_tensors
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 torch = pytest.importorskip("torch")
@@ -66,6 +69,11 @@ SHAPE = (2, 17)
 def triton_on_cpu(monkeypatch):
     """The operators' bodies give CPU tensors to the Triton kernels (the interpreter's); every launch of the
     forward and the adjoint kernel is counted in the returned dict."""
+    return give_cpu_tensors_to_triton(monkeypatch)
+
+
+def give_cpu_tensors_to_triton(monkeypatch) -> dict:
+    """``triton_on_cpu``'s work, on a ``pytest.MonkeyPatch``."""
     monkeypatch.setattr(torch_ops, "_TRITON_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(_fallback, "_BROKEN", {})
     counts = {"gae_kernel": 0, "_adjoint_rows": 0}
@@ -212,6 +220,33 @@ def test_a_failing_triton_compiler_falls_to_the_opaque_operator(triton_on_cpu, m
     assert _fallback.broken("triton") is not None
     torch.testing.assert_close(advantages, torch.ops.gae_xp.gae_kernels.default(*inputs)[0], rtol=0, atol=0)
     assert not torch_ops._launches_triton(inputs[0])
+
+
+@given(problems())
+def test_forward_and_gradients_through_the_triton_kernels_match_autograd_through_the_loop(problem):
+    """Random shapes (T from 0 to 30, packed rows with empty sequences) and options: the operators' Triton bodies
+    against autograd through the float64 loop, forward and gradients (``tests/test_autograd.py``'s property, run
+    there on the numba kernels)."""
+    case, offsets, call, seed = problem
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        counts = give_cpu_tensors_to_triton(monkeypatch)
+        ours, oracle = autograd_tensors(case), autograd_tensors(case)
+        cu_seqlens = None if offsets is None else torch.from_numpy(offsets)
+        got = gae_xp.gae(**ours, cu_seqlens=cu_seqlens, **call)
+        want = loop_outputs(oracle, offsets, **call)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10)
+        if got[0].numel() == 0:
+            return
+        assert counts["gae_kernel"] > 0
+        upstream = [torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(g.shape))) for g in got]
+        names = differentiable(ours)
+        got_grads = torch.autograd.grad(got, [ours[n] for n in names], upstream, allow_unused=True)
+        want_grads = torch.autograd.grad(want, [oracle[n] for n in names], upstream, allow_unused=True)
+        assert counts["_adjoint_rows"] > 0
+        for name, g, w in zip(names, got_grads, want_grads):
+            w = torch.zeros_like(oracle[name]) if w is None else w
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
 
 
 #: Traces both operators on fake CUDA tensors, without the interpreter (no GPU needed: the launches are recorded,
