@@ -157,10 +157,14 @@ def torch_is_recorded(x) -> bool:
     ``torch.library.opcheck``, FakeTensorMode; a functional tensor over one included) or a Python dispatch mode
     (``make_fx``) records the operations. A kernel launched on it must go through the graph
     (``torch.library.wrap_triton``, or an opaque operator), never read its pointer."""
+    torch = sys.modules["torch"]
+    if torch._C._len_torch_dispatch_stack():  # a Python dispatch mode (FakeTensorMode, make_fx's) is on
+        return True
+    if type(x) is torch.Tensor:  # an eager call's tensor: fake and functional tensors are subclasses
+        return False
     from torch._subclasses.fake_tensor import is_fake
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-    return is_fake(x) or _get_current_dispatch_mode() is not None
+    return is_fake(x)
 
 
 def _torch_is_symbolic(x) -> bool:
