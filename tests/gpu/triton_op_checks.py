@@ -10,7 +10,8 @@ case and "checked N cases"; the first mismatch raises.
   and the graphs AOTAutograd hands Inductor hold the Triton launches
   (``triton_kernel_wrapper_functional``), not the opaque operators;
 * graphs: the compiled function captured in a CUDA graph (``torch.cuda.graph``)
-  and replayed on new inputs copied into the captured ones: equal to eager.
+  and replayed on new inputs copied into the captured ones: equal to eager
+  (the first case).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def check_compile() -> int:
 
 def check_graphs() -> int:
     checked = 0
-    for name in CASES:
+    for name in list(CASES)[:1]:  # one case: each costs an Inductor compilation, and the GPU check is short
         torch._dynamo.reset()
         compiled = torch.compile(lambda kw: gae_xp.gae(**kw), fullgraph=True)
         kwargs, _, _ = case(name)
