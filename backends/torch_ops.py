@@ -357,6 +357,28 @@ gae_backward.__doc__ = ("The gradients to ``DIFFERENTIABLE`` given those to (adv
                         "for an absent input.")
 
 
+def _register_kernels() -> None:
+    """Tell torch which Triton kernels the operators launch (``torch._library.triton.triton_ops_to_kernels``).
+
+    torch's compile cache hashes the kernels' source from this registry
+    (AOTAutograd's cache key: torch/_functorch/_aot_autograd/autograd_cache.py,
+    ``get_triton_kernels_for_op``), so that a changed kernel is never served
+    from an older compilation. ``triton_op`` fills it by reading its body's
+    source for ``wrap_triton(name)``; these bodies reach the kernels through
+    the backends, where it finds none."""
+    from torch._library import triton as library
+
+    from ._triton_gae import gae_kernel
+    from ._triton_scan import _adjoint_rows
+
+    library.triton_ops_to_kernels[gae._qualname] = [gae_kernel]
+    library.triton_ops_to_kernels[gae_backward._qualname] = [_adjoint_rows]
+
+
+if _TRITON_INSTALLED:
+    _register_kernels()
+
+
 def _checked_offsets(offsets: Tensor, length: int) -> Tensor:
     check_offset_values(torch_cpu_view(offsets), length)
     return offsets.clone()

@@ -249,6 +249,15 @@ def test_forward_and_gradients_through_the_triton_kernels_match_autograd_through
             torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
 
 
+def test_torch_knows_the_kernels_each_operator_launches():
+    """torch's registry of a triton_op's kernels, whose source its compile cache hashes (a changed kernel is then
+    never served from an older compilation): the forward kernel for gae, the adjoint for gae_backward."""
+    from torch._library.triton import get_triton_kernels_for_op
+
+    assert get_triton_kernels_for_op("gae_xp::gae") == [_triton_launch.gae_kernel]
+    assert get_triton_kernels_for_op("gae_xp::gae_backward") == [_triton_scan._adjoint_rows]
+
+
 #: Traces both operators on fake CUDA tensors, without the interpreter (no GPU needed: the launches are recorded,
 #: never run), and prints the kernels each graph launches and the operators it calls.
 TRACE_SCRIPT = """
