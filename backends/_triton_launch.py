@@ -7,18 +7,28 @@ that keeps more is launched one slice of its leading axes at a time. A
 coefficients' numbers (grid, counts, strides, specialisation, block, warps,
 stages, chunks), kept per layout: a repeated call builds a key of its arrays'
 shapes, strides and dtypes, allocates its outputs and launches.
+
+Traced calls (``gae_xp._compat.torch_is_recorded``: the fake tensors of ``torch.compile``, ``opcheck``
+or a meta-device trace, or a Python dispatch mode recording the call) build
+their plan from shapes, strides and dtypes alone, as every call does, keep no
+plan and launch through ``torch.library.wrap_triton``, which puts the launch
+into the graph for Inductor to compile and schedule; eager calls launch the
+kernel directly (the wrapper's own dispatch would cost a call's whole budget).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import math
 
 import torch
 import triton.language as tl
+from torch.library import wrap_triton
 
 from gae_xp import _problem
+from gae_xp._compat import torch_is_recorded
 
 from . import _triton_config as heuristic
 from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
@@ -41,23 +51,26 @@ def solve(p, settings: dict):
     returns = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
     if rewards.numel() == 0:
         return advantages, returns
-    key = _layout(p, settings)
+    traced = torch_is_recorded(rewards)  # its shapes may be symbols, which no dict keeps: a plan of its own, never kept
+    key = None if traced else _layout(p, settings)
     plan = _PLANS.get(key)
-    with on_device(rewards.device):
+    with contextlib.nullcontext() if traced else on_device(rewards.device):
         if plan is not None:
             plan.launch(p, advantages, returns)
             return advantages, returns
         arrays = _arrays(p, tuple(shape))
         slices = _slices(arrays, tuple(shape[:-1]))
         if slices == [(Ellipsis,)]:
-            if len(_PLANS) >= MAX_PLANS:
-                _PLANS.clear()
-            plan = _PLANS[key] = Plan(p, arrays, settings)
-            plan.launch(p, advantages, returns)
+            plan = Plan(p, arrays, settings)
+            if not traced:
+                if len(_PLANS) >= MAX_PLANS:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+            plan.launch(p, advantages, returns, arrays if traced else None, traced)
             return advantages, returns
         for index in slices:  # batch axes that do not fold: a plan per slice, kept by none
             sliced = {name: a[index] for name, a in arrays.items()}
-            Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced)
+            Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced, traced)
     return advantages, returns
 
 
@@ -90,7 +103,7 @@ class Plan:
         inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
         rows = math.prod(batch)
         sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
-        block, warps, stages, chunk, chunks = _config(
+        block, warps, stages, chunk, chunks = _config_of(
             length, rows, sequences, _multiprocessors(rewards.device),
             tuple(settings[name] for name in ("block", "num_warps", "num_stages")), p.offsets is not None)
         strides = []
@@ -116,8 +129,9 @@ class Plan:
             ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous),
             num_warps=warps, num_stages=stages)
 
-    def launch(self, p, advantages, returns, arrays: dict | None = None):
-        """Launch on problem ``p``'s arrays (or on ``arrays``, a slice of them) into ``advantages`` and ``returns``."""
+    def launch(self, p, advantages, returns, arrays: dict | None = None, traced: bool = False):
+        """Launch on problem ``p``'s arrays (or on ``arrays``, a slice of them) into ``advantages`` and ``returns``;
+        ``traced``: through ``torch.library.wrap_triton`` (``torch_is_recorded``)."""
         rewards = p.rewards
         if arrays is None:
             pointers = [_pointer(name, getattr(p, name), rewards) for name in STEP_NAMES]
@@ -130,7 +144,7 @@ class Plan:
                    for kind, value in zip(self.kinds, (p.gamma, p.lam, p.critic_lam))]
         arguments = (*pointers, bootstrap, carry, rewards if p.offsets is None else p.offsets, advantages, returns,
                      maps, *self.counts, *numbers)
-        launcher = gae_kernel[self.grid]
+        launcher = (wrap_triton(gae_kernel) if traced else gae_kernel)[self.grid]
         for mode in self.modes:
             launcher(*arguments, MODE=mode, **self.constants)
 
@@ -214,6 +228,15 @@ def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool
     return vector if aligned else 1
 
 
+def _config_of(length, rows, sequences, multiprocessors: int, override: tuple,
+               packed: bool = False) -> tuple[int, int, int, int, int]:
+    """``_config``, kept per argument where they are numbers; computed anew where a traced shape makes one a
+    symbol (each comparison then guards the graph on the row of the heuristic's table it falls in)."""
+    if all(isinstance(n, int) for n in (length, rows, sequences)):
+        return _config(length, rows, sequences, multiprocessors, override, packed)
+    return _config.__wrapped__(length, rows, sequences, multiprocessors, override, packed)
+
+
 @functools.lru_cache(maxsize=256)
 def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             override: tuple, packed: bool = False) -> tuple[int, int, int, int, int]:
@@ -246,6 +269,4 @@ def _multiprocessors(device) -> int:
 
 def on_device(device):
     """torch's device context for a CUDA device (Triton launches on the current one), else nothing."""
-    import contextlib
-
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

@@ -47,17 +47,22 @@ they break the contract every output is NaN.
 
 These functions take a ``GaeProblem`` (or tensors) of torch tensors, CUDA
 ones on a GPU; with ``TRITON_INTERPRET=1`` set before triton is imported,
-the same kernels run on CPU tensors.
+the same kernels run on CPU tensors. ``gae_backward`` also takes the fake
+tensors of a trace (``torch.compile``, ``opcheck``): it reads no value on
+the host, and launches through ``torch.library.wrap_triton`` there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
+from gae_xp._compat import torch_is_recorded
 from gae_xp._prepare import guarded_offsets
 from gae_xp._problem import fill_invalid
 
@@ -146,45 +151,45 @@ def _coefficient(pointer, base, time_stride, steps, inside, scalar, STEPS: tl.co
 
 
 @triton.jit
-def _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS: tl.constexpr):
-    """(segment, first, last) per step: its segment's index (a binary search of the offsets) and whether it is the
-    segment's first or last step. Without offsets the row is one segment."""
-    if HAS_OFFSETS:
-        low = tl.zeros_like(steps)
-        high = low + (segments - 1)
-        for _ in range(search_steps):  # the largest k with offsets[k] <= t (offsets[0] = 0 <= t always)
-            middle = (low + high + 1) // 2
-            below = tl.load(offsets + middle).to(tl.int32) <= steps
-            low = tl.where(below, middle, low)
-            high = tl.where(below, high, middle - 1)
-        segment = low
-        first = steps == tl.load(offsets + low).to(tl.int32)
-        last = steps == tl.load(offsets + low + 1).to(tl.int32) - 1
-    else:
-        segment = tl.zeros_like(steps)
-        first = steps == 0
-        last = steps == length - 1
-    return segment, first, last
-
-
-# --- the kernels ---------------------------------------------------------------------------------------------------
+def _segments(offsets, segments, search_steps, steps):
+    """(segment, first, last) per step of packed sequences: its segment's index (a binary search of the offsets)
+    and whether it is the segment's first or last step."""
+    low = tl.zeros_like(steps)
+    high = low + (segments - 1)
+    for _ in range(search_steps):  # the largest k with offsets[k] <= t (offsets[0] = 0 <= t always)
+        middle = (low + high + 1) // 2
+        below = tl.load(offsets + middle).to(tl.int32) <= steps
+        low = tl.where(below, middle, low)
+        high = tl.where(below, high, middle - 1)
+    first = steps == tl.load(offsets + low).to(tl.int32)
+    last = steps == tl.load(offsets + low + 1).to(tl.int32) - 1
+    return low, first, last
 
 
 @triton.jit
-def _step_flags(steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
-                terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED: tl.constexpr,
-                HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr, HAS_OFFSETS: tl.constexpr):
-    """What every reverse and adjoint kernel knows of its block's steps: inside the row, the segment of each step
-    and whether it is the segment's first or last, terminated, cut (terminated or truncated), real (unmasked)."""
+def _one_segment(steps, length):
+    """(segment, first, last) per step of a row that is one segment."""
+    return tl.zeros_like(steps), steps == 0, steps == length - 1
+
+
+@triton.jit
+def _step_flags(steps, length, row, terminated, truncated, mask, terminated_row, terminated_time, truncated_row,
+                truncated_time, mask_row, mask_time, HAS_TERMINATED: tl.constexpr, HAS_TRUNCATED: tl.constexpr,
+                HAS_MASK: tl.constexpr):
+    """What every reverse and adjoint kernel knows of its block's steps besides their segments (``_segments``):
+    inside the row, terminated, cut (terminated or truncated), real (unmasked).
+
+    Kept apart from ``_segments`` for torch's mutation analysis (``torch.library.triton_op``): it counts every
+    pointer given to a called function whose result addresses a store as written, and the segment addresses the
+    per-segment gradients; the flags, given here, are then never copied as if written."""
     inside = steps < length
-    segment, first, last = _segments(offsets, segments, search_steps, steps, length, HAS_OFFSETS)
     ended = _flags(terminated, row * terminated_row, terminated_time, steps, inside, HAS_TERMINATED)
     cut = ended | _flags(truncated, row * truncated_row, truncated_time, steps, inside, HAS_TRUNCATED)
     if HAS_MASK:
         real = _flags(mask, row * mask_row, mask_time, steps, inside, True)
     else:
         real = inside
-    return inside, segment, first, last, ended, cut, real
+    return inside, ended, cut, real
 
 
 @triton.jit
@@ -229,10 +234,13 @@ def _adjoint_rows(on_rewards, on_values, on_next_values, on_bootstrap, on_carry,
     pending = _zero(WIDE)  # b at the latest real step so far in the segment
     for i in range(0, tl.cdiv(length, BLOCK)):
         steps = i * BLOCK + lanes
-        inside, segment, first, last, ended, cut, real = _step_flags(
-            steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
-            terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED,
-            HAS_MASK, HAS_OFFSETS)
+        if HAS_OFFSETS:  # without offsets, no call is given their stand-in pointer (see _step_flags)
+            segment, first, last = _segments(offsets, segments, search_steps, steps)
+        else:
+            segment, first, last = _one_segment(steps, length)
+        inside, ended, cut, real = _step_flags(
+            steps, length, row, terminated, truncated, mask, terminated_row, terminated_time, truncated_row,
+            truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED, HAS_MASK)
         kept = (real | FILL) & inside
         g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
@@ -293,10 +301,13 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
     blocks = tl.cdiv(length, BLOCK)
     for i in range(0, blocks):
         steps = (blocks - 1 - i) * BLOCK + lanes
-        inside, segment, first, last, ended, cut, real = _step_flags(
-            steps, length, row, offsets, segments, search_steps, terminated, truncated, mask, terminated_row,
-            terminated_time, truncated_row, truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED,
-            HAS_MASK, HAS_OFFSETS)
+        if HAS_OFFSETS:  # without offsets, no call is given their stand-in pointer (see _step_flags)
+            segment, first, last = _segments(offsets, segments, search_steps, steps)
+        else:
+            segment, first, last = _one_segment(steps, length)
+        inside, ended, cut, real = _step_flags(
+            steps, length, row, terminated, truncated, mask, terminated_row, terminated_time, truncated_row,
+            truncated_time, mask_row, mask_time, HAS_TERMINATED, HAS_TRUNCATED, HAS_MASK)
         g = _coefficient(gamma_steps, row * gamma_row, gamma_time, steps, inside, gamma, GAMMA_STEPS,
                          WIDE)
         r = tl.where(real, _floats(rewards, row * rewards_row, rewards_time, steps, inside, WIDE), 0.0)
@@ -416,10 +427,12 @@ def gae_backward(problem, grad_advantages, grad_returns) -> dict:
         arrays = [*upstream, *flags, *coefficients]
         written = [grads[name] for name in ("rewards", "values", "next_values", "bootstrap", "carry")]
         block = _block(length)
-        with on_device(r.device):
-            _adjoint_rows[(rows,)](
+        traced = torch_is_recorded(r)  # torch.compile, opcheck: the launch goes into the graph
+        with contextlib.nullcontext() if traced else on_device(r.device):
+            (wrap_triton(_adjoint_rows) if traced else _adjoint_rows)[(rows,)](
                 *(_or(a, r) for a in written), *(_or(a, r) for a in arrays), _offsets(p, r),
-                *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), length, count, count.bit_length(),
+                *(c if isinstance(c, float) else 0.0 for c in (p.gamma, p.lam)), length, count,
+                int(count).bit_length(),
                 *(s for a in arrays for s in _strides(a)),
                 HAS_ADVANTAGES=upstream[0] is not None, HAS_RETURNS=upstream[1] is not None,
                 HAS_NEXT=p.next_values is not None, HAS_CARRY=p.carry is not None,

@@ -7,10 +7,7 @@ them here. The operators make the kernels one node that autograd and
 
 * ``gae_xp::gae(rewards, values, next_values, ..., carry) -> (advantages, returns)``
   (the inputs ``INPUTS``: a ``GaeProblem``'s fields by name, its per-step ones
-  in the order of ``gae_xp._problem.PER_STEP``):
-  the forward, on the numba kernels for CPU tensors and on the Triton kernels
-  (where triton imports; else the numba-CUDA kernels) for CUDA tensors, with a fake implementation (shapes and dtypes)
-  for ``torch.compile``, dynamic shapes and meta tensors;
+  in the order of ``gae_xp._problem.PER_STEP``): the forward;
 * ``gae_xp::gae_backward(grad_advantages, grad_returns, <gae's inputs>) ->
   (rewards, values, next_values, bootstrap, carry)`` (``DIFFERENTIABLE``;
   an empty tensor for an absent input): the gradients, which
@@ -18,9 +15,45 @@ them here. The operators make the kernels one node that autograd and
   float inputs once flags and coefficients are fixed, so the backward is
   the adjoint scan: the same coefficients run forward in time, cut at the
   same places (``gae_xp.backends._numba_backward``; on CUDA tensors the
-  Triton kernels of ``gae_xp.backends._triton_scan`` where triton imports,
-  else numba-CUDA's), and its own backward is the forward operator again
-  (second derivatives are exact).
+  Triton kernels of ``gae_xp.backends._triton_scan``), and its own backward
+  is the forward operator again (second derivatives are exact).
+
+How they are built. Where triton is installed, both are
+``torch.library.triton_op``'s: an operator whose body is ordinary PyTorch
+code plus Triton launches through ``torch.library.wrap_triton``. torch runs
+the body three ways: as the eager implementation (registered as the CPU and
+CUDA kernels, the kernels launched directly), as the fake implementation
+(``opcheck``, meta tensors), and, under ``torch.compile``, traced by
+AOTAutograd (``triton_op``'s own rule), so that the graph handed to
+Inductor holds the Triton launches themselves (Inductor compiles, schedules
+and fuses around them, and CUDA graphs capture them) rather than one opaque
+call. The bodies (``_gae_body``, ``_gae_backward_body``) therefore read no
+value on the host before a launch: the plan of a launch (grid, block,
+alignment class, strides) comes from shapes, strides and dtypes alone
+(``gae_xp.backends._triton_launch``). Where triton is not installed they
+are ``custom_op``'s over the same bodies.
+
+A body launches the Triton kernels for CUDA tensors (``_launches_triton``);
+everything else goes to an opaque ``custom_op`` of its own,
+``gae_xp::gae_kernels`` / ``gae_xp::gae_backward_kernels``: the numba
+kernels for CPU tensors, numba-CUDA's for CUDA tensors where Triton cannot
+run, with a fake implementation (shapes and dtypes). The fallback from a
+failing Triton compiler stays inside the bodies, around the launches: an
+eager call whose launch fails in Triton's compiler remembers the Triton
+route as failed (warned once) and calls the opaque operator, which runs
+numba-CUDA; later calls, traced ones included, go to the opaque operator
+from the start. A traced call cannot fail there (its launches are recorded;
+Inductor compiles them later), so it needs no fallback of its own. Keeping
+the fallback outside the registration, as a second CUDA kernel of the
+operator, would not do: under ``torch.compile`` AOTAutograd traces the body
+whatever kernel is registered for the device.
+
+Under Triton's interpreter (``TRITON_INTERPRET=1``) a traced body calls the
+opaque operators too: ``wrap_triton`` hands an interpreted kernel back
+unwrapped, and the interpreter copies each argument's storage to the host,
+which a fake tensor does not have ("Cannot access data pointer of Tensor
+(e.g. FakeTensor ...)"); ``triton_op`` makes the body the fake
+implementation, so it would run the kernel on fake tensors.
 
 Inputs are a ``GaeProblem``'s fields: time last, compute dtype (float32 or
 float64), ``bootstrap`` (and ``carry``) of the batch shape plus a trailing
@@ -46,12 +79,14 @@ estimators' scans, the pieces' summaries) is the generic path.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
 import numpy as np
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
-from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view
+from gae_xp._compat import array_namespace, is_torch_array, torch_cpu_view, torch_is_recorded
 from gae_xp._prepare import check_offset_values
 from gae_xp._problem import COEFFICIENTS, FLAGS, PER_STEP, GaeProblem
 
@@ -61,8 +96,10 @@ from . import xp as _generic
 NAME = "torch-op"
 #: Read once here, not per call: under ``torch.compile`` a cached lookup would be traced on every compilation.
 _NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
-#: Triton comes with torch's Linux CUDA builds: where it imports, the backward of CUDA tensors runs its kernels.
+#: Triton comes with torch's Linux CUDA builds: where it imports, the operators run its kernels on CUDA tensors.
 _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+#: The devices whose tensors the operators' bodies give to the Triton kernels (``_launches_triton``).
+_TRITON_DEVICES = ("cuda",)
 
 
 class TorchOpBackend:
@@ -160,6 +197,8 @@ def _problem(arguments: dict) -> GaeProblem:
     offsets, host_offsets = arguments["offsets"], arguments["host_offsets"]
     if host_offsets is None and offsets is not None and offsets.device.type == "cpu":
         host_offsets = offsets
+    if host_offsets is not None and is_fake(host_offsets):  # traced: the offsets' values are not known yet
+        host_offsets = None
     if host_offsets is not None:  # the operator's own check: its callers' offsets may have been traced
         check_offset_values(host_offsets.numpy(), arguments["rewards"].shape[-1])
     return GaeProblem(xp=array_namespace(arguments["rewards"]), **fields, bootstrap=arguments["bootstrap"],
@@ -167,14 +206,81 @@ def _problem(arguments: dict) -> GaeProblem:
                       host_offsets=None if host_offsets is None else host_offsets.numpy())
 
 
-# --- the operators -----------------------------------------------------------------------------------------------
+# --- the operators (see the module docstring, "How they are built") ---------------------------------------------
 
 
-def _gae_cpu(*inputs):
+def _gae_body(*inputs):
+    """(advantages, returns): the Triton kernels where ``_launches_triton``, else ``gae_kernels``."""
+    arguments = dict(zip(INPUTS, inputs))
+    if _launches_triton(arguments["rewards"]):
+        from . import triton
+
+        launched = _on_triton(arguments["rewards"], lambda: _solve(_problem(arguments), triton.BACKEND))
+        if launched is not None:
+            return launched
+    return _opaque(gae_kernels, {"cpu": _gae_kernels_cpu, "cuda": _gae_kernels_cuda}, inputs, arguments["rewards"])
+
+
+def _gae_backward_body(grad_advantages, grad_returns, *inputs):
+    """The gradients (``DIFFERENTIABLE``): the Triton adjoint where ``_launches_triton``, else
+    ``gae_backward_kernels``."""
+    arguments = dict(zip(INPUTS, inputs))
+    if _launches_triton(arguments["rewards"]):
+        from . import triton
+
+        def adjoint():
+            problem = _problem(arguments)
+            return _gradients(triton.BACKEND.gae_backward(problem, grad_advantages, grad_returns), problem)
+
+        launched = _on_triton(arguments["rewards"], adjoint)
+        if launched is not None:
+            return launched
+    return _opaque(gae_backward_kernels, {"cpu": _gae_backward_kernels_cpu, "cuda": _gae_backward_kernels_cuda},
+                   (grad_advantages, grad_returns, *inputs), arguments["rewards"])
+
+
+def _opaque(operator, implementations: dict, arguments: tuple, rewards: Tensor):
+    """An opaque operator's answer from a body: the operator itself where the call is recorded (one node of the
+    graph), else its implementation for the tensors' (``rewards``') device called directly (a dispatch less)."""
+    if torch_is_recorded(rewards) or rewards.device.type not in implementations:
+        return operator(*arguments)
+    return implementations[rewards.device.type](*arguments)
+
+
+def _launches_triton(rewards: Tensor) -> bool:
+    """True when the operators' bodies launch the Triton kernels themselves: tensors on a device of
+    ``_TRITON_DEVICES`` where triton is installed and its compiler has not failed in this process, except traced
+    tensors under Triton's interpreter (the comment below says why)."""
+    if rewards.device.type not in _TRITON_DEVICES or not _TRITON_INSTALLED or _fallback.broken("triton") is not None:
+        return False
+    from . import triton
+
+    if not triton.interpreted():
+        return True
+    # Under TRITON_INTERPRET=1, wrap_triton hands the interpreted kernel back unwrapped (torch/_library/triton.py,
+    # "TRITON_INTERPRET=1 makes @triton.jit return InterpretedFunction"), and the interpreter copies every tensor's
+    # storage to the host (triton/runtime/interpreter.py, _init_args_hst): a fake tensor has none.
+    return not torch_is_recorded(rewards)
+
+
+def _on_triton(rewards: Tensor, work):
+    """``work()``, or None where Triton's compiler fails on an eager call: the Triton route is then remembered as
+    failed (``_fall_from_triton``) and the caller runs the opaque operator, on numba-CUDA's kernels. A traced call
+    never fails here (its launches are recorded, compiled by Inductor later); any other error propagates."""
+    try:
+        return work()
+    except Exception as error:
+        if torch_is_recorded(rewards) or not _fallback.is_compiler_failure(error):
+            raise
+        _fall_from_triton(error)
+        return None
+
+
+def _gae_kernels_cpu(*inputs):
     return _solve(_problem(dict(zip(INPUTS, inputs))), numba_cpu.BACKEND)
 
 
-def _gae_cuda(*inputs):
+def _gae_kernels_cuda(*inputs):
     problem = _problem(dict(zip(INPUTS, inputs)))
     return _on_cuda_kernels(lambda backend: _solve(problem, backend))
 
@@ -184,14 +290,14 @@ def _gae_fake(*inputs):
     return _empty(rewards.shape, rewards), _empty(rewards.shape, rewards)
 
 
-def _gae_backward_cpu(grad_advantages, grad_returns, *inputs):
+def _gae_backward_kernels_cpu(grad_advantages, grad_returns, *inputs):
     from ._numba_backward import gae_backward as kernel
 
     problem = _problem(dict(zip(INPUTS, inputs)))
     return _gradients(kernel(problem, grad_advantages, grad_returns), problem)
 
 
-def _gae_backward_cuda(grad_advantages, grad_returns, *inputs):
+def _gae_backward_kernels_cuda(grad_advantages, grad_returns, *inputs):
     """The adjoint on the GPU: the Triton kernels (``_triton_scan.gae_backward``) where triton imports, else the
     numba-CUDA ones."""
     problem = _problem(dict(zip(INPUTS, inputs)))
@@ -205,20 +311,72 @@ def _gae_backward_fake(grad_advantages, grad_returns, *inputs):
     return tuple(_empty((0,) if arguments[name] is None else arguments[name].shape, rewards) for name in DIFFERENTIABLE)
 
 
+def _signature(parameters: tuple[tuple[str, str], ...], returns: int) -> inspect.Signature:
+    """The Python signature of a schema's inputs ((schema type, name) pairs) and ``returns`` tensors: what
+    ``torch.library.triton_op`` infers the operator's schema from (it takes no schema string)."""
+    annotations = {"Tensor": Tensor, "Tensor?": Tensor | None, "float?": float | None, "bool": bool}
+    return inspect.Signature(
+        [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=annotations[kind])
+         for kind, name in parameters], return_annotation=tuple[(Tensor,) * returns])
+
+
+def _operator(name: str, body, parameters: tuple[tuple[str, str], ...], returns: int):
+    """The public operator ``name`` running ``body``: a ``torch.library.triton_op`` where triton is installed (its
+    body is also its fake implementation, and under ``torch.compile`` it is traced into the graph: the Triton
+    launches become graph nodes, the opaque operators stay nodes of their own), else a ``custom_op`` over the
+    same body."""
+    body.__signature__ = _signature(parameters, returns)
+    if _TRITON_INSTALLED:
+        operator = torch.library.triton_op(name, body, mutates_args=())
+    else:
+        operator = torch.library.custom_op(name, body, mutates_args=())
+        operator.register_fake(body)
+    for device in ("cpu", "cuda"):  # eager calls: the body without triton_op's wrapper (it launches no wrap_triton)
+        operator.register_kernel(device, body)
+    return operator
+
+
 _INPUTS_SCHEMA = ", ".join(f"{kind} {name}" for kind, name in _SCHEMA)
-gae = torch.library.custom_op("gae_xp::gae", _gae_cpu, mutates_args=(), device_types="cpu",
-                              schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+_UPSTREAM = (("Tensor", "grad_advantages"), ("Tensor", "grad_returns"))
+_GRADIENTS_SCHEMA = ", ".join("Tensor" for _ in DIFFERENTIABLE)
+gae_kernels = torch.library.custom_op("gae_xp::gae_kernels", _gae_kernels_cpu, mutates_args=(), device_types="cpu",
+                                      schema=f"({_INPUTS_SCHEMA}) -> (Tensor, Tensor)")
+gae_kernels.__doc__ = "``gae`` on the numba (CPU) or numba-CUDA kernels, opaque to ``torch.compile``."
+gae_backward_kernels = torch.library.custom_op(
+    "gae_xp::gae_backward_kernels", _gae_backward_kernels_cpu, mutates_args=(), device_types="cpu",
+    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> ({_GRADIENTS_SCHEMA})")
+gae_backward_kernels.__doc__ = "``gae_backward`` on the numba (CPU) or numba-CUDA kernels, opaque to ``torch.compile``."
+gae_kernels.register_kernel("cuda", _gae_kernels_cuda)
+gae_backward_kernels.register_kernel("cuda", _gae_backward_kernels_cuda)
+gae_kernels.register_fake(_gae_fake)
+gae_backward_kernels.register_fake(_gae_backward_fake)
+gae = _operator("gae_xp::gae", _gae_body, _SCHEMA, 2)
 gae.__doc__ = "(advantages, returns) of the problem made of ``INPUTS`` (see the module docstring)."
-gae_backward = torch.library.custom_op(
-    "gae_xp::gae_backward", _gae_backward_cpu, mutates_args=(), device_types="cpu",
-    schema=f"(Tensor grad_advantages, Tensor grad_returns, {_INPUTS_SCHEMA}) -> "
-           f"({', '.join('Tensor' for _ in DIFFERENTIABLE)})")
+gae_backward = _operator("gae_xp::gae_backward", _gae_backward_body, (*_UPSTREAM, *_SCHEMA), len(DIFFERENTIABLE))
 gae_backward.__doc__ = ("The gradients to ``DIFFERENTIABLE`` given those to (advantages, returns); an empty tensor "
                         "for an absent input.")
-gae.register_kernel("cuda", _gae_cuda)
-gae_backward.register_kernel("cuda", _gae_backward_cuda)
-gae.register_fake(_gae_fake)
-gae_backward.register_fake(_gae_backward_fake)
+
+
+def _register_kernels() -> None:
+    """Tell torch which Triton kernels the operators launch (``torch._library.triton.triton_ops_to_kernels``).
+
+    torch's compile cache hashes the kernels' source from this registry
+    (AOTAutograd's cache key: torch/_functorch/_aot_autograd/autograd_cache.py,
+    ``get_triton_kernels_for_op``), so that a changed kernel is never served
+    from an older compilation. ``triton_op`` fills it by reading its body's
+    source for ``wrap_triton(name)``; these bodies reach the kernels through
+    the backends, where it finds none."""
+    from torch._library import triton as library
+
+    from ._triton_gae import gae_kernel
+    from ._triton_scan import _adjoint_rows
+
+    library.triton_ops_to_kernels[gae._qualname] = [gae_kernel]
+    library.triton_ops_to_kernels[gae_backward._qualname] = [_adjoint_rows]
+
+
+if _TRITON_INSTALLED:
+    _register_kernels()
 
 
 def _checked_offsets(offsets: Tensor, length: int) -> Tensor:
@@ -310,21 +468,27 @@ def _cuda_backend():
 
 
 def _on_cuda_kernels(work):
-    """``work(backend)`` on the CUDA kernels (``_cuda_backend``); where Triton's compiler fails, the Triton route is
-    remembered as failed (``backends.fail``: warned once per cause) and the work runs again on numba-CUDA's kernels
-    where they can run. Any other error, or a failure with no kernels left, propagates (``backends.run`` then falls
-    back to the generic path)."""
+    """``work(backend)`` on the CUDA kernels (``_cuda_backend``); where Triton's compiler fails, the work runs again
+    on numba-CUDA's kernels (``_fall_from_triton``). Any other error, or a failure with no kernels left, propagates
+    (``backends.run`` then falls back to the generic path)."""
     backend = _cuda_backend()
     try:
         return work(backend)
     except Exception as error:
         if backend.name != "triton" or not _fallback.is_compiler_failure(error):
             raise
-        cause = fail("triton", error)
-        if _cuda_reason() is not None:
-            raise
-        _fallback.warn_once("triton", cause, "numba-cuda")
+        _fall_from_triton(error)
         return work(_cuda_backend())
+
+
+def _fall_from_triton(error: BaseException) -> None:
+    """After Triton's compiler failed with ``error``: the Triton route is remembered as failed (``backends.fail``:
+    warned once per cause, numba-CUDA named as what serves instead); ``error`` is raised again where numba-CUDA
+    cannot run either."""
+    cause = fail("triton", error)
+    if _cuda_reason() is not None:
+        raise error
+    _fallback.warn_once("triton", cause, "numba-cuda")
 
 
 def _cuda_reason() -> str | None:

@@ -152,6 +152,21 @@ def owned_copy(xp, x):
     return xp.astype(x, x.dtype, copy=True)
 
 
+def torch_is_recorded(x) -> bool:
+    """True when an operation on torch tensor ``x`` is recorded, not run: ``x`` is a fake tensor (``torch.compile``,
+    ``torch.library.opcheck``, FakeTensorMode; a functional tensor over one included) or a Python dispatch mode
+    (``make_fx``) records the operations. A kernel launched on it must go through the graph
+    (``torch.library.wrap_triton``, or an opaque operator), never read its pointer."""
+    torch = sys.modules["torch"]
+    if torch._C._len_torch_dispatch_stack():  # a Python dispatch mode (FakeTensorMode, make_fx's) is on
+        return True
+    if type(x) is torch.Tensor:  # an eager call's tensor: fake and functional tensors are subclasses
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return is_fake(x)
+
+
 def _torch_is_symbolic(x) -> bool:
     torch = sys.modules["torch"]
     if x.device.type == "meta" or torch.compiler.is_compiling():

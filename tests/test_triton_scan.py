@@ -360,8 +360,8 @@ def test_property_backward_and_returns_match_their_references(length, rows, hole
 
 @pytest.mark.parametrize("options", [("mask", "terminated", "critic_lam"), ("next_values", "truncated", "gamma")])
 def test_the_operators_cuda_backward_runs_the_triton_adjoint(options):
-    """``gae_xp::gae_backward``'s CUDA implementation takes the Triton kernels where triton imports: run here on CPU
-    tensors under the interpreter, against the operator's CPU implementation (numba)."""
+    """The opaque ``gae_xp::gae_backward_kernels``'s CUDA implementation takes the Triton kernels where triton
+    imports: run here on CPU tensors under the interpreter, against the operator's CPU implementation (numba)."""
     torch_ops = pytest.importorskip("gae_xp.backends.torch_ops")
     assert torch_ops._TRITON_INSTALLED
     arrays = data(15)
@@ -371,8 +371,8 @@ def test_the_operators_cuda_backward_runs_the_triton_adjoint(options):
                    backend="xp")
     arguments = torch_ops.operator_arguments(call.problem)
     upstream = [torch.from_numpy(np.random.default_rng(16).normal(size=arrays["rewards"].shape)) for _ in range(2)]
-    triton_grads = torch_ops._gae_backward_cuda(*upstream, *arguments)
-    numba_grads = torch_ops._gae_backward_cpu(*upstream, *arguments)
+    triton_grads = torch_ops._gae_backward_kernels_cuda(*upstream, *arguments)
+    numba_grads = torch_ops._gae_backward_kernels_cpu(*upstream, *arguments)
     for name, on_triton, on_numba in zip(torch_ops.DIFFERENTIABLE, triton_grads, numba_grads):
         np.testing.assert_allclose(on_triton.numpy(), on_numba.numpy(), **TOLERANCE, err_msg=name)
 
