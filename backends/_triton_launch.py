@@ -41,24 +41,32 @@ def solve(p, settings: dict):
     returns = torch.empty(shape, dtype=rewards.dtype, device=rewards.device)
     if rewards.numel() == 0:
         return advantages, returns
-    key = _layout(p, settings)
-    plan = _PLANS.get(key)
     with on_device(rewards.device):
+        plan = solve_layout(p, settings)
         if plan is not None:
             plan.launch(p, advantages, returns)
             return advantages, returns
         arrays = _arrays(p, tuple(shape))
-        slices = _slices(arrays, tuple(shape[:-1]))
-        if slices == [(Ellipsis,)]:
-            if len(_PLANS) >= MAX_PLANS:
-                _PLANS.clear()
-            plan = _PLANS[key] = Plan(p, arrays, settings)
-            plan.launch(p, advantages, returns)
-            return advantages, returns
-        for index in slices:  # batch axes that do not fold: a plan per slice, kept by none
+        for index in _slices(arrays, tuple(shape[:-1])):  # batch axes that do not fold: a plan per slice, kept by none
             sliced = {name: a[index] for name, a in arrays.items()}
             Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced)
     return advantages, returns
+
+
+def solve_layout(p, settings: dict):
+    """The ``Plan`` of problem ``p``'s layout (kept per ``_layout``, made on its first call), or None where its batch
+    axes do not fold into the kernels' two (launched a slice at a time, by no kept plan)."""
+    key = _layout(p, settings)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    arrays = _arrays(p, tuple(p.rewards.shape))
+    if _slices(arrays, tuple(p.rewards.shape[:-1])) != [(Ellipsis,)]:
+        return None
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    plan = _PLANS[key] = Plan(p, arrays, settings)
+    return plan
 
 
 #: Plans kept per layout (``_layout``); emptied when full.
