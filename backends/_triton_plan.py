@@ -173,25 +173,34 @@ class TritonPlan:
         if getattr(triton_backend._SETTINGS, "override", None) is not None:  # tuned(): the backend's own path
             return self.tuned(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated,
                               mask, critic_lam)
-        if bootstrap_value is None or type(bootstrap_value) is float:
-            bootstrap, tail = self._number(0.0 if bootstrap_value is None else bootstrap_value), self.number_tail
-        else:
-            bootstrap, tail = bootstrap_value, self.tail
-        empty, shape, dtype, device = torch.empty, self.shape, self.dtype, self.device
-        advantages = empty(shape, dtype=dtype, device=device)
-        returns = empty(shape, dtype=dtype, device=device)
-        maps = rewards if self.maps is None else empty(self.maps, dtype=self.maps_dtype, device=device)
-        arguments = (rewards, values, rewards if next_values is None else next_values,
-                     rewards if terminated is None else terminated.view(torch.uint8),
-                     rewards if truncated is None else truncated.view(torch.uint8),
-                     rewards if mask is None else mask.view(torch.uint8),
-                     rewards, rewards, rewards, bootstrap, rewards, rewards, advantages, returns, maps, *tail)
+        arguments = self.pack(rewards, values, bootstrap_value, next_values, terminated, truncated, mask,
+                              *self.outputs(rewards))
         if self.device_index is not None and torch.cuda.current_device() != self.device_index:
             with torch.cuda.device(self.device_index):
                 self.launch(arguments)
         else:
             self.launch(arguments)
-        return advantages, returns
+        return arguments[_ADVANTAGES], arguments[_RETURNS]
+
+    def outputs(self, rewards) -> tuple:
+        """(advantages, returns, the chunks' maps or ``rewards`` in their place): new tensors on the device."""
+        empty, shape, dtype, device = torch.empty, self.shape, self.dtype, self.device
+        maps = rewards if self.maps is None else empty(self.maps, dtype=self.maps_dtype, device=device)
+        return empty(shape, dtype=dtype, device=device), empty(shape, dtype=dtype, device=device), maps
+
+    def pack(self, rewards, values, bootstrap_value, next_values, terminated, truncated, mask, advantages, returns,
+             maps) -> tuple:
+        """The kernel's arguments up to its constexprs: the caller's tensors in their slots (``rewards`` in place of
+        an absent one or a number), the bootstrap value as a tensor, the outputs, the plan's counts and numbers."""
+        if bootstrap_value is None or type(bootstrap_value) is float:
+            bootstrap, tail = self._number(0.0 if bootstrap_value is None else bootstrap_value), self.number_tail
+        else:
+            bootstrap, tail = bootstrap_value, self.tail
+        return (rewards, values, rewards if next_values is None else next_values,
+                rewards if terminated is None else terminated.view(torch.uint8),
+                rewards if truncated is None else truncated.view(torch.uint8),
+                rewards if mask is None else mask.view(torch.uint8),
+                rewards, rewards, rewards, bootstrap, rewards, rewards, advantages, returns, maps, *tail)
 
     def launch(self, arguments: tuple) -> None:
         """Launch the kernels on ``arguments`` (a call's, in the kernel's order up to its constexprs)."""
@@ -235,7 +244,7 @@ class TritonPlan:
                  "on that): the binder picks the kernel")
             return False
         try:
-            self._run(arguments)
+            self.run_compiled(arguments)
         except Exception as error:  # noqa: BLE001 - any failure: the binder launches the call again, said once
             _refuse(f"a direct launch raised {type(error).__name__}: {error}")
             return False
@@ -256,7 +265,7 @@ class TritonPlan:
         for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
             mine[slot] = torch.empty_like(arguments[slot])
         try:
-            self._run(tuple(mine))
+            self.run_compiled(tuple(mine))
             same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
         except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
             _refuse(f"a direct launch raised {type(error).__name__}: {error}")
@@ -265,7 +274,8 @@ class TritonPlan:
             _refuse("a direct launch gave other results than the binder's launch of the same arguments")
         return True
 
-    def _run(self, arguments: tuple) -> None:
+    def run_compiled(self, arguments: tuple) -> None:
+        """Launch ``arguments`` through the compiled kernels kept by the plan's first direct launch."""
         stream = _stream(self.device_index)
         grid = self.grid[0]
         for run, function, metadata, constexprs in self.compiled:
