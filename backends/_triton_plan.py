@@ -28,7 +28,8 @@ inputs are only read.
 Made for calls whose checked problem holds the caller's own tensors as
 given (time last, the dtype that the kernels read, flags bool: nothing cast,
 moved or broadcast by ``prepare``), with Python-number coefficients, a
-bootstrap value that is absent, a number or a tensor of the compute dtype,
+bootstrap value that is absent, a number or a tensor (cast to the compute
+dtype per call where it is float16 or bfloat16, as ``prepare`` casts it),
 no packed sequences, no carry, batch axes that fold into the kernels' two
 and no tensor kept negated lazily; other calls keep ``gae_xp._plans``' plans.
 
@@ -131,25 +132,26 @@ def make(call, arguments: dict):
     if any(t is not None and (t.requires_grad or t.is_neg()) for t in map(arguments.get, _TENSORS)):
         return None
     bootstrap = arguments["bootstrap_value"]
-    if isinstance(bootstrap, torch.Tensor) and (bootstrap.is_neg() or p.bootstrap.dtype != bootstrap.dtype
-                                                or p.bootstrap.data_ptr() != bootstrap.data_ptr()):
-        return None  # cast to the compute dtype (a copy per call), or kept negated
-    if not (bootstrap is None or isinstance(bootstrap, (float, torch.Tensor))):
+    if not (bootstrap is None or type(bootstrap) is float or type(bootstrap) is torch.Tensor):
         return None
+    if type(bootstrap) is torch.Tensor and (bootstrap.is_neg() or bootstrap.requires_grad or (
+            p.bootstrap.dtype == bootstrap.dtype and p.bootstrap.data_ptr() != bootstrap.data_ptr())):
+        return None  # kept negated, or laid out anew by prepare
     if getattr(triton_backend._SETTINGS, "override", None) is not None:
         return None  # made under tuned(): its launch settings are not the key's
     launch = _triton_launch.solve_layout(p, triton_backend._settings())
     if launch is None:
         return None  # batch axes that do not fold: launched a slice at a time
     tuned = _plans.ChosenBackendPlan(call, triton_backend.BACKEND, arguments["truncated_bootstrap"])
-    return TritonPlan(p, launch, tuned)
+    cast = p.bootstrap.dtype if type(bootstrap) is torch.Tensor and p.bootstrap.dtype != bootstrap.dtype else None
+    return TritonPlan(p, launch, tuned, cast)
 
 
 class TritonPlan:
     """One layout's launches of the Triton kernels; ``plan(rewards, values, ...)`` is ``gae()`` on arguments of
     that key, given in ``gae()``'s order (as ``gae_xp._plans`` calls a plan)."""
 
-    def __init__(self, p, launch, tuned):
+    def __init__(self, p, launch, tuned, cast=None):
         rewards = p.rewards
         self.shape, self.dtype, self.device = tuple(rewards.shape), rewards.dtype, rewards.device
         self.device_index = rewards.device.index if rewards.device.type == "cuda" else None
@@ -162,6 +164,7 @@ class TritonPlan:
         counts[_BOOTSTRAP_STRIDES] = (0, 0, 0)
         self.number_tail = (*counts, *numbers)  # a number: one element that every row reads
         self.tuned = tuned
+        self.cast = cast  # the compute dtype a tensor bootstrap value is cast to per call (bfloat16 ones), or None
         self.constant = None  # (value, stream, one-element tensor) of the last Python-number bootstrap value
         #: direct launches: per mode (run, function, packed metadata, constexprs), and the caller's pointers'
         #: 16-byte alignment when the compiled kernels were taken; None until then
@@ -194,8 +197,9 @@ class TritonPlan:
         an absent one or a number), the bootstrap value as a tensor, the outputs, the plan's counts and numbers."""
         if bootstrap_value is None or type(bootstrap_value) is float:
             bootstrap, tail = self._number(0.0 if bootstrap_value is None else bootstrap_value), self.number_tail
-        else:
-            bootstrap, tail = bootstrap_value, self.tail
+        else:  # a tensor of the key's layout (a cast one's layout follows from it, as on the first call)
+            bootstrap = bootstrap_value if self.cast is None else bootstrap_value.to(self.cast)
+            tail = self.tail
         return (rewards, values, rewards if next_values is None else next_values,
                 rewards if terminated is None else terminated.view(torch.uint8),
                 rewards if truncated is None else truncated.view(torch.uint8),
