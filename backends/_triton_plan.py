@@ -48,6 +48,8 @@ where Triton's launch hooks are set (a profiler), where no compiled kernel
 comes back (the interpreter), or where a caller's pointer is not 16-byte
 aligned as it was when the kernel was taken (Triton specialises on that),
 the binder serves, and a ``DirectLaunchWarning`` says why, once per cause.
+A plan whose first direct launch would fall in a CUDA-graph capture takes
+the binder until an eager call takes and checks its kernels.
 """
 
 from __future__ import annotations
@@ -242,6 +244,8 @@ class TritonPlan:
             return False
         alignment = _alignment(arguments)
         if self.compiled is None:
+            if self.device_index is not None and torch.cuda.is_current_stream_capturing():
+                return False  # the check synchronises, which a capture forbids: taken on an eager call
             return self._take_compiled(arguments, alignment)
         if alignment != self.alignment:
             _say("a caller's tensor is not 16-byte aligned as when the compiled kernel was taken (Triton specialises "
