@@ -386,3 +386,23 @@ def test_the_launch_mode_is_checked(monkeypatch):
         _triton_plan._mode_from_environment()
     with pytest.raises(ValueError, match="launch mode must be one of"):
         _triton_plan.launch_mode("fast")
+
+
+# ------------------------------------------------------------------------------------------- the benchmark
+
+
+def test_the_host_path_benchmark_times_every_stage(capsys):
+    """``python -m gae_xp.bench.host_path`` at a tiny size: every stage of every case is printed, and Triton's
+    driver, the kernel and the key's rule are left as they were."""
+    from gae_xp.bench import host_path
+
+    kernel, driver = _triton_launch.gae_kernel, triton.runtime.driver._active
+    without_numpy = _plans._TORCH.without_numpy if _plans._torch_tensor() is not None else None
+    assert host_path.main(["--B", "4", "--T", "16", "--number", "3", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "CPU: " in printed and printed.count("whole call, direct launch") == len(host_path.CASES)
+    for stage in ("key (_plans.gae_key)", "plan lookup", "output allocation", "argument packing",
+                  "launch: Triton's binder", "launch: direct", "whole call, launch a no-op"):
+        assert printed.count(stage) == len(host_path.CASES), stage
+    assert _triton_launch.gae_kernel is kernel and triton.runtime.driver._active is driver
+    assert _plans._TORCH.without_numpy == without_numpy and _triton_plan.launch_mode() == "binder"

@@ -186,7 +186,7 @@ def measure(case: str, shape, stand_ins: StandIns, number: int, repeat: int) -> 
     outputs = plan.outputs(r)
     packed = plan.pack(r, v, b, None, flags["terminated"], None, flags["mask"], *outputs)
     rows = [("the first call's checks and layout (_prepare.prepare; a plan skips them)",
-             timed(lambda: _prepare.prepare(**arguments, backend="triton"), number // 4, repeat)),
+             timed(lambda: _prepare.prepare(**arguments, backend="triton"), max(1, number // 4), repeat)),
             ("key (_plans.gae_key)", timed(lambda: _plans.gae_key(*key_arguments), number, repeat)),
             ("plan lookup (PLANS.get)", timed(lambda: _plans.PLANS.get(key), number, repeat)),
             ("output allocation (two torch.empty)", timed(lambda: plan.outputs(r), number, repeat)),
