@@ -158,6 +158,7 @@ class TritonPlan:
         self.shape, self.dtype, self.device = tuple(rewards.shape), rewards.dtype, rewards.device
         self.device_index = rewards.device.index if rewards.device.type == "cuda" else None
         self.grid, self.modes, self.options = launch.grid, launch.modes, dict(launch.constants)
+        self.keywords = [dict(self.options, MODE=mode) for mode in self.modes]  # per launch: what the binder takes
         self.maps, self.maps_dtype = launch.maps, launch.maps_dtype
         numbers = tuple(value if kind == _triton_launch.NUMBER else 0.0
                         for kind, value in zip(launch.kinds, (p.gamma, p.lam, p.critic_lam)))
@@ -214,10 +215,11 @@ class TritonPlan:
             return
         self.binder(arguments)
 
-    def binder(self, arguments: tuple) -> list:
-        """Launch through Triton's launcher; the compiled kernels it returns, per mode."""
+    def binder(self, arguments: tuple) -> None:
+        """Launch ``arguments`` through Triton's launcher (``kernel[grid](...)``), once per launch mode."""
         launcher = _triton_launch.gae_kernel[self.grid]
-        return [launcher(*arguments, MODE=mode, **self.options) for mode in self.modes]
+        for keywords in self.keywords:
+            launcher(*arguments, **keywords)
 
     def _number(self, value: float):
         """A one-element tensor holding ``value`` in the compute dtype, on the device, ready on the current stream:
@@ -261,7 +263,8 @@ class TritonPlan:
     def _take_compiled(self, arguments: tuple, alignment: tuple) -> bool:
         """The plan's first direct launch: the binder launches ``arguments`` and returns the compiled kernels, which
         then launch the same call into outputs of their own; kept when both give the same results."""
-        compiled = self.binder(arguments)
+        launcher = _triton_launch.gae_kernel[self.grid]
+        compiled = [launcher(*arguments, **keywords) for keywords in self.keywords]
         if not all(hasattr(kernel, "run") and hasattr(kernel, "packed_metadata") for kernel in compiled):
             _say("Triton's launcher returned no compiled kernel (the interpreter): the binder launches")
             return True

@@ -28,8 +28,10 @@ caller's tensors in the kernel's slots, the bootstrap value), and each
 launch; then whole calls of ``gae_xp.gae`` with each launch. For scale, the
 checks and layout of a first call (``gae_xp._prepare.prepare``), which a
 plan-served call skips. Each figure is the median of ``--repeat`` batches of
-``--number`` calls, in microseconds per call (wall clock: a busy machine
-stretches it; the load average is printed with the CPU). A stage timed alone
+``--number`` calls, in microseconds per call, timed by the calling thread's
+CPU clock (``time.thread_time``: the time the thread ran, not the time it
+waited for a core, so a busy machine changes it less than wall time; the
+load average is printed with the CPU before and after). A stage timed alone
 has its code and data in cache, so the stages add up to a little less than
 the whole call. docs/gpu.md ("Host path") has the figures.
 """
@@ -149,15 +151,16 @@ def case_arguments(case: str, shape) -> dict:
 
 
 def timed(function, number: int, repeat: int) -> float:
-    """Median microseconds per call of ``function()`` over ``repeat`` batches of ``number`` calls."""
+    """Median microseconds per call of ``function()`` over ``repeat`` batches of ``number`` calls, by the calling
+    thread's CPU clock."""
     for _ in range(min(number, 100)):
         function()
     batches = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.thread_time()
         for _ in range(number):
             function()
-        batches.append((time.perf_counter() - start) / number * 1e6)
+        batches.append((time.thread_time() - start) / number * 1e6)
     return statistics.median(batches)
 
 
@@ -234,7 +237,9 @@ def main(argv=None) -> int:
     _plans._TORCH.without_numpy = without_numpy | {torch.float32}  # keyed as a CUDA tensor: no NumPy view
     print(f"host path of a repeated gae(..., backend='triton') at {shape[0]}x{shape[1]} float32, torch CPU tensors "
           f"standing in for CUDA ones, the kernel never run; us per call, the median of {options.repeat} batches of "
-          f"{options.number} calls\nCPU: {cpu()}")
+          f"{options.number} calls, by the thread's CPU clock\nCPU: {cpu()}")
+    for _ in range(10):  # the CPU allocator warmed: glibc's malloc takes such blocks from its heap once one is freed
+        torch.empty(shape), torch.empty(shape)
     try:
         for case in cases:
             print(f"\n{case}:")
