@@ -62,6 +62,8 @@ import warnings
 import torch
 import triton
 
+from gae_xp import _plans, _problem
+
 from . import _triton_gae, _triton_launch
 from . import triton as triton_backend
 
@@ -70,9 +72,8 @@ LAUNCH_MODES = ("binder", "direct")
 #: The environment variable read for the launch mode when this module is imported.
 LAUNCH_VARIABLE = "GAE_XP_TRITON_LAUNCH"
 #: The caller's per-step tensors that a plan puts in the kernel's first slots, in ``gae()``'s (and the kernel's)
-#: order; the flags among them are read as uint8.
-_TENSORS = ("rewards", "values", "next_values", "terminated", "truncated", "mask")
-_FLAG_SLOTS = (3, 4, 5)
+#: order (``_problem.PER_STEP`` without the coefficients); the flags among them are read as uint8.
+_TENSORS = tuple(name for name in _problem.PER_STEP if name not in _problem.COEFFICIENTS)
 #: The kernel's first slots, which hold the caller's tensors (or ``rewards`` in place of an absent one).
 _CALLERS = 10
 #: The kernel's argument slots of the outputs and the chunks' maps (after the 9 per-step, bootstrap, carry, offsets).
@@ -120,8 +121,6 @@ def direct_refused() -> str | None:
 def make(call, arguments: dict):
     """The plan of a checked call solved by the Triton kernels (``arguments``: ``gae()``'s own), or None when the
     call is not one that it serves (see the module)."""
-    from gae_xp import _plans
-
     p = call.problem
     if (p.offsets is not None or p.carry is not None or p.extra or p.values is None or call.offsets_valid is not None
             or call.axis != p.rewards.ndim - 1 or call.out_dtype != p.rewards.dtype or p.rewards.numel() == 0):
@@ -129,7 +128,7 @@ def make(call, arguments: dict):
     if any(getattr(p, name) is not arguments[name] for name in _TENSORS):
         return None  # prepare cast, moved or broadcast one: the problem's tensor is not the caller's
     if any(arguments[name] is not None and type(arguments[name]) not in (float, int)
-           for name in ("gamma", "lam", "critic_lam")):
+           for name in _problem.COEFFICIENTS):
         return None  # an array coefficient's range check reads its values: the generic plans run it
     if any(t is not None and (t.requires_grad or t.is_neg()) for t in map(arguments.get, _TENSORS)):
         return None
