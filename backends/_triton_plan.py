@@ -20,7 +20,8 @@ No check is repeated that the key answers, no host synchronisation, no
 Python loop over options, no block table derived again. What is not in the
 key stays per call: a tensor ``bootstrap_value`` is passed where it lies
 (its layout is in the key), a Python-number one is a one-element tensor
-that every row reads (kept while its value and the stream stay), a flag is
+that every row reads (kept while its value and the stream stay; made anew,
+and owned by the graph, inside a CUDA-graph capture), a flag is
 viewed as uint8, and ``tuned()`` settings send the call to the backend's own
 path. Every output is a new tensor: none shares memory with an input, and
 inputs are only read.
@@ -222,15 +223,17 @@ class TritonPlan:
 
     def _number(self, value: float):
         """A one-element tensor holding ``value`` in the compute dtype, on the device, ready on the current stream:
-        the last one is kept while the value and the stream stay (never one made during a CUDA-graph capture,
-        whose fill only the graph runs)."""
+        the last one is kept while the value and the stream stay. Inside a CUDA-graph capture a new one is made
+        every time and never kept: the graph owns it (a kept one could be freed, with its plan, before a replay
+        reads it), and its fill is one of the graph's nodes."""
+        capturing = self.device_index is not None and torch.cuda.is_current_stream_capturing()
         stream = _stream(self.device_index)
         constant = self.constant
-        if constant is not None and constant[0] == value and constant[1] == stream:
+        if not capturing and constant is not None and constant[0] == value and constant[1] == stream:
             return constant[2]
         tensor = torch.full((1,), value, dtype=torch.float64 if self.dtype == torch.float64 else torch.float32,
                             device=self.device)
-        if self.device_index is None or not torch.cuda.is_current_stream_capturing():
+        if not capturing:
             self.constant = (value, stream, tensor)
         return tensor
 

@@ -181,6 +181,32 @@ def test_a_number_bootstrap_is_read_per_call():
     assert isinstance(plan_of({**given, "bootstrap_value": 0.5}), _triton_plan.TritonPlan)
 
 
+def test_a_number_bootstrap_inside_a_cuda_graph_capture_is_the_graphs_own(monkeypatch):
+    """On CUDA the kept one-element tensor serves eager calls on its stream; a call inside a capture makes its own
+    (the graph's: a kept one could be freed with its plan before a replay) and keeps nothing. The CUDA calls are
+    stood in for (device 0, stream 7): the plan's CPU tensors run the same logic."""
+    given = {**case(3, (2, 9), "plain", torch.float64), "bootstrap_value": 0.5}
+    solve(given)
+    plan = plan_of(given)
+    assert isinstance(plan, _triton_plan.TritonPlan)
+    capturing, made = [False], []
+    full = torch.full
+    monkeypatch.setattr(plan, "device_index", 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    monkeypatch.setattr(_triton_plan, "_stream", lambda index: 7)
+    monkeypatch.setattr(torch, "full", lambda *args, **kwargs: made.append(1) or full(*args, **kwargs))
+    assert_loop(given, solve(given), torch.float64)
+    kept = plan.constant
+    assert kept[:2] == (0.5, 7) and len(made) == 1
+    assert_loop(given, solve(given), torch.float64)
+    assert plan.constant is kept and len(made) == 1  # eager, same value and stream: the kept tensor
+    capturing[0] = True
+    for _ in range(2):
+        assert_loop(given, solve(given), torch.float64)
+    assert plan.constant is kept and len(made) == 3  # captured: one of its own each time, none kept
+
+
 def test_outputs_are_new_tensors_and_inputs_are_only_read():
     given = case(5, (3, 21), "everything", torch.float32)
     given = {name: value for name, value in given.items() if name not in ("gamma", "lam", "critic_lam")}
