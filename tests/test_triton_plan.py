@@ -207,6 +207,18 @@ def test_a_number_bootstrap_inside_a_cuda_graph_capture_is_the_graphs_own(monkey
     assert plan.constant is kept and len(made) == 3  # captured: one of its own each time, none kept
 
 
+def test_tensors_kept_negated_lazily_are_read_as_their_values():
+    """torch's negative bit (``torch._neg_view``) leaves the memory holding the values' negatives: the kernels,
+    which read memory by pointer, get the values (the full path resolves them; no plan serves such tensors)."""
+    given = case(9, (2, 11), "bootstrap", torch.float64)
+    negated = {name: torch._neg_view(-value) if torch.is_tensor(value) and value.is_floating_point() else value
+               for name, value in given.items()}
+    assert negated["rewards"].is_neg() and negated["bootstrap_value"].is_neg()
+    for _ in range(2):
+        assert_loop(given, solve(negated), torch.float64)
+    assert not isinstance(plan_of(negated), _triton_plan.TritonPlan)
+
+
 def test_outputs_are_new_tensors_and_inputs_are_only_read():
     given = case(5, (3, 21), "everything", torch.float32)
     given = {name: value for name, value in given.items() if name not in ("gamma", "lam", "critic_lam")}
