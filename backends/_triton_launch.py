@@ -52,26 +52,36 @@ def solve(p, settings: dict):
     if rewards.numel() == 0:
         return advantages, returns
     traced = torch_is_recorded(rewards)  # its shapes may be symbols, which no dict keeps: a plan of its own, never kept
-    key = None if traced else _layout(p, settings)
-    plan = _PLANS.get(key)
     with contextlib.nullcontext() if traced else on_device(rewards.device):
+        plan = None if traced else solve_layout(p, settings)
         if plan is not None:
             plan.launch(p, advantages, returns)
             return advantages, returns
         arrays = _arrays(p, tuple(shape))
         slices = _slices(arrays, tuple(shape[:-1]))
-        if slices == [(Ellipsis,)]:
-            plan = Plan(p, arrays, settings)
-            if not traced:
-                if len(_PLANS) >= MAX_PLANS:
-                    _PLANS.clear()
-                _PLANS[key] = plan
-            plan.launch(p, advantages, returns, arrays if traced else None, traced)
+        if slices == [(Ellipsis,)]:  # traced
+            Plan(p, arrays, settings).launch(p, advantages, returns, arrays, traced)
             return advantages, returns
         for index in slices:  # batch axes that do not fold: a plan per slice, kept by none
             sliced = {name: a[index] for name, a in arrays.items()}
             Plan(p, sliced, settings).launch(p, advantages[index], returns[index], sliced, traced)
     return advantages, returns
+
+
+def solve_layout(p, settings: dict):
+    """The ``Plan`` of problem ``p``'s layout (kept per ``_layout``, made on its first call), or None where its batch
+    axes do not fold into the kernels' two (launched a slice at a time, by no kept plan)."""
+    key = _layout(p, settings)
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    arrays = _arrays(p, tuple(p.rewards.shape))
+    if _slices(arrays, tuple(p.rewards.shape[:-1])) != [(Ellipsis,)]:
+        return None
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    plan = _PLANS[key] = Plan(p, arrays, settings)
+    return plan
 
 
 #: Plans kept per layout (``_layout``); emptied when full.

@@ -142,6 +142,7 @@ class TritonBackend:
                              "own")
         from . import _triton_launch
 
+        problem = _resolved(problem)
         override = getattr(_SETTINGS, "override", None)
         if override is None:
             return _triton_launch.solve(problem, _settings())
@@ -181,6 +182,17 @@ class TritonBackend:
 
         return solve_vtrace(problem, clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_c_threshold,
                             clip_pg_rho_threshold=clip_pg_rho_threshold)
+
+
+def _resolved(problem):
+    """The problem with every tensor that torch keeps negated lazily (its negative bit: the memory holds the values'
+    negatives) made a tensor of its values: the kernels read memory by pointer."""
+    tensors = [*problem.steps().values(), problem.bootstrap, *([] if problem.carry is None else [problem.carry])]
+    if not any(t.is_neg() for t in tensors):
+        return problem
+    problem = problem.map_steps(lambda name, t: t.resolve_neg())
+    return problem.replace(bootstrap=problem.bootstrap.resolve_neg(),
+                           carry=None if problem.carry is None else problem.carry.resolve_neg())
 
 
 def _settings() -> dict:

@@ -108,6 +108,8 @@ COMMANDS: dict[str, Run] = {
     "python -m gae_xp.bench.load --repeat 7": its_help("python -m gae_xp.bench.load", BENCHMARK),
     "python -m gae_xp.bench.roofline": its_help("python -m gae_xp.bench.roofline", BENCHMARK),
     "python -m gae_xp.bench.small_calls": its_help("python -m gae_xp.bench.small_calls", BENCHMARK),
+    "python -m gae_xp.bench.host_path": its_help("python -m gae_xp.bench.host_path",
+                                                 "a benchmark of a minute; tests/test_triton_plan.py runs it small"),
     "python -m gae_xp.bench.small_calls --calls N": its_help("python -m gae_xp.bench.small_calls",
                                                              "a template (N calls) of a callgrind harness"),
     "python -m gae_xp.bench.small_calls --first-call": its_help("python -m gae_xp.bench.small_calls", BENCHMARK),

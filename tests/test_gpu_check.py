@@ -149,8 +149,9 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     memcheck, racecheck = sanitizer.split("== racecheck\n")
     assert memcheck.split("== memcheck\n")[1].startswith("ok triton ") and racecheck.startswith("ok numba-cuda ")
     profile = (out / "host-profile.txt").read_text()
-    assert len(re.findall(r"^== (triton|numba-cuda) at ", profile, re.M)) == 2
-    assert profile.count("-- top 15 by tottime") == profile.count("-- top 15 by cumtime") == 2
+    assert len(re.findall(r"^== (triton|triton-direct|numba-cuda) at ", profile, re.M)) == 3
+    assert "== triton-direct at 4x16 (dry run: the generic path on NumPy): 20 calls" in profile
+    assert profile.count("-- top 15 by tottime") == profile.count("-- top 15 by cumtime") == 3
     bench = json.loads((out / "bench_gpu.json").read_text())
     assert bench["dry_run"] and bench["rows"] and bench["new_t"]
     measured = {row["path"] for row in bench["rows"] if not row["failed"]}

@@ -1,0 +1,334 @@
+r"""The Triton route's plan: a repeated ``gae()`` call of one layout does only what its launches need.
+
+A ``TritonPlan`` is made (``make``, named by ``backends.PLAN_MODULES``) from
+a call that went through every check of ``gae_xp._prepare`` and was solved
+by the Triton kernels; ``gae_xp._plans`` serves later calls of the same key
+with it. The key (``gae_xp._plans.gae_key``) holds every fact that the checks
+and the launch configuration read: each tensor's dtype, shape, strides,
+device, whether it requires grad, which options are given, the coefficients'
+values (Python numbers), ``axis``, ``backend`` and ``fill_masked``. The
+plan holds, worked out once, everything else that a launch needs: the grid,
+the counts and strides, the coefficients as the kernel takes them, the
+specialisation and launch settings (``_triton_launch.Plan``), and the
+kernel's arguments after the caller's tensors. A served call is::
+
+    A, R    = torch.empty(shape), torch.empty(shape)       (torch's allocator, the arrays' device)
+    args    = (caller's tensors in their slots, bootstrap, A, R, the plan's counts and numbers)
+    launch(args) on torch's current stream
+
+No check is repeated that the key answers, no host synchronisation, no
+Python loop over options, no block table derived again. What is not in the
+key stays per call: a tensor ``bootstrap_value`` is passed where it lies
+(its layout is in the key), a Python-number one is a one-element tensor
+that every row reads (kept while its value and the stream stay; made anew,
+and owned by the graph, inside a CUDA-graph capture), a flag is
+viewed as uint8, and ``tuned()`` settings send the call to the backend's own
+path. Every output is a new tensor: none shares memory with an input, and
+inputs are only read.
+
+Made for calls whose checked problem holds the caller's own tensors as
+given (time last, the dtype that the kernels read, flags bool: nothing cast,
+moved or broadcast by ``prepare``), with Python-number coefficients, a
+bootstrap value that is absent, a number or a tensor (cast to the compute
+dtype per call where it is float16 or bfloat16, as ``prepare`` casts it),
+no packed sequences, no carry, not traced (``torch_is_recorded``), batch axes that fold into the kernels' two
+and no tensor kept negated lazily; other calls keep ``gae_xp._plans``' plans.
+
+Launching (``launch_mode``; ``GAE_XP_TRITON_LAUNCH`` when this module is
+imported): ``"binder"`` (the default) launches through Triton's own
+launcher, ``kernel[grid](...)``, whose argument binder specialises every
+argument again on every call. ``"direct"`` keeps, per plan, the compiled
+kernel that the binder returned on its first launch, and calls its ``run``
+with the grid, the stream, the function handle, the packed metadata and the
+same arguments (the constexprs included), as ``JITFunction.run`` does after
+its binder in Triton 3.6 to 3.9. A plan's first direct launch is checked
+against a launch through the binder into outputs of its own (equal bit for
+bit, NaN where NaN; one host synchronisation per plan). Where that check
+fails or a direct launch raises (every later call then takes the binder),
+where Triton's launch hooks are set (a profiler), where no compiled kernel
+comes back (the interpreter), or where a caller's pointer is not 16-byte
+aligned as it was when the kernel was taken (Triton specialises on that),
+the binder serves, and a ``DirectLaunchWarning`` says why, once per cause.
+A plan whose first direct launch would fall in a CUDA-graph capture takes
+the binder until an eager call takes and checks its kernels.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import warnings
+
+import torch
+import triton
+
+from gae_xp import _plans, _problem
+from gae_xp._compat import torch_is_recorded
+
+from . import _triton_gae, _triton_launch
+from . import triton as triton_backend
+
+#: How launches are made (see the module).
+LAUNCH_MODES = ("binder", "direct")
+#: The environment variable read for the launch mode when this module is imported.
+LAUNCH_VARIABLE = "GAE_XP_TRITON_LAUNCH"
+#: The caller's per-step tensors that a plan puts in the kernel's first slots, in ``gae()``'s (and the kernel's)
+#: order (``_problem.PER_STEP`` without the coefficients); the flags among them are read as uint8.
+_TENSORS = tuple(name for name in _problem.PER_STEP if name not in _problem.COEFFICIENTS)
+#: The kernel's first slots, which hold the caller's tensors (or ``rewards`` in place of an absent one).
+_CALLERS = 10
+#: The kernel's argument slots of the outputs and the chunks' maps (after the 9 per-step, bootstrap, carry, offsets).
+_ADVANTAGES, _RETURNS, _MAPS = 12, 13, 14
+#: Where the bootstrap's three strides sit in the launch plan's counts (after 5 counts and 9 per-step fields).
+_BOOTSTRAP_STRIDES = slice(5 + 3 * 9, 5 + 3 * 10)
+#: The kernel's compile-time parameters, in its order (a direct launch passes them positionally, as the binder).
+_CONSTEXPRS = tuple(name for name, parameter in inspect.signature(_triton_gae.gae_kernel.fn).parameters.items()
+                    if parameter.annotation in (triton.language.constexpr, "tl.constexpr"))
+
+
+class DirectLaunchWarning(RuntimeWarning):
+    """A direct launch (``GAE_XP_TRITON_LAUNCH=direct``) could not serve, or its check failed: Triton's binder
+    launches instead, with the same results."""
+
+
+def _mode_from_environment() -> str:
+    mode = os.environ.get(LAUNCH_VARIABLE, "").strip().lower() or "binder"
+    if mode not in LAUNCH_MODES:
+        raise ValueError(f"{LAUNCH_VARIABLE} must be one of {', '.join(LAUNCH_MODES)}, got {mode!r}")
+    return mode
+
+
+_STATE = {"mode": _mode_from_environment(), "refused": None}
+_WARNED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def launch_mode(mode: str | None = None) -> str:
+    """The launch mode in force, ``"binder"`` or ``"direct"``; with ``mode``, make later launches of that mode and
+    return the one that was in force (a benchmark measures both in one process)."""
+    before = _STATE["mode"]
+    if mode is not None:
+        if mode not in LAUNCH_MODES:
+            raise ValueError(f"the launch mode must be one of {', '.join(LAUNCH_MODES)}, got {mode!r}")
+        _STATE["mode"], _STATE["refused"] = mode, None
+    return before
+
+
+def direct_refused() -> str | None:
+    """Why direct launches stopped serving in this process (a failed check, a launch that raised), or None."""
+    return _STATE["refused"]
+
+
+def make(call, arguments: dict):
+    """The plan of a checked call solved by the Triton kernels (``arguments``: ``gae()``'s own), or None when the
+    call is not one that it serves (see the module)."""
+    p = call.problem
+    if torch_is_recorded(p.rewards):
+        return None  # traced (fake tensors, a recording mode): launched through wrap_triton, never kept
+    if (p.offsets is not None or p.carry is not None or p.extra or p.values is None or call.offsets_valid is not None
+            or call.axis != p.rewards.ndim - 1 or call.out_dtype != p.rewards.dtype or p.rewards.numel() == 0):
+        return None
+    if any(getattr(p, name) is not arguments[name] for name in _TENSORS):
+        return None  # prepare cast, moved or broadcast one: the problem's tensor is not the caller's
+    if any(arguments[name] is not None and type(arguments[name]) not in (float, int)
+           for name in _problem.COEFFICIENTS):
+        return None  # an array coefficient's range check reads its values: the generic plans run it
+    if any(t is not None and (t.requires_grad or t.is_neg()) for t in map(arguments.get, _TENSORS)):
+        return None
+    bootstrap = arguments["bootstrap_value"]
+    if not (bootstrap is None or type(bootstrap) is float or type(bootstrap) is torch.Tensor):
+        return None
+    if type(bootstrap) is torch.Tensor and (bootstrap.is_neg() or bootstrap.requires_grad or (
+            p.bootstrap.dtype == bootstrap.dtype and p.bootstrap.data_ptr() != bootstrap.data_ptr())):
+        return None  # kept negated, or laid out anew by prepare
+    if getattr(triton_backend._SETTINGS, "override", None) is not None:
+        return None  # made under tuned(): its launch settings are not the key's
+    launch = _triton_launch.solve_layout(p, triton_backend._settings())
+    if launch is None:
+        return None  # batch axes that do not fold: launched a slice at a time
+    tuned = _plans.ChosenBackendPlan(call, triton_backend.BACKEND, arguments["truncated_bootstrap"])
+    cast = p.bootstrap.dtype if type(bootstrap) is torch.Tensor and p.bootstrap.dtype != bootstrap.dtype else None
+    return TritonPlan(p, launch, tuned, cast)
+
+
+class TritonPlan:
+    """One layout's launches of the Triton kernels; ``plan(rewards, values, ...)`` is ``gae()`` on arguments of
+    that key, given in ``gae()``'s order (as ``gae_xp._plans`` calls a plan)."""
+
+    def __init__(self, p, launch, tuned, cast=None):
+        rewards = p.rewards
+        self.shape, self.dtype, self.device = tuple(rewards.shape), rewards.dtype, rewards.device
+        self.device_index = rewards.device.index if rewards.device.type == "cuda" else None
+        self.grid, self.modes, self.options = launch.grid, launch.modes, dict(launch.constants)
+        self.keywords = [dict(self.options, MODE=mode) for mode in self.modes]  # per launch: what the binder takes
+        self.maps, self.maps_dtype = launch.maps, launch.maps_dtype
+        numbers = tuple(value if kind == _triton_launch.NUMBER else 0.0
+                        for kind, value in zip(launch.kinds, (p.gamma, p.lam, p.critic_lam)))
+        counts = list(launch.counts)
+        self.tail = (*counts, *numbers)  # a tensor bootstrap: its strides as the key fixes them
+        counts[_BOOTSTRAP_STRIDES] = (0, 0, 0)
+        self.number_tail = (*counts, *numbers)  # a number: one element that every row reads
+        self.tuned = tuned
+        self.cast = cast  # the compute dtype a tensor bootstrap value is cast to per call (bfloat16 ones), or None
+        self.constant = None  # (value, stream, one-element tensor) of the last Python-number bootstrap value
+        #: direct launches: per mode (run, function, packed metadata, constexprs), and the caller's pointers'
+        #: 16-byte alignment when the compiled kernels were taken; None until then
+        self.compiled = None
+        self.alignment = None
+
+    def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                 critic_lam, views=None):
+        if getattr(triton_backend._SETTINGS, "override", None) is not None:  # tuned(): the backend's own path
+            return self.tuned(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated,
+                              mask, critic_lam)
+        arguments = self.pack(rewards, values, bootstrap_value, next_values, terminated, truncated, mask,
+                              *self.outputs(rewards))
+        if self.device_index is not None and torch.cuda.current_device() != self.device_index:
+            with torch.cuda.device(self.device_index):
+                self.launch(arguments)
+        else:
+            self.launch(arguments)
+        return arguments[_ADVANTAGES], arguments[_RETURNS]
+
+    def outputs(self, rewards) -> tuple:
+        """(advantages, returns, the chunks' maps or ``rewards`` in their place): new tensors on the device."""
+        empty, shape, dtype, device = torch.empty, self.shape, self.dtype, self.device
+        maps = rewards if self.maps is None else empty(self.maps, dtype=self.maps_dtype, device=device)
+        return empty(shape, dtype=dtype, device=device), empty(shape, dtype=dtype, device=device), maps
+
+    def pack(self, rewards, values, bootstrap_value, next_values, terminated, truncated, mask, advantages, returns,
+             maps) -> tuple:
+        """The kernel's arguments up to its constexprs: the caller's tensors in their slots (``rewards`` in place of
+        an absent one or a number), the bootstrap value as a tensor, the outputs, the plan's counts and numbers."""
+        if bootstrap_value is None or type(bootstrap_value) is float:
+            bootstrap, tail = self._number(0.0 if bootstrap_value is None else bootstrap_value), self.number_tail
+        else:  # a tensor of the key's layout (a cast one's layout follows from it, as on the first call)
+            bootstrap = bootstrap_value if self.cast is None else bootstrap_value.to(self.cast)
+            tail = self.tail
+        return (rewards, values, rewards if next_values is None else next_values,
+                rewards if terminated is None else terminated.view(torch.uint8),
+                rewards if truncated is None else truncated.view(torch.uint8),
+                rewards if mask is None else mask.view(torch.uint8),
+                rewards, rewards, rewards, bootstrap, rewards, rewards, advantages, returns, maps, *tail)
+
+    def launch(self, arguments: tuple) -> None:
+        """Launch the kernels on ``arguments`` (a call's, in the kernel's order up to its constexprs)."""
+        if _STATE["mode"] == "direct" and _STATE["refused"] is None and self._direct(arguments):
+            return
+        self.binder(arguments)
+
+    def binder(self, arguments: tuple) -> None:
+        """Launch ``arguments`` through Triton's launcher (``kernel[grid](...)``), once per launch mode."""
+        launcher = _triton_launch.gae_kernel[self.grid]
+        for keywords in self.keywords:
+            launcher(*arguments, **keywords)
+
+    def _number(self, value: float):
+        """A one-element tensor holding ``value`` in the compute dtype, on the device, ready on the current stream:
+        the last one is kept while the value and the stream stay. Inside a CUDA-graph capture a new one is made
+        every time and never kept: the graph owns it (a kept one could be freed, with its plan, before a replay
+        reads it), and its fill is one of the graph's nodes."""
+        capturing = self.device_index is not None and torch.cuda.is_current_stream_capturing()
+        stream = _stream(self.device_index)
+        constant = self.constant
+        if not capturing and constant is not None and constant[0] == value and constant[1] == stream:
+            return constant[2]
+        tensor = torch.full((1,), value, dtype=torch.float64 if self.dtype == torch.float64 else torch.float32,
+                            device=self.device)
+        if not capturing:
+            self.constant = (value, stream, tensor)
+        return tensor
+
+    # ------------------------------------------------------------------------------------------------ direct
+
+    def _direct(self, arguments: tuple) -> bool:
+        """Launch ``arguments`` through the compiled kernels themselves; False (the binder then launches) where
+        this call cannot (see the module)."""
+        runtime = triton.knobs.runtime
+        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
+            _say("Triton's launch hooks are set (a profiler): the binder calls them")
+            return False
+        alignment = _alignment(arguments)
+        if self.compiled is None:
+            if self.device_index is not None and torch.cuda.is_current_stream_capturing():
+                return False  # the check synchronises, which a capture forbids: taken on an eager call
+            return self._take_compiled(arguments, alignment)
+        if alignment != self.alignment:
+            _say("a caller's tensor is not 16-byte aligned as when the compiled kernel was taken (Triton specialises "
+                 "on that): the binder picks the kernel")
+            return False
+        try:
+            self.run_compiled(arguments)
+        except Exception as error:  # noqa: BLE001 - any failure: the binder launches the call again, said once
+            _refuse(f"a direct launch raised {type(error).__name__}: {error}")
+            return False
+        return True
+
+    def _take_compiled(self, arguments: tuple, alignment: tuple) -> bool:
+        """The plan's first direct launch: the binder launches ``arguments`` and returns the compiled kernels, which
+        then launch the same call into outputs of their own; kept when both give the same results."""
+        launcher = _triton_launch.gae_kernel[self.grid]
+        compiled = [launcher(*arguments, **keywords) for keywords in self.keywords]
+        if not all(hasattr(kernel, "run") and hasattr(kernel, "packed_metadata") for kernel in compiled):
+            _say("Triton's launcher returned no compiled kernel (the interpreter): the binder launches")
+            return True
+        self.compiled = [(kernel.run, kernel.function, kernel.packed_metadata,
+                          tuple(mode if name == "MODE" else self.options[name] for name in _CONSTEXPRS))
+                         for mode, kernel in zip(self.modes, compiled)]
+        self.alignment = alignment
+        mine = list(arguments)
+        for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
+            mine[slot] = torch.empty_like(arguments[slot])
+        try:
+            self.run_compiled(tuple(mine))
+            same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
+        except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
+            _refuse(f"a direct launch raised {type(error).__name__}: {error}")
+            return True
+        if not same:
+            _refuse("a direct launch gave other results than the binder's launch of the same arguments")
+        return True
+
+    def run_compiled(self, arguments: tuple) -> None:
+        """Launch ``arguments`` through the compiled kernels kept by the plan's first direct launch."""
+        stream = _stream(self.device_index)
+        grid = self.grid[0]
+        for run, function, metadata, constexprs in self.compiled:
+            run(grid, 1, 1, stream, function, metadata, None, None, None, *arguments, *constexprs)
+
+
+def _hooked(hook) -> bool:
+    """True when a launch hook of Triton's would be called: a function, or a chain of hooks (Triton 3.6+) holding
+    one (an empty chain, or None, calls nothing: a direct launch passes None)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _stream(device_index) -> int:
+    """torch's current stream of the CUDA device ``device_index`` as Triton's driver reads it (0 off CUDA)."""
+    return 0 if device_index is None else torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def _alignment(arguments: tuple) -> tuple:
+    """Whether each tensor argument starts on a 16-byte boundary (what Triton specialises a pointer on)."""
+    return tuple(a.data_ptr() % 16 == 0 for a in arguments[:_CALLERS])
+
+
+def _same(a, b) -> bool:
+    """Equal bit for bit where numbers, NaN where NaN."""
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _refuse(cause: str) -> None:
+    """Stop direct launches for the process, and say why."""
+    _STATE["refused"] = cause
+    _say(cause)
+
+
+def _say(cause: str) -> None:
+    with _LOCK:
+        if cause in _WARNED:
+            return
+        _WARNED.add(cause)
+    warnings.warn(f"gae_xp: {LAUNCH_VARIABLE}=direct: {cause}; Triton's binder launches instead (the same results)",
+                  DirectLaunchWarning, stacklevel=2)
