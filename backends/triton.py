@@ -156,43 +156,48 @@ class TritonBackend:
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
         from ._triton_scan import scan
 
-        return scan(x, a, reverse=reverse)
+        return scan(_resolved_tensor(x), _resolved_tensor(a), reverse=reverse)
 
     def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
         """The gradients of ``gae(problem)``'s outputs to its inputs (``_triton_scan.gae_backward``)."""
         from ._triton_scan import gae_backward
 
-        return gae_backward(problem, grad_advantages, grad_returns)
+        return gae_backward(_resolved(problem), _resolved_tensor(grad_advantages), _resolved_tensor(grad_returns))
 
     def solve_discounted_returns(self, problem):
         """``gae_xp.discounted_returns`` of a prepared problem (``_triton_scan.solve_discounted_returns``)."""
         from ._triton_scan import solve_discounted_returns
 
-        return solve_discounted_returns(problem)
+        return solve_discounted_returns(_resolved(problem))
 
     def solve_lambda_returns(self, problem):
         """``gae_xp.lambda_returns`` of a prepared problem (``_triton_scan.solve_lambda_returns``)."""
         from ._triton_scan import solve_lambda_returns
 
-        return solve_lambda_returns(problem)
+        return solve_lambda_returns(_resolved(problem))
 
     def solve_vtrace(self, problem, *, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold):
         """``gae_xp.vtrace`` of a prepared problem: (vs, pg) (``_triton_scan.solve_vtrace``)."""
         from ._triton_scan import solve_vtrace
 
-        return solve_vtrace(problem, clip_rho_threshold=clip_rho_threshold, clip_c_threshold=clip_c_threshold,
-                            clip_pg_rho_threshold=clip_pg_rho_threshold)
+        return solve_vtrace(_resolved(problem), clip_rho_threshold=clip_rho_threshold,
+                            clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
 
 
 def _resolved(problem):
     """The problem with every tensor that torch keeps negated lazily (its negative bit: the memory holds the values'
     negatives) made a tensor of its values: the kernels read memory by pointer."""
-    tensors = [*problem.steps().values(), problem.bootstrap, *([] if problem.carry is None else [problem.carry])]
-    if not any(t.is_neg() for t in tensors):
+    tensors = [*problem.steps().values(), *problem.extra.values(), problem.bootstrap,
+               *([] if problem.carry is None else [problem.carry])]
+    if not any(t is not None and t.is_neg() for t in tensors):
         return problem
     problem = problem.map_steps(lambda name, t: t.resolve_neg())
-    return problem.replace(bootstrap=problem.bootstrap.resolve_neg(),
-                           carry=None if problem.carry is None else problem.carry.resolve_neg())
+    return problem.replace(bootstrap=_resolved_tensor(problem.bootstrap), carry=_resolved_tensor(problem.carry))
+
+
+def _resolved_tensor(tensor):
+    """``tensor`` with its negative bit resolved (a copy where it is set); a number or None as it is."""
+    return tensor.resolve_neg() if hasattr(tensor, "resolve_neg") else tensor
 
 
 def _settings() -> dict:

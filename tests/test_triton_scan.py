@@ -418,3 +418,42 @@ def test_a_new_length_compiles_nothing_new(monkeypatch, kernel, run):
         keys[length] = recorder.keys[-1]
     assert keys[37] == keys[45] == keys[1000] == keys[1500]
     assert keys[1024] == keys[2048]
+
+
+# ------------------------------------------------------------------------------------------- negated lazily
+
+
+@pytest.mark.parametrize("estimator", ["discounted_cumsum", "discounted_returns", "lambda_returns", "vtrace",
+                                       "backward"])
+def test_tensors_kept_negated_lazily_are_read_as_their_values(estimator):
+    """torch's negative bit (``torch._neg_view``) leaves the memory holding the values' negatives: every route of
+    the backend resolves it before its kernels read memory by pointer (as its gae() does)."""
+    import gae_xp
+    from gae_xp.backends import load
+
+    arrays = tensors(data(21, (2, 37)))
+    negated = {name: torch._neg_view(-a) if a.is_floating_point() else a for name, a in arrays.items()}
+    assert all(negated[name].is_neg() for name in ("rewards", "values", "log_rhos", "gamma"))
+
+    def run(given, backend):
+        if estimator == "discounted_cumsum":
+            return gae_xp.discounted_cumsum(given["rewards"], given["gamma"] * 0.9, backend=backend)
+        if estimator == "discounted_returns":
+            return gae_xp.discounted_returns(given["rewards"], gamma=given["gamma"], terminated=given["terminated"],
+                                             backend=backend)
+        if estimator == "lambda_returns":
+            return gae_xp.lambda_returns(given["rewards"], given["values"], gamma=given["gamma"], lam=given["lam"],
+                                         terminated=given["terminated"], backend=backend)
+        if estimator == "vtrace":
+            return gae_xp.vtrace(given["log_rhos"], given["rewards"], given["values"], gamma=given["gamma"],
+                                 backend=backend)
+        problem = prepare(rewards=arrays["rewards"], values=arrays["values"], gamma=0.9, lam=0.8,
+                          backend="triton").problem
+        if given is negated:
+            problem = problem.map_steps(lambda name, a: torch._neg_view(-a))
+        gradients = load("triton").gae_backward(problem, given["next_values"], given["values"])
+        return gradients["rewards"], gradients["values"]
+
+    expected, got = run(arrays, "xp"), run(negated, "triton")
+    for e, g in zip(*(out if isinstance(out, tuple) else (out,) for out in (expected, got)), strict=True):
+        torch.testing.assert_close(g, e, **TOLERANCE)
