@@ -39,6 +39,8 @@ STEP_NAMES = _problem.PER_STEP
 _FIELDS = (*STEP_NAMES, "bootstrap", "carry")
 _FLAGS = _problem.FLAGS
 _COEFFICIENTS = _problem.COEFFICIENTS
+#: The launch settings (``triton.tuned()``'s knobs), in ``_config``'s order.
+_SETTINGS = ("block", "num_warps", "num_stages", "chunks")
 _COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32: tl.float32,
             torch.float64: tl.float64}
 
@@ -92,7 +94,7 @@ _PLANS: dict = {}
 def _layout(p, settings: dict) -> tuple:
     """What a launch's configuration depends on: every array's shape, strides and dtype (a coefficient's kind),
     the sequences' count, ``fill_masked``, the device and the tuning settings; not the data or the numbers."""
-    parts = [p.rewards.device, p.fill_masked, settings["block"], settings["num_warps"], settings["num_stages"],
+    parts = [p.rewards.device, p.fill_masked, *(settings[name] for name in _SETTINGS),
              None if p.offsets is None else p.offsets.shape[0]]
     for name in _FIELDS:
         value = getattr(p, name)
@@ -115,7 +117,7 @@ class Plan:
         sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
         block, warps, stages, chunk, chunks = _config_of(
             length, rows, sequences, _multiprocessors(rewards.device),
-            tuple(settings[name] for name in ("block", "num_warps", "num_stages")), p.offsets is not None)
+            tuple(settings[name] for name in _SETTINGS), p.offsets is not None)
         strides = []
         for name in (*STEP_NAMES, "bootstrap", "carry"):
             a = arrays.get(name)
@@ -251,17 +253,19 @@ def _config_of(length, rows, sequences, multiprocessors: int, override: tuple,
 def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             override: tuple, packed: bool = False) -> tuple[int, int, int, int, int]:
     """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
-    (``_triton_config.HEURISTIC``), overridden by ``tuned()``; chunks of whole blocks for few long rows without
+    (``_triton_config.HEURISTIC``), overridden by ``tuned()`` (``override``: block, warps, stages and the most
+    chunks a row is cut into, None for the heuristic's); chunks of whole blocks for few long rows without
     packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its programs are
     sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut)."""
     steps = max(1, length // sequences)
     block, warps, stages = next(row[1:] for row in heuristic.HEURISTIC if steps <= row[0])
     block, warps, stages = (mine if mine is not None else default
                             for mine, default in zip(override, (block, warps, stages)))
+    most = MAX_CHUNKS if override[3] is None else min(MAX_CHUNKS, override[3])
     chunk, chunks = length, 1
-    if not packed and rows < heuristic.FEW_ROWS * multiprocessors:
+    if not packed and most > 1 and rows < heuristic.FEW_ROWS * multiprocessors:
         wanted = -(-heuristic.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
-        chunks = min(MAX_CHUNKS, wanted, -(-length // block))
+        chunks = min(most, wanted, -(-length // block))
         if chunks > 1:
             chunk = -(-(-(-length // chunks)) // block) * block
             chunks = -(-length // chunk)

@@ -64,24 +64,27 @@ NAME = "triton"
 
 #: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first.
 TUNING_VARIANTS: dict[str, dict] = {
-    "default": {"block": None, "num_warps": None, "num_stages": None},
-    "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None},
-    "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None},
-    "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None},
-    "block4096-w16": {"block": 4096, "num_warps": 16, "num_stages": None},
-    "warps2": {"block": None, "num_warps": 2, "num_stages": None},
-    "warps8": {"block": None, "num_warps": 8, "num_stages": None},
-    "stages1": {"block": None, "num_warps": None, "num_stages": 1},
-    "stages3": {"block": None, "num_warps": None, "num_stages": 3},
+    "default": {"block": None, "num_warps": None, "num_stages": None, "chunks": None},
+    "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None, "chunks": None},
+    "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None, "chunks": None},
+    "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None, "chunks": None},
+    "block4096-w16": {"block": 4096, "num_warps": 16, "num_stages": None, "chunks": None},
+    "warps2": {"block": None, "num_warps": 2, "num_stages": None, "chunks": None},
+    "warps8": {"block": None, "num_warps": 8, "num_stages": None, "chunks": None},
+    "stages1": {"block": None, "num_warps": None, "num_stages": 1, "chunks": None},
+    "stages3": {"block": None, "num_warps": None, "num_stages": 3, "chunks": None},
+    "unchunked": {"block": None, "num_warps": None, "num_stages": None, "chunks": 1},
 }
 _SETTINGS = threading.local()
-_KNOBS = ("block", "num_warps", "num_stages")
+_KNOBS = ("block", "num_warps", "num_stages", "chunks")
 
 
 @contextlib.contextmanager
 def tuned(**settings):
-    """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``; None = the
-    heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16. A launch that cannot run with them
+    """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``, ``chunks``; None =
+    the heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16; ``chunks`` bounds the chunks a
+    row is cut into where rows are few (1: never cut, one pass over the bytes; more: at most that many, within the
+    kernel's ``MAX_CHUNKS`` and the row's blocks). A launch that cannot run with them
     (too many registers or too much shared memory for the GPU) raises RuntimeError naming them: the route stays
     usable, ``auto`` does not fall back for it."""
     unknown = set(settings) - set(_KNOBS)
@@ -90,6 +93,9 @@ def tuned(**settings):
     block = settings.get("block")
     if block is not None and (block < 16 or block & (block - 1)):
         raise ValueError(f"block must be a power of two >= 16, got {block}")
+    chunks = settings.get("chunks")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+        raise ValueError(f"chunks must be an int >= 1, got {chunks!r}")
     before = getattr(_SETTINGS, "override", None)
     _SETTINGS.override = {name: settings.get(name) for name in _KNOBS}
     try:

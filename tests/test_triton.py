@@ -130,6 +130,25 @@ def test_few_long_rows_are_cut_into_chunks(name, monkeypatch):
     assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
 
 
+@pytest.mark.parametrize("most", [1, 3])
+def test_tuned_chunks_bound_the_chunks_a_row_is_cut_into(most, monkeypatch):
+    """``tuned(chunks=1)`` walks each of few long rows in one program (one launch over the bytes once);
+    ``chunks=3`` cuts it into three, where the heuristic cuts it into 10 (of 32 steps; 4 stand-in multiprocessors)."""
+    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, None))[4] == 10
+    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, most))[4] == most
+    calls = launches(monkeypatch)
+    with triton_backend.tuned(block=16, chunks=most):
+        check(tensors(build(12, (1, 300), OPTIONS["everything"]), torch.float64))
+    assert [kwargs["MODE"] for _, kwargs in calls] == ([0] if most == 1 else [1, 2])
+
+
+@pytest.mark.parametrize("chunks", [0, -2, 1.5, True, "2"])
+def test_tuned_refuses_chunks_that_are_not_a_count(chunks):
+    with pytest.raises(ValueError, match="chunks must be an int >= 1"):
+        with triton_backend.tuned(chunks=chunks):
+            pass
+
+
 @pytest.mark.parametrize("fill", [False, True])
 def test_the_value_after_a_gap_of_whole_masked_chunks(fill, monkeypatch):
     """Masked stretches longer than a chunk (32 steps here): "V at the next real step" crosses chunks that hold
@@ -389,7 +408,7 @@ def test_discounted_cumsum_runs_on_the_triton_scan():
 def test_tuning_variants_name_the_knobs():
     assert next(iter(triton_backend.TUNING_VARIANTS)) == "default"
     for settings_ in triton_backend.TUNING_VARIANTS.values():
-        assert set(settings_) == {"block", "num_warps", "num_stages"}
+        assert set(settings_) == {"block", "num_warps", "num_stages", "chunks"}
         with triton_backend.tuned(**settings_):
             pass
 

@@ -261,7 +261,7 @@ def triton_launches(shape, case: str, io: str = "float32") -> list[Launch]:
 
     rows, length = shape
     block, warps, stages, chunk, chunks = _triton_launch._config(length, rows, 1, MULTIPROCESSORS,
-                                                                 (None, None, None))
+                                                                 (None, None, None, None))
     read, written = (n * rows * length for n in floor_bytes(case, DTYPES[io]))
     modes = ((1, read), (2, read + written)) if chunks > 1 else ((0, read + written),)
     walks = -(-chunk // block)
