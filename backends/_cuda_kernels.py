@@ -341,6 +341,53 @@ def segment_of(offsets, t):
     return lo
 
 
+# --- exact products ----------------------------------------------------------------------------------------------
+
+class Products(NamedTuple):
+    """The products of one compute dtype (``products``)."""
+
+    mul0: object
+    scale0: object
+    times: object
+
+
+@functools.lru_cache(maxsize=None)
+def products(io: str) -> Products:
+    """Device functions of the exact products, in the compute dtype of ``io``.
+
+    * ``mul0(x, y)`` = x y, exactly 0 when x or y is 0: the maps' products, where either factor may be a state
+      (NaN or inf) and a cut is a zero on either side;
+    * ``scale0(c, x)`` = c x, exactly 0 when the coefficient c is 0 (a cut drops NaN and inf in x); c is finite
+      (products of gamma and lam in [0, 1]), so x = 0 gives c 0 = +-0 without a test: one comparison fewer than
+      ``mul0``, for the lean kernels' two-number state;
+    * ``times(x, y)`` = x y for coefficients: 0 only when x or y is, an underflow of non-zero factors kept at
+      +-tiny (only a true zero cuts).
+    """
+    c = constants(io)
+    zero, tiny = c.zero, c.tiny
+
+    @cuda.jit(device=True)
+    def mul0(x, y):
+        if x == zero or y == zero:
+            return zero
+        return x * y
+
+    @cuda.jit(device=True)
+    def scale0(c, x):
+        if c == zero:
+            return zero
+        return c * x
+
+    @cuda.jit(device=True)
+    def times(x, y):
+        z = x * y
+        if z == zero and x != zero and y != zero:
+            z = -tiny if (x < zero) != (y < zero) else tiny
+        return z
+
+    return Products(mul0, scale0, times)
+
+
 # --- maps --------------------------------------------------------------------------------------------------------
 
 class Fields(NamedTuple):
@@ -371,27 +418,13 @@ class Fields(NamedTuple):
 def algebra(io: str, fields: Fields):
     """Device functions of the maps of one structure (see the module docstring), as a namespace."""
     c = constants(io)
-    zero, one, tiny = c.zero, c.one, c.tiny
+    zero, one = c.zero, c.one
+    mul0, times = products(io).mul0, products(io).times
     value_chain, critic, segmented = fields
     live = fields.live()
     count = len(live)
     index = {name: live.index(name) if name in live else -1 for name in SLOTS}
     i_b, i_p, i_q, i_b2, i_p2, i_q2, i_v, i_o, i_e = (index[name] for name in SLOTS)
-
-    @cuda.jit(device=True)
-    def mul0(x, y):
-        """x * y, exactly 0 when either is 0 (a cut drops NaN and inf)."""
-        if x == zero or y == zero:
-            return zero
-        return x * y
-
-    @cuda.jit(device=True)
-    def times(x, y):
-        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
-        z = x * y
-        if z == zero and x != zero and y != zero:
-            z = -tiny if (x < zero) != (y < zero) else tiny
-        return z
 
     @cuda.jit(device=True)
     def identity():
@@ -557,13 +590,12 @@ def algebra(io: str, fields: Fields):
         out[row, segment, 3] = q
         out[row, segment, 4] = p
 
-    return _Algebra(mul0, times, identity, compose, apply, constant, block_scan, exclusive, write, read,
+    return _Algebra(mul0, identity, compose, apply, constant, block_scan, exclusive, write, read,
                     write_summary, count)
 
 
 class _Algebra(NamedTuple):
     mul0: object
-    times: object
     identity: object
     compose: object
     apply: object

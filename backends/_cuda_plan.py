@@ -121,6 +121,12 @@ def lean_items(io: str) -> int:
     return LEAN_ITEMS_FLOAT64 if io == "float64" else LEAN_ITEMS
 
 
+def lean_map_rows(value_chain: bool) -> int:
+    """Numbers in a chunk's map (``_cuda_lean``): (c, d), or with the value chain (a mask without next_values)
+    (c, d, q, known, value)."""
+    return 5 if value_chain else 2
+
+
 @dataclass(frozen=True)
 class LeanPlan:
     """How one call's (rows, T) steps map onto the lean kernels' blocks.
