@@ -10,25 +10,17 @@ coefficient, and a masked step is the identity.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from cudasim import BACKEND, HOST, MARKS, float64_loop, require_simulator
 from helpers import ListRefusing, make_case, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
-                allow_module_level=True)
+require_simulator()
+pytestmark = MARKS
 
-pytestmark = [
-    pytest.mark.cudasim,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # inf - inf in poisoned rows
-]
-
-BACKEND = "numba-cuda"
 LENGTHS = [0, 1, 2, 11, 12, 13, 37]
 OPTIONS = {
     "plain": {},
@@ -44,16 +36,6 @@ OPTIONS = {
     "next values with holes": dict(next_values=True, holes=0.3, dones=0.1),
     "everything": dict(dones=0.1, holes=0.3, padding=4, per_step_gamma=True, per_row_lam=True, bootstrap=True),
 }
-
-
-HOST = np.zeros(())  # results are NumPy arrays in host memory (the simulator's arrays)
-
-
-def float64_loop(fill_masked=False, **case):
-    """The float64 oracle on the case's values, whatever their dtype."""
-    wide = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
-            for k, v in case.items()}
-    return reference.gae_loop(**wide, fill_masked=fill_masked)
 
 
 @pytest.mark.parametrize("length", LENGTHS)
