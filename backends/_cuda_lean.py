@@ -209,15 +209,22 @@ def lean_kernel(io: str, s: LeanStructure):
         return times(near_c, far_c), near_d + scale0(near_c, far_d)
 
     @cuda.jit(device=True)
-    def first_known(near_known, near_value, far_known, far_value):
-        """The value chain's maps: the nearest known value (known 1), near before far."""
+    def compose_at(near_c, near_d, s_c, s_d, far):
+        """``compose`` with the far map in shared memory at ``far``."""
+        return compose(near_c, near_d, s_c[far], s_d[far])
+
+    @cuda.jit(device=True)
+    def first_known_at(near_known, near_value, s_known, s_value, far):
+        """The value chain's maps, near before far (in shared memory at ``far``): the nearest known value (known
+        1); the far one is read only when the near one is unknown."""
         if near_known != zero:
             return near_known, near_value
-        return far_known, far_value
+        return s_known[far], s_value[far]
 
     def group_scan(combine):
         """A Hillis-Steele scan of a group's per-thread pairs from the right (double-buffered in shared memory, a
-        barrier per step; the simulator runs it); it returns the buffer holding each thread's composite."""
+        barrier per step; the simulator runs it), ``combine(near pair, the two buffers, far index)`` composing two;
+        it returns the buffer holding each thread's composite."""
         @cuda.jit(device=True)
         def scan(s_a, s_b, a, b, tid, lt, group):
             s_a[tid] = a
@@ -228,7 +235,7 @@ def lean_kernel(io: str, s: LeanStructure):
             while step < group:
                 if lt + step < group:
                     partner = buf * u_threads + tid + step
-                    a, b = combine(a, b, s_a[partner], s_b[partner])
+                    a, b = combine(a, b, s_a, s_b, partner)
                 buf = u_one - buf
                 s_a[buf * u_threads + tid] = a
                 s_b[buf * u_threads + tid] = b
@@ -238,7 +245,7 @@ def lean_kernel(io: str, s: LeanStructure):
 
         return scan
 
-    scan_maps, scan_values = group_scan(compose), group_scan(first_known)
+    scan_maps, scan_values = group_scan(compose_at), group_scan(first_known_at)
 
     def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
                maps, advantages, returns):
@@ -351,11 +358,12 @@ def lean_kernel(io: str, s: LeanStructure):
                 buf = scan_values(s_c, s_d, known, value, tid, lt, group)
                 if lt + u_one < group and s_c[buf * u_threads + tid + u_one] != zero:
                     vnext = s_d[buf * u_threads + tid + u_one]
-                else:
+                elif open_chain:
                     open_here = not v_known
                 if s_c[buf * u_threads + lead] != zero:
                     v_right = s_d[buf * u_threads + lead]
-                    v_known = True
+                    if open_chain:
+                        v_known = True
                 cuda.syncthreads()  # the buffers are the advantage scan's next
             # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
             # past the tile's end read slots of the tile and are made the identity by a select (no branch).
