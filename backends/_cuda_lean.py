@@ -293,7 +293,10 @@ def lean_kernel(io: str, s: LeanStructure):
         v_right = zero
         v_known = not open_chain  # a chunk's map leaves the value entering it open until a real step is found
         if live:
-            if hi < length and not value_chain:
+            if value_chain:
+                if final:  # the maps launch leaves it open
+                    v_right = bootstrap[row, 0]
+            elif hi < length:
                 v_right = to_compute(values[row, hi])
             else:
                 v_right = bootstrap[row, 0]

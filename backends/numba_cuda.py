@@ -351,15 +351,15 @@ def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, ou
                   value_chain: bool) -> dict:
     """``traffic`` of a problem the lean kernels serve (``lean_serves``): ``final`` alone, or ``maps`` then
     ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
-    bootstrap value (with the value chain every chunk reads the bootstrap value); ``maps`` writes its numbers per
-    chunk (``_cuda_plan.lean_map_rows``), and ``final``'s chunk k reads those of the chunks after it (K (K - 1) / 2
-    maps a row, from L2)."""
+    bootstrap value (with the value chain, ``final``'s chunks read the bootstrap value, ``maps`` none);
+    ``maps`` writes its numbers per chunk (``_cuda_plan.lean_map_rows``), and ``final``'s chunk k reads those of
+    the chunks after it (K (K - 1) / 2 maps a row, from L2)."""
     chunks = _lean_traffic_plan(rows, length, item).chunks
     edges = rows * (chunks * compute if value_chain else (chunks - 1) * item + compute)
     if chunks == 1:
         return {"final": (read + outputs, edges)}
     numbers = _cuda_plan.lean_map_rows(value_chain)
-    return {"maps": (read, edges + rows * chunks * numbers * compute),
+    return {"maps": (read, (0 if value_chain else edges) + rows * chunks * numbers * compute),
             "final": (read + outputs, edges + rows * chunks * (chunks - 1) // 2 * numbers * compute)}
 
 
