@@ -409,10 +409,6 @@ class Fields(NamedTuple):
             names.append("ends")
         return tuple(names)
 
-    def state(self) -> tuple[str, ...]:
-        """The slots that hold a state: the map's image of the zero state (X, X2, Y)."""
-        return tuple(n for n in ("edge", "edge2", "value") if n in self.live())
-
 
 @functools.lru_cache(maxsize=None)
 def algebra(io: str, fields: Fields):

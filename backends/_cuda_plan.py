@@ -53,10 +53,6 @@ class Plan:
         """True when a row spans several tiles (three launches); False: whole rows per tile (one launch)."""
         return self.tiles_per_row > 1
 
-    @property
-    def launches(self) -> int:
-        return 3 if self.long_rows else 1
-
     def geometry(self) -> tuple[int, int, int, int, int, int]:
         """The kernels' ``geometry`` argument: (rows, T, tiles per row, rows per tile, steps per tile, tiles)."""
         return (self.rows, self.length, self.tiles_per_row, self.rows_per_tile, self.tile_steps, self.tiles)
@@ -144,11 +140,6 @@ class LeanPlan:
     chunk_steps: int
     blocks: int
     grid: tuple[int, int]
-
-    @property
-    def launches(self) -> int:
-        """2 when rows are cut into chunks (the chunks' maps, then the final pass), else 1."""
-        return 2 if self.chunks > 1 else 1
 
     def geometry(self) -> tuple[int, int, int, int, int]:
         """The lean kernels' ``geometry`` argument: (rows, T, chunks per row, steps per chunk, groups per block)."""

@@ -356,13 +356,14 @@ def test_float32_matrix(option, length):
 
 @pytest.mark.parametrize("shape", [(7, 1), (5, 2), (4, 5), (3, 12), (2, 13), (2, 40)])
 def test_rows_share_tiles_or_span_them(shape):
-    """A tile is 12 steps under the simulator: T = 1, 2, 5 put several rows in one tile (and a thread's steps
-    cross rows), T = 12 one row per tile, T = 13 and 40 a row over 2 and 4 tiles."""
+    """A tile of the general kernels is 12 steps under the simulator: T = 1, 2, 5 put several rows in one tile
+    (and a thread's steps cross rows), T = 12 one row per tile, T = 13 and 40 a row over 2 and 4 tiles. A
+    critic_lam keeps the call on the general kernels (the lean kernels take the others)."""
     from gae_xp.backends import _cuda_plan
 
     plan = _cuda_plan.plan(*shape)
-    assert plan.launches == (3 if shape[1] > _cuda_plan.THREADS * _cuda_plan.ITEMS else 1)
-    case = make_case(np.random.default_rng(sum(shape)), shape, holes=0.3, dones=0.1, bootstrap=True)
+    assert plan.long_rows == (shape[1] > _cuda_plan.THREADS * _cuda_plan.ITEMS)
+    case = make_case(np.random.default_rng(sum(shape)), shape, holes=0.3, dones=0.1, bootstrap=True, critic_lam=0.8)
     for got, want in zip(gae_xp.gae(**case, backend=BACKEND), float64_loop(**case)):
         xp_assert_close(got, want, like=HOST)
 
