@@ -271,6 +271,7 @@ def exchange(io: str, again: bool):
     to_compute, to_io = conversions(io)
     shift = pad_shift(compute_dtype(io))
     load = load_again if again else load_once
+    zero = constants(io).zero
 
     @cuda.jit(device=True)
     def pad(i):
@@ -285,6 +286,20 @@ def exchange(io: str, again: bool):
             if i < steps:
                 row, t = locate(i, row0, start, geometry)
                 shared[pad(i)] = to_compute(load(a, row, t))
+
+    @cuda.jit(device=True)
+    def to_registers(out, shared, a, row0, start, steps, geometry, first, count):
+        """A tile of ``a`` into this thread's ``ITEMS`` steps (``out``; 0 past the tile's end, and everywhere when
+        ``a`` is None): striped loads into ``shared``, blocked reads back, a barrier after each."""
+        if a is None:
+            for j in range(ITEMS):
+                out[j] = zero
+        else:
+            to_shared(shared, a, row0, start, steps, geometry)
+            cuda.syncthreads()
+            for j in range(ITEMS):
+                out[j] = shared[pad(first + j)] if j < count else zero
+            cuda.syncthreads()
 
     @cuda.jit(device=True)
     def flags_to_shared(shared, terminated, truncated, mask, row0, start, steps, geometry):
@@ -316,12 +331,12 @@ def exchange(io: str, again: bool):
                 row, t = locate(i, row0, start, geometry)
                 store_once(a, row, t, to_io(shared[pad(i)]))
 
-    return _Exchange(pad, to_shared, flags_to_shared, from_shared)
+    return _Exchange(pad, to_registers, flags_to_shared, from_shared)
 
 
 class _Exchange(NamedTuple):
     pad: object
-    to_shared: object
+    to_registers: object
     flags_to_shared: object
     from_shared: object
 
