@@ -69,11 +69,11 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ._cuda_import import cuda, types
-from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS
+from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS, Fields
 
 #: The element types of the per-step arrays a kernel reads: bfloat16 arrives as its bits (uint16).
 IO_DTYPES = ("float16", "bfloat16", "float32", "float64")
-#: Names of the nine slots of a map, in tuple order.
+#: Names of the nine slots of a map, in tuple order (``Fields`` says which a structure keeps live).
 SLOTS = ("edge", "product", "on_bootstrap", "edge2", "product2", "on_bootstrap2", "value", "on_value", "ends")
 #: Bits of a step's flag byte: its flags (exchanged through shared memory), then where it lies in its segment:
 #: BOUNDARY = where the state is reset (a reverse recurrence: the segment's last step; a forward one: its first),
@@ -404,26 +404,6 @@ def products(io: str) -> Products:
 
 
 # --- maps --------------------------------------------------------------------------------------------------------
-
-class Fields(NamedTuple):
-    """Which slots of a map a structure keeps live: the value chain, the second chain, the segment flag."""
-
-    value: bool
-    critic: bool
-    segmented: bool
-
-    def live(self) -> tuple[str, ...]:
-        names = ["edge", "product"]
-        if self.value:
-            names.append("on_bootstrap")
-        if self.critic:
-            names += ["edge2", "product2"] + (["on_bootstrap2"] if self.value else [])
-        if self.value:
-            names += ["value", "on_value"]
-        if self.segmented:
-            names.append("ends")
-        return tuple(names)
-
 
 @functools.lru_cache(maxsize=None)
 def algebra(io: str, fields: Fields):

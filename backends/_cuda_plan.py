@@ -1,4 +1,5 @@
-"""The launch plan of the fused CUDA kernels: tiles, grids and block sizes, in plain Python (no numba import).
+"""The launch plan of the fused CUDA kernels: tiles, grids, block sizes and map sizes, in plain Python (no numba
+import).
 
 Every call lays its arrays out as (rows, T) and cuts the flattened steps
 into *tiles*, one thread block each, ``threads x ITEMS`` steps at most:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: numba's CUDA simulator runs Python per thread: tiny tiles there make a few steps several tiles.
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -101,6 +103,26 @@ def tile_of(p: Plan, tile: int) -> tuple[int, int, int]:
 def block_of(p: Plan, x: int, y: int) -> int:
     """The tile a block (x, y) of ``p.grid`` runs (>= p.tiles: the block is idle)."""
     return x + y * p.grid[0]
+
+
+class Fields(NamedTuple):
+    """Which slots of a map a structure keeps live: the value chain, the second chain, the segment flag."""
+
+    value: bool
+    critic: bool
+    segmented: bool
+
+    def live(self) -> tuple[str, ...]:
+        names = ["edge", "product"]
+        if self.value:
+            names.append("on_bootstrap")
+        if self.critic:
+            names += ["edge2", "product2"] + (["on_bootstrap2"] if self.value else [])
+        if self.value:
+            names += ["value", "on_value"]
+        if self.segmented:
+            names.append("ends")
+        return tuple(names)
 
 
 # --- the lean kernels (``_cuda_lean``) -------------------------------------------------------------------------

@@ -68,9 +68,6 @@ from . import _cuda_plan
 from ._cuda_launch import Descriptor
 
 NAME = "numba-cuda"
-#: The slots of a map that launch 1 writes per tile (see ``_cuda_kernels.Fields``), by (value chain, critic);
-#: one more, ``ends``, for the segment flag. Repeated here so that the traffic model does not import numba.
-_LIVE = {(False, False): 2, (True, False): 5, (False, True): 4, (True, True): 8}
 
 
 @functools.cache
@@ -342,7 +339,7 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         value_chain = family in ("gae", "vtrace") and field["next_values"] is None or (
             family == "lambda" and field["mask"] is not None)
         critic = family == "gae" and field["critic_lam"] is not None
-    maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
+    maps = p.tiles * _slots(value_chain, critic) * compute
     return {"tiles": (read, maps), "carry": (0, 2 * maps),
             "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
 
@@ -462,7 +459,7 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
         value_chain = _cuda_gae.value_chain(family, present)
     final = _cuda_gae.Structure(family, "final", frozenset(present), offsets=offsets, carry=carry, entering=long_rows,
                                 fill=fill, critic=critic, value_chain=value_chain)
-    slots = _LIVE[value_chain, critic] + 1
+    slots = _slots(value_chain, critic)
     if not long_rows or reuse:
         return None, None, _compiled("gae", io, final), slots
     tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
@@ -577,13 +574,11 @@ def _launch_summaries(p) -> Pieces:
     plan = _plan(rows, length)
     structure = _cuda_gae.Structure("gae", "tiles", frozenset(present), offsets=p.offsets is not None,
                                     summaries=True, value_chain=True)
-    fields_count = _LIVE[True, False] + 1
+    fields_count = _slots(True, False)
     entering = owner = None
     with _Launch(r) as launch:
         steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
-        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
-                  ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated",
-                   "mask"))]
+        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in _ORDER)]
         offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
         geometry = plan.geometry()
         scalars = tuple(_scalar(v, io) for v in (p.gamma, p.lam, 0.0, 1.0, 1.0, 1.0))
@@ -648,7 +643,7 @@ def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
         scalars_t = tuple(_scalar(v, io) for v in scalars)
         entering = None
         if plan.long_rows:
-            fields_count = _LIVE[structure.value_chain, False] + 1
+            fields_count = _slots(structure.value_chain, False)
             maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
                                 written=True)
             entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
@@ -665,6 +660,12 @@ def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
         launch(_compiled("backward", io, structure), plan.grid, plan.threads, *arrays, offsets, scalars_t, geometry,
                None, entering, *outs, *per_segment)
     return results
+
+
+def _slots(value_chain: bool, critic: bool) -> int:
+    """The numbers of a tile's map that launch 1 writes (``_cuda_plan.Fields``: its live slots, ``ends`` among
+    them)."""
+    return len(_cuda_plan.Fields(value_chain, critic, True).live())
 
 
 @functools.lru_cache(maxsize=4096)
