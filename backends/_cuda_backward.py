@@ -131,7 +131,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
     mul0, compose, apply, constant, identity = reset.mul0, reset.compose, reset.apply, reset.constant, reset.identity
     block_scan, exclusive = reset.block_scan, reset.exclusive
     write_map, read_map, apply_marked = marked.write, marked.read, marked.apply
-    pad, to_shared, flags_to_shared, from_shared = exchange(io, again=tiles)
+    pad, to_registers, flags_to_shared, from_shared = exchange(io, again=tiles)
     size_shared = shared_size(compute_dtype(io), marked.count)
     tile_length = THREADS * ITEMS
 
@@ -170,36 +170,10 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
         l_ = cuda.local.array(ITEMS, dtype)
         f_ = cuda.local.array(ITEMS, np.uint8)
         s_ = cuda.local.array(ITEMS, np.int64)
-        if grad_advantages is not None:
-            to_shared(shared, grad_advantages, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                x_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        else:
-            for j in range(ITEMS):
-                x_[j] = zero
-        if grad_returns is not None:
-            to_shared(shared, grad_returns, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                gr_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        else:
-            for j in range(ITEMS):
-                gr_[j] = zero
-        if gamma is not None:
-            to_shared(shared, gamma, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                g_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if lam is not None:
-            to_shared(shared, lam, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                l_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
+        to_registers(x_, shared, grad_advantages, row0, start, steps, geometry, first, count)
+        to_registers(gr_, shared, grad_returns, row0, start, steps, geometry, first, count)
+        to_registers(g_, shared, gamma, row0, start, steps, geometry, first, count)
+        to_registers(l_, shared, lam, row0, start, steps, geometry, first, count)
         flags_to_shared(bits, terminated, truncated, mask, row0, start, steps, geometry)
         cuda.syncthreads()
         # a segment's first step (BOUNDARY) and last step (LAST), walking from the far end (the first step)

@@ -67,21 +67,24 @@ def structures(io: str):
     return every
 
 
-def _lean(phase, inputs, chunked=False):
-    return _cuda_lean.lean_kernel, _cuda_lean.LeanStructure(frozenset(inputs), phase, chunked)
+def _lean(phase, inputs, chunked=False, fill=False):
+    return _cuda_lean.lean_kernel, _cuda_lean.LeanStructure(frozenset(inputs), phase, chunked, fill)
 
 
 def lean_structures(io: str):
     """(factory, structure) pairs of the lean kernels of one io dtype: the plainest, the flags, every array (a
-    mask with and without next_values; both phases of chunked rows, which take no mask), and for float32 and
-    float64 the steps between."""
+    mask with next_values, and without: the value chain), one launch and both phases of chunked rows (with
+    fill_masked), and for float32 and float64 the steps between."""
+    chain = ["gamma", "lam", "terminated", "truncated", "mask"]  # the value chain: a mask without next_values
     every = [
         _lean("final", []),
         _lean("final", ["terminated", "truncated"]),
-        _lean("final", _cuda_lean.OPTIONAL_STEPS),  # a mask: never chunked
-        _lean("final", ["gamma", "lam", "terminated", "truncated", "mask"]),  # the value chain
-        _lean("final", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"], chunked=True),
-        _lean("maps", [name for name in _cuda_lean.OPTIONAL_STEPS if name != "mask"]),
+        _lean("final", _cuda_lean.OPTIONAL_STEPS),
+        _lean("final", _cuda_lean.OPTIONAL_STEPS, chunked=True, fill=True),
+        _lean("maps", _cuda_lean.OPTIONAL_STEPS),
+        _lean("final", chain),
+        _lean("final", chain, chunked=True, fill=True),
+        _lean("maps", chain),
     ]
     if io in ("float32", "float64"):
         every += [

@@ -150,7 +150,7 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
     write_map, read_map, write_summary = marked.write, marked.read, marked.write_summary
     apply_marked = marked.apply
     again = exchange(io, again=tiles)
-    pad, to_shared, flags_to_shared, from_shared = again
+    pad, to_registers, flags_to_shared, from_shared = again
     size_shared = shared_size(compute_dtype(io), marked.count)
     tile_length = THREADS * ITEMS
     is_gae, is_vtrace, is_lambda, is_returns = (family == name for name in FAMILIES)
@@ -215,48 +215,13 @@ def forward_kernel(io: str, s: Structure) -> KernelSpec:
         f_ = cuda.local.array(ITEMS, np.uint8)
         s_ = cuda.local.array(ITEMS, np.int64)
         # striped loads through shared memory, blocked reads into registers
-        to_shared(shared, rewards, row0, start, steps, geometry)
-        cuda.syncthreads()
-        for j in range(ITEMS):
-            if j < count:
-                r_[j] = shared[pad(first + j)]
-        cuda.syncthreads()
-        if values is not None:
-            to_shared(shared, values, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                v_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if next_values is not None:
-            to_shared(shared, next_values, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                nv_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if gamma is not None:
-            to_shared(shared, gamma, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                g_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if lam is not None:
-            to_shared(shared, lam, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                l_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if critic_lam is not None:
-            to_shared(shared, critic_lam, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                lc_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
-        if log_rhos is not None:
-            to_shared(shared, log_rhos, row0, start, steps, geometry)
-            cuda.syncthreads()
-            for j in range(ITEMS):
-                log_rho_[j] = shared[pad(first + j)] if j < count else zero
-            cuda.syncthreads()
+        to_registers(r_, shared, rewards, row0, start, steps, geometry, first, count)
+        to_registers(v_, shared, values, row0, start, steps, geometry, first, count)
+        to_registers(nv_, shared, next_values, row0, start, steps, geometry, first, count)
+        to_registers(g_, shared, gamma, row0, start, steps, geometry, first, count)
+        to_registers(l_, shared, lam, row0, start, steps, geometry, first, count)
+        to_registers(lc_, shared, critic_lam, row0, start, steps, geometry, first, count)
+        to_registers(log_rho_, shared, log_rhos, row0, start, steps, geometry, first, count)
         flags_to_shared(bits, terminated, truncated, mask, row0, start, steps, geometry)
         cuda.syncthreads()
         # boundaries (a segment's last step) and the segment of every step, walking from the far end

@@ -69,11 +69,11 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ._cuda_import import cuda, types
-from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS
+from ._cuda_plan import CARRY_THREADS, ITEMS, SIMULATED, THREADS, Fields
 
 #: The element types of the per-step arrays a kernel reads: bfloat16 arrives as its bits (uint16).
 IO_DTYPES = ("float16", "bfloat16", "float32", "float64")
-#: Names of the nine slots of a map, in tuple order.
+#: Names of the nine slots of a map, in tuple order (``Fields`` says which a structure keeps live).
 SLOTS = ("edge", "product", "on_bootstrap", "edge2", "product2", "on_bootstrap2", "value", "on_value", "ends")
 #: Bits of a step's flag byte: its flags (exchanged through shared memory), then where it lies in its segment:
 #: BOUNDARY = where the state is reset (a reverse recurrence: the segment's last step; a forward one: its first),
@@ -271,6 +271,7 @@ def exchange(io: str, again: bool):
     to_compute, to_io = conversions(io)
     shift = pad_shift(compute_dtype(io))
     load = load_again if again else load_once
+    zero = constants(io).zero
 
     @cuda.jit(device=True)
     def pad(i):
@@ -285,6 +286,20 @@ def exchange(io: str, again: bool):
             if i < steps:
                 row, t = locate(i, row0, start, geometry)
                 shared[pad(i)] = to_compute(load(a, row, t))
+
+    @cuda.jit(device=True)
+    def to_registers(out, shared, a, row0, start, steps, geometry, first, count):
+        """A tile of ``a`` into this thread's ``ITEMS`` steps (``out``; 0 past the tile's end, and everywhere when
+        ``a`` is None): striped loads into ``shared``, blocked reads back, a barrier after each."""
+        if a is None:
+            for j in range(ITEMS):
+                out[j] = zero
+        else:
+            to_shared(shared, a, row0, start, steps, geometry)
+            cuda.syncthreads()
+            for j in range(ITEMS):
+                out[j] = shared[pad(first + j)] if j < count else zero
+            cuda.syncthreads()
 
     @cuda.jit(device=True)
     def flags_to_shared(shared, terminated, truncated, mask, row0, start, steps, geometry):
@@ -316,12 +331,12 @@ def exchange(io: str, again: bool):
                 row, t = locate(i, row0, start, geometry)
                 store_once(a, row, t, to_io(shared[pad(i)]))
 
-    return _Exchange(pad, to_shared, flags_to_shared, from_shared)
+    return _Exchange(pad, to_registers, flags_to_shared, from_shared)
 
 
 class _Exchange(NamedTuple):
     pad: object
-    to_shared: object
+    to_registers: object
     flags_to_shared: object
     from_shared: object
 
@@ -341,57 +356,66 @@ def segment_of(offsets, t):
     return lo
 
 
-# --- maps --------------------------------------------------------------------------------------------------------
+# --- exact products ----------------------------------------------------------------------------------------------
 
-class Fields(NamedTuple):
-    """Which slots of a map a structure keeps live: the value chain, the second chain, the segment flag."""
+class Products(NamedTuple):
+    """The products of one compute dtype (``products``)."""
 
-    value: bool
-    critic: bool
-    segmented: bool
-
-    def live(self) -> tuple[str, ...]:
-        names = ["edge", "product"]
-        if self.value:
-            names.append("on_bootstrap")
-        if self.critic:
-            names += ["edge2", "product2"] + (["on_bootstrap2"] if self.value else [])
-        if self.value:
-            names += ["value", "on_value"]
-        if self.segmented:
-            names.append("ends")
-        return tuple(names)
-
-    def state(self) -> tuple[str, ...]:
-        """The slots that hold a state: the map's image of the zero state (X, X2, Y)."""
-        return tuple(n for n in ("edge", "edge2", "value") if n in self.live())
+    mul0: object
+    scale0: object
+    times: object
 
 
 @functools.lru_cache(maxsize=None)
-def algebra(io: str, fields: Fields):
-    """Device functions of the maps of one structure (see the module docstring), as a namespace."""
+def products(io: str) -> Products:
+    """Device functions of the exact products, in the compute dtype of ``io``.
+
+    * ``mul0(x, y)`` = x y, exactly 0 when x or y is 0: the maps' products, where either factor may be a state
+      (NaN or inf) and a cut is a zero on either side;
+    * ``scale0(c, x)`` = c x, exactly 0 when the coefficient c is 0 (a cut drops NaN and inf in x); c is finite
+      (products of gamma and lam in [0, 1]), so x = 0 gives c 0 = +-0 without a test: one comparison fewer than
+      ``mul0``, for the lean kernels' two-number state;
+    * ``times(x, y)`` = x y for coefficients: 0 only when x or y is, an underflow of non-zero factors kept at
+      +-tiny (only a true zero cuts).
+    """
     c = constants(io)
-    zero, one, tiny = c.zero, c.one, c.tiny
-    value_chain, critic, segmented = fields
-    live = fields.live()
-    count = len(live)
-    index = {name: live.index(name) if name in live else -1 for name in SLOTS}
-    i_b, i_p, i_q, i_b2, i_p2, i_q2, i_v, i_o, i_e = (index[name] for name in SLOTS)
+    zero, tiny = c.zero, c.tiny
 
     @cuda.jit(device=True)
     def mul0(x, y):
-        """x * y, exactly 0 when either is 0 (a cut drops NaN and inf)."""
         if x == zero or y == zero:
             return zero
         return x * y
 
     @cuda.jit(device=True)
+    def scale0(c, x):
+        if c == zero:
+            return zero
+        return c * x
+
+    @cuda.jit(device=True)
     def times(x, y):
-        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
         z = x * y
         if z == zero and x != zero and y != zero:
             z = -tiny if (x < zero) != (y < zero) else tiny
         return z
+
+    return Products(mul0, scale0, times)
+
+
+# --- maps --------------------------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def algebra(io: str, fields: Fields):
+    """Device functions of the maps of one structure (see the module docstring), as a namespace."""
+    c = constants(io)
+    zero, one = c.zero, c.one
+    mul0, times = products(io).mul0, products(io).times
+    value_chain, critic, segmented = fields
+    live = fields.live()
+    count = len(live)
+    index = {name: live.index(name) if name in live else -1 for name in SLOTS}
+    i_b, i_p, i_q, i_b2, i_p2, i_q2, i_v, i_o, i_e = (index[name] for name in SLOTS)
 
     @cuda.jit(device=True)
     def identity():
@@ -557,13 +581,12 @@ def algebra(io: str, fields: Fields):
         out[row, segment, 3] = q
         out[row, segment, 4] = p
 
-    return _Algebra(mul0, times, identity, compose, apply, constant, block_scan, exclusive, write, read,
+    return _Algebra(mul0, identity, compose, apply, constant, block_scan, exclusive, write, read,
                     write_summary, count)
 
 
 class _Algebra(NamedTuple):
     mul0: object
-    times: object
     identity: object
     compose: object
     apply: object

@@ -2,9 +2,9 @@ r"""GAE's common structures as lean numba-CUDA kernels: a row streamed right to 
 
 The structures served (``numba_cuda.lean_serves``): a constant or per-step/per-row gamma
 and lam, a bootstrap value per row, ``terminated``, ``truncated``,
-``next_values``, and a mask (without ``fill_masked``) where rows are not cut
-into chunks; no packed offsets, ``critic_lam``, carry or pieces (the
-general kernels of ``_cuda_gae`` keep those). Per step, reverse in
+``next_values``, a mask, with or without ``fill_masked``; no packed offsets,
+``critic_lam``, carry or pieces (the general kernels of ``_cuda_gae`` keep
+those). Per step, reverse in
 time (``g_t = 0 if terminated_t else gamma_t``, ``c_t = 0 if terminated_t or
 truncated_t else gamma_t lam_t``)::
 
@@ -12,7 +12,8 @@ truncated_t else gamma_t lam_t``)::
     delta_t = (r_t + g_t Vnext_t) - V_t        (Vnext_t = next_values_t)
     A_t     = delta_t + c_t A_{t+1},  A_T = 0;  outputs A_t and A_t + V_t
 
-A masked step is skipped (the identity map, outputs 0), and without
+A masked step is skipped (the identity map; outputs 0, or with
+``fill_masked`` the advantage passing through it and that plus its own V), and without
 ``next_values`` Vnext_t is V at the next real step: a value chain scanned
 before the advantage, each thread's leftmost real value composed "the first
 known, near before far", carried from tile to tile like the advantage.
@@ -20,9 +21,12 @@ known, near before far", carried from tile to tile like the advantage.
 A run of steps acts on the advantage entering it from the right by the
 affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).
 Composition, near after far: ``(c_n c_f, d_n + c_n d_f)``, with the product
-``c_n d_f`` exactly 0 when ``c_n`` is (nothing, NaN and inf included,
-crosses a cut) and products of coefficients that keep an underflow of
-non-zero factors at the smallest subnormal (only a true zero cuts).
+``c_n d_f`` exactly 0 when ``c_n`` is (``_cuda_kernels.products``' ``scale0``:
+nothing, NaN and inf included, crosses a cut) and products of coefficients
+that keep an underflow of non-zero factors at the smallest subnormal
+(``times``: only a true zero cuts). The advantage's maps and the value
+chain's are scanned by one Hillis-Steele device function (``group_scan``),
+each with its composition.
 
 **One block streams a row.** A *group* of threads (the whole block, or a
 power-of-two part of it when rows are short: several rows per block) owns a
@@ -42,8 +46,15 @@ into the next tile, held in registers.
 **Chunks.** A row cut into chunks is two launches: ``maps`` writes each
 chunk's map ``(c, d)`` (its steps folded, no output), ``final`` starts each
 chunk from the maps of the chunks to its right composed in registers (a few
-per row) applied to 0, then streams as above. The inputs are read twice and
-the outputs written once: 1.5x the floor bytes of the plain case.
+per row) applied to 0 (and to the bootstrap value), then streams as above.
+The inputs are read twice and the outputs written once: 1.5x the floor
+bytes of the plain case. With the value chain, the value entering a chunk
+from the right (V at the next real step after it) is unknown to ``maps``:
+only the chunk's last real step t* reads it, so that step is kept apart
+(``r - V``, c, g) and the others folded into (P, D); the chunk's map is
+``x, Y -> (D + P (r - V)) + P c x + P g Y`` (``c, d, q``) with Y's own map,
+the chunk's first real value or Y itself (``known, value``): five numbers
+(``_cuda_plan.lean_map_rows``).
 
 Kernels are built by ``lean_kernel`` as ``KernelSpec`` (explicit signature,
 absent arrays typed ``none`` and pruned at compile time) and launched by
@@ -69,6 +80,7 @@ from ._cuda_kernels import (
     element_type,
     optional,
     pad_shift,
+    products,
     tile_id,
 )
 from ._cuda_plan import LEAN_THREADS as THREADS
@@ -89,11 +101,17 @@ class LeanStructure(NamedTuple):
     inputs: frozenset  # from OPTIONAL_STEPS
     phase: str = "final"  # "maps" (a chunk's map, launch 1 of chunked rows) or "final"
     chunked: bool = False  # final phase: start each chunk from the maps of the chunks to its right
+    fill: bool = False  # final phase with a mask: fill_masked (a masked step shows the advantage passing through)
 
     @property
     def name(self) -> str:
-        options = sorted(self.inputs) + (["chunked"] if self.chunked else [])
+        options = sorted(self.inputs) + [name for name in ("chunked", "fill") if getattr(self, name)]
         return f"lean_{self.phase}[{','.join(options) or 'plain'}]"
+
+    @property
+    def value_chain(self) -> bool:
+        """Vnext is V at the next real step (a mask without next_values): a scan of its own."""
+        return "mask" in self.inputs and "next_values" not in self.inputs
 
 
 # --- global loads and stores of a row (a 1-D view: one index, one stride) ----------------------------------------
@@ -147,7 +165,8 @@ def signature(io: str, s: LeanStructure):
 def lean_kernel(io: str, s: LeanStructure):
     """A lean kernel (see the module docstring) for one io dtype, as ``_cuda_kernels.KernelSpec``."""
     c = constants(io)
-    zero, one, tiny, dtype = c.zero, c.one, c.tiny, c.dtype
+    zero, one, dtype = c.zero, c.one, c.dtype
+    scale0, times = products(io).scale0, products(io).times
     to_compute, to_io = conversions(io)
     items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel
     final = s.phase == "final"
@@ -155,9 +174,11 @@ def lean_kernel(io: str, s: LeanStructure):
     load = load_once if final else load_again  # the maps launch reads what the final launch reads again
     has_next = "next_values" in s.inputs
     has_mask = "mask" in s.inputs
+    zero_masked = has_mask and not s.fill  # a masked step's outputs are 0 (else the advantage passing through)
     has_flags = has_mask or "terminated" in s.inputs or "truncated" in s.inputs
-    value_chain = has_mask and not has_next  # Vnext = V at the next real step: a scan of its own
+    value_chain = s.value_chain  # Vnext = V at the next real step: a scan of its own
     neighbour = not has_mask and not has_next  # Vnext = V_{t+1}: the neighbouring slot
+    open_chain = value_chain and not final  # a chunk's map: the value entering it from the right is unknown
     shift = pad_shift(compute_dtype(io))
     tile_size = THREADS * items
     # a group's slots: its tile's steps, then the value after them (groups never share a slot)
@@ -170,9 +191,11 @@ def lean_kernel(io: str, s: LeanStructure):
     gamma_size = padded if "gamma" in s.inputs else 1
     lam_size = padded if "lam" in s.inputs else 1
     flags_size = slots if has_flags else 1
+    last_size = 3 * THREADS if open_chain else 1  # per group: the chunk's last real step (r - V, c, g)
 
     # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
-    u_zero, u_one, u_two, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, items, THREADS, shift))
+    u_zero, u_one, u_two, u_three, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, 3, items, THREADS,
+                                                                                          shift))
 
     @cuda.jit(device=True)
     def pad(i):
@@ -181,19 +204,48 @@ def lean_kernel(io: str, s: LeanStructure):
         return i + (i >> u_shift)
 
     @cuda.jit(device=True)
-    def mul0(x, y):
-        """x * y, exactly 0 when x is 0 (a cut drops NaN and inf)."""
-        if x == zero:
-            return zero
-        return x * y
+    def compose(near_c, near_d, far_c, far_d):
+        """The affine maps of two runs, near after far."""
+        return times(near_c, far_c), near_d + scale0(near_c, far_d)
 
     @cuda.jit(device=True)
-    def times(x, y):
-        """x * y for coefficients: 0 only when x or y is, an underflow kept at +-tiny."""
-        z = x * y
-        if z == zero and x != zero and y != zero:
-            z = -tiny if (x < zero) != (y < zero) else tiny
-        return z
+    def compose_at(near_c, near_d, s_c, s_d, far):
+        """``compose`` with the far map in shared memory at ``far``."""
+        return compose(near_c, near_d, s_c[far], s_d[far])
+
+    @cuda.jit(device=True)
+    def first_known_at(near_known, near_value, s_known, s_value, far):
+        """The value chain's maps, near before far (in shared memory at ``far``): the nearest known value (known
+        1); the far one is read only when the near one is unknown."""
+        if near_known != zero:
+            return near_known, near_value
+        return s_known[far], s_value[far]
+
+    def group_scan(combine):
+        """A Hillis-Steele scan of a group's per-thread pairs from the right (double-buffered in shared memory, a
+        barrier per step; the simulator runs it), ``combine(near pair, the two buffers, far index)`` composing two;
+        it returns the buffer holding each thread's composite."""
+        @cuda.jit(device=True)
+        def scan(s_a, s_b, a, b, tid, lt, group):
+            s_a[tid] = a
+            s_b[tid] = b
+            cuda.syncthreads()
+            buf = u_zero
+            step = u_one
+            while step < group:
+                if lt + step < group:
+                    partner = buf * u_threads + tid + step
+                    a, b = combine(a, b, s_a, s_b, partner)
+                buf = u_one - buf
+                s_a[buf * u_threads + tid] = a
+                s_b[buf * u_threads + tid] = b
+                cuda.syncthreads()
+                step = step * u_two
+            return buf
+
+        return scan
+
+    scan_maps, scan_values = group_scan(compose_at), group_scan(first_known_at)
 
     def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
                maps, advantages, returns):
@@ -233,12 +285,18 @@ def lean_kernel(io: str, s: LeanStructure):
         s_f = cuda.shared.array(flags_size, np.uint8)
         s_c = cuda.shared.array(scan_size, dtype)
         s_d = cuda.shared.array(scan_size, dtype)
+        s_last = cuda.shared.array(last_size, dtype)
         gam, lm = scalars[0], scalars[1]
-        # the state entering the chunk from the right: the advantage and the value after its last step
+        # the state entering the chunk from the right: the advantage and the value after its last step (the value
+        # chain: V at the next real step after it)
         x = zero
         v_right = zero
+        v_known = not open_chain  # a chunk's map leaves the value entering it open until a real step is found
         if live:
-            if hi < length:
+            if value_chain:
+                if final:  # the maps launch leaves it open
+                    v_right = bootstrap[row, 0]
+            elif hi < length:
                 v_right = to_compute(values[row, hi])
             else:
                 v_right = bootstrap[row, 0]
@@ -246,8 +304,16 @@ def lean_kernel(io: str, s: LeanStructure):
                 k = chunks - 1
                 while k > chunk:
                     column = row * chunks + k
-                    x = maps[1, column] + mul0(maps[0, column], x)
+                    x = maps[1, column] + scale0(maps[0, column], x)
+                    if value_chain:
+                        x += scale0(maps[2, column], v_right)
+                        if maps[3, column] != zero:
+                            v_right = maps[4, column]
                     k -= 1
+        if open_chain and lt == u_zero:  # no real step yet: the identity
+            s_last[u_three * g] = zero
+            s_last[u_three * g + u_one] = one
+            s_last[u_three * g + u_two] = zero
         map_c, map_d = one, zero  # maps phase: the chunk's map so far (from its right end)
         for n in range(tiles):
             start = lo + (tiles - 1 - n) * tile
@@ -284,32 +350,23 @@ def lean_kernel(io: str, s: LeanStructure):
             if steps > u_zero and neighbour:
                 v_right = s_v[pad(base)]
             vnext = v_right  # the value chain entering this thread's steps (a mask without next_values)
+            open_here = False  # the value entering this thread's steps is the chunk's open one
             if value_chain:
-                # each thread's leftmost real value (known 1) or none (known 0), scanned from the right: "the first
-                # known, near before far"
+                # each thread's leftmost real value (known 1) or none (known 0), scanned from the right
                 known, value = zero, zero
                 for i in range(items):
                     j = np.uint64(items - 1 - i)
                     if lt * u_items + j < steps and (s_f[first + j] & MASKED) == 0:
                         known, value = one, s_v[pad(first + j)]
-                s_c[tid] = known
-                s_d[tid] = value
-                cuda.syncthreads()
-                buf = u_zero
-                step = u_one
-                while step < group:
-                    if lt + step < group and known == zero:
-                        partner = buf * u_threads + tid + step
-                        known, value = s_c[partner], s_d[partner]
-                    buf = u_one - buf
-                    s_c[buf * u_threads + tid] = known
-                    s_d[buf * u_threads + tid] = value
-                    cuda.syncthreads()
-                    step = step * u_two
+                buf = scan_values(s_c, s_d, known, value, tid, lt, group)
                 if lt + u_one < group and s_c[buf * u_threads + tid + u_one] != zero:
                     vnext = s_d[buf * u_threads + tid + u_one]
+                elif open_chain:
+                    open_here = not v_known
                 if s_c[buf * u_threads + lead] != zero:
                     v_right = s_d[buf * u_threads + lead]
+                    if open_chain:
+                        v_known = True
                 cuda.syncthreads()  # the buffers are the advantage scan's next
             # each thread's steps folded from its far end into (fc, fd); each step's (c, d) kept in its slots. Steps
             # past the tile's end read slots of the tile and are made the identity by a select (no branch).
@@ -333,50 +390,43 @@ def lean_kernel(io: str, s: LeanStructure):
                     if has_mask:
                         inside = inside and (fl & MASKED) == 0
                 if has_next:
-                    delta = (r + mul0(discount, s_n[slot])) - v
+                    delta = (r + scale0(discount, s_n[slot])) - v
                 elif value_chain:
-                    delta = (r - v) + mul0(discount, vnext)
+                    delta = (r - v) + scale0(discount, vnext)
                     vnext = v if inside else vnext
                 else:
-                    delta = (r - v) + mul0(discount, s_v[pad(first + j + u_one)])
+                    delta = (r - v) + scale0(discount, s_v[pad(first + j + u_one)])
+                if open_chain and inside and open_here:
+                    # the chunk's last real step: its Vnext enters from the right, unknown here; it is kept apart
+                    # (r - V, c, g) and made the identity in the fold
+                    s_last[u_three * g] = r - v
+                    s_last[u_three * g + u_one] = coefficient
+                    s_last[u_three * g + u_two] = discount
+                    inside = False
+                    open_here = False
                 coefficient = coefficient if inside else one
                 delta = delta if inside else zero
                 if final:
                     s_r[slot] = delta
                     s_k[slot] = coefficient
-                fd = delta + mul0(coefficient, fd)
-                fc = times(coefficient, fc)
-            # the group's maps composed from the right (Hillis-Steele, double-buffered)
-            s_c[tid] = fc
-            s_d[tid] = fd
-            cuda.syncthreads()
-            buf = u_zero
-            step = u_one
-            while step < group:
-                if lt + step < group:
-                    partner = buf * u_threads + tid + step
-                    fd = fd + mul0(fc, s_d[partner])
-                    fc = times(fc, s_c[partner])
-                buf = u_one - buf
-                s_c[buf * u_threads + tid] = fc
-                s_d[buf * u_threads + tid] = fd
-                cuda.syncthreads()
-                step = step * u_two
+                fc, fd = compose(coefficient, delta, fc, fd)
+            # the group's maps composed from the right
+            buf = scan_maps(s_c, s_d, fc, fd, tid, lt, group)
             tile_c, tile_d = s_c[buf * u_threads + lead], s_d[buf * u_threads + lead]
             if final:
                 y = x
                 if lt + u_one < group:
-                    y = s_d[buf * u_threads + tid + u_one] + mul0(s_c[buf * u_threads + tid + u_one], x)
+                    y = s_d[buf * u_threads + tid + u_one] + scale0(s_c[buf * u_threads + tid + u_one], x)
                 for i in range(items):  # past the tile's end: the identity, written to slots nobody stores
                     slot = pad(first + np.uint64(items - 1 - i))
-                    y = s_r[slot] + mul0(s_k[slot], y)
+                    y = s_r[slot] + scale0(s_k[slot], y)
                     s_r[slot] = y
                     s_v[slot] = y + s_v[slot]
-                    if has_mask:  # a masked step: 0 (its value is ignored, NaN included)
+                    if zero_masked:  # a masked step: 0 (its value is ignored, NaN included)
                         if s_f[first + np.uint64(items - 1 - i)] & MASKED:
                             s_r[slot] = zero
                             s_v[slot] = zero
-                x = tile_d + mul0(tile_c, x)
+                x = tile_d + scale0(tile_c, x)
                 cuda.syncthreads()
                 for k in range(items):
                     i = np.uint64(k) * group + lt
@@ -385,12 +435,18 @@ def lean_kernel(io: str, s: LeanStructure):
                         store_once(advantages[at], start + np.int64(i), to_io(s_r[slot]))
                         store_once(returns[at], start + np.int64(i), to_io(s_v[slot]))
             else:
-                map_d = tile_d + mul0(tile_c, map_d)
-                map_c = times(tile_c, map_c)
+                map_c, map_d = compose(tile_c, tile_d, map_c, map_d)
             cuda.syncthreads()
         if not final and live and lt == u_zero:
+            if open_chain:
+                # the chunk's map: its steps before its last real step (map_c, map_d) after that step
+                last_delta, last_c = s_last[u_three * g], s_last[u_three * g + u_one]
+                maps[2, work] = times(map_c, s_last[u_three * g + u_two])
+                maps[3, work] = one if v_known else zero
+                maps[4, work] = v_right
+                map_d = map_d + scale0(map_c, last_delta)
+                map_c = times(map_c, last_c)
             maps[0, work] = map_c
             maps[1, work] = map_d
 
     return KernelSpec(s.name, kernel, signature(io, s), (THREADS, BLOCKS_PER_SM[io == "float64"]))
-

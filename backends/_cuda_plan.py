@@ -1,4 +1,5 @@
-"""The launch plan of the fused CUDA kernels: tiles, grids and block sizes, in plain Python (no numba import).
+"""The launch plan of the fused CUDA kernels: tiles, grids, block sizes and map sizes, in plain Python (no numba
+import).
 
 Every call lays its arrays out as (rows, T) and cuts the flattened steps
 into *tiles*, one thread block each, ``threads x ITEMS`` steps at most:
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 #: numba's CUDA simulator runs Python per thread: tiny tiles there make a few steps several tiles.
 SIMULATED = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
@@ -52,10 +54,6 @@ class Plan:
     def long_rows(self) -> bool:
         """True when a row spans several tiles (three launches); False: whole rows per tile (one launch)."""
         return self.tiles_per_row > 1
-
-    @property
-    def launches(self) -> int:
-        return 3 if self.long_rows else 1
 
     def geometry(self) -> tuple[int, int, int, int, int, int]:
         """The kernels' ``geometry`` argument: (rows, T, tiles per row, rows per tile, steps per tile, tiles)."""
@@ -107,6 +105,26 @@ def block_of(p: Plan, x: int, y: int) -> int:
     return x + y * p.grid[0]
 
 
+class Fields(NamedTuple):
+    """Which slots of a map a structure keeps live: the value chain, the second chain, the segment flag."""
+
+    value: bool
+    critic: bool
+    segmented: bool
+
+    def live(self) -> tuple[str, ...]:
+        names = ["edge", "product"]
+        if self.value:
+            names.append("on_bootstrap")
+        if self.critic:
+            names += ["edge2", "product2"] + (["on_bootstrap2"] if self.value else [])
+        if self.value:
+            names += ["value", "on_value"]
+        if self.segmented:
+            names.append("ends")
+        return tuple(names)
+
+
 # --- the lean kernels (``_cuda_lean``) -------------------------------------------------------------------------
 
 #: Threads of a lean block and steps per thread in a tile (float64: fewer, its shared arrays are twice as wide). The
@@ -119,6 +137,12 @@ FILL_BLOCKS = 4 if SIMULATED else 1024
 def lean_items(io: str) -> int:
     """Steps per thread in a lean tile for an io dtype."""
     return LEAN_ITEMS_FLOAT64 if io == "float64" else LEAN_ITEMS
+
+
+def lean_map_rows(value_chain: bool) -> int:
+    """Numbers in a chunk's map (``_cuda_lean``): (c, d), or with the value chain (a mask without next_values)
+    (c, d, q, known, value)."""
+    return 5 if value_chain else 2
 
 
 @dataclass(frozen=True)
@@ -138,11 +162,6 @@ class LeanPlan:
     chunk_steps: int
     blocks: int
     grid: tuple[int, int]
-
-    @property
-    def launches(self) -> int:
-        """2 when rows are cut into chunks (the chunks' maps, then the final pass), else 1."""
-        return 2 if self.chunks > 1 else 1
 
     def geometry(self) -> tuple[int, int, int, int, int]:
         """The lean kernels' ``geometry`` argument: (rows, T, chunks per row, steps per chunk, groups per block)."""

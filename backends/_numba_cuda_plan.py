@@ -103,9 +103,9 @@ class CudaPlan:
         if lean:
             present = tuple(name for name in numba_cuda._LEAN_STEPS if name in inputs)
             shapes = numba_cuda._lean_plan(rows, length, io)
-            tiles, final = numba_cuda._lean_kernels(io, present, shapes.chunks > 1)
+            tiles, final = numba_cuda._lean_kernels(io, present, shapes.chunks > 1, bool(p.fill_masked))
             scalars = numba_cuda._scalars(io, (p.gamma, p.lam))
-            scratch_shape = (2, rows * shapes.chunks) if tiles is not None else None
+            scratch_shape = numba_cuda._lean_maps_shape(present, shapes) if tiles is not None else None
         else:
             present = tuple(name for name in numba_cuda._ORDER if name in inputs)
             shapes = numba_cuda._plan(rows, length)

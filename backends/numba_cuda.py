@@ -1,8 +1,7 @@
 """CUDA arrays (CuPy, PyTorch): every GAE call, estimator, piece and gradient in fused numba-CUDA kernels.
 
-A ``gae()`` call without packed offsets, ``critic_lam`` or a carry (and a
-mask only without ``fill_masked`` and where rows are not cut into chunks: ``lean_serves``) runs the
-lean kernels of ``_cuda_lean``: a row (or a chunk of a row, when rows are
+A ``gae()`` call without packed offsets, ``critic_lam`` or a carry
+(``lean_serves``) runs the lean kernels of ``_cuda_lean``: a row (or a chunk of a row, when rows are
 too few to fill the GPU: two launches) streamed by a group of threads with a
 two-number state. Every other call lays its arrays
 out as (rows, T) views and runs the launch plan of ``_cuda_plan``: **one
@@ -69,9 +68,6 @@ from . import _cuda_plan
 from ._cuda_launch import Descriptor
 
 NAME = "numba-cuda"
-#: The slots of a map that launch 1 writes per tile (see ``_cuda_kernels.Fields``), by (value chain, critic);
-#: one more, ``ends``, for the segment flag. Repeated here so that the traffic model does not import numba.
-_LIVE = {(False, False): 2, (True, False): 5, (False, True): 4, (True, True): 8}
 
 
 @functools.cache
@@ -328,12 +324,9 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
     read += sum(_stored_bytes(field[name]) for name in per_step
                 if field[name] is not None and not isinstance(field[name], float))
-    lean = family == "gae" and field["values"] is not None and all(
-        field[name] is None for name in ("offsets", "critic_lam", "carry"))
-    if lean and field["mask"] is not None:  # as lean_serves: a mask on rows not cut into chunks, no fill_masked
-        lean = not getattr(problem, "fill_masked", False) and _lean_traffic_plan(rows, length, item).chunks == 1
-    if lean:
-        return _lean_traffic(rows, length, item, compute, read, outputs)
+    if family == "gae" and lean_serves(problem):
+        return _lean_traffic(rows, length, item, compute, read, outputs, field["mask"] is not None
+                             and field["next_values"] is None)
     p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
     segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
     bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
@@ -346,22 +339,25 @@ def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
         value_chain = family in ("gae", "vtrace") and field["next_values"] is None or (
             family == "lambda" and field["mask"] is not None)
         critic = family == "gae" and field["critic_lam"] is not None
-    maps = p.tiles * (_LIVE[value_chain, critic] + 1) * compute
+    maps = p.tiles * _slots(value_chain, critic) * compute
     return {"tiles": (read, maps), "carry": (0, 2 * maps),
             "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
 
 
-def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, outputs: int) -> dict:
+def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, outputs: int,
+                  value_chain: bool) -> dict:
     """``traffic`` of a problem the lean kernels serve (``lean_serves``): ``final`` alone, or ``maps`` then
     ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
-    bootstrap value; ``maps`` writes two numbers per chunk, and ``final``'s chunk k reads those of the chunks
-    after it (K (K - 1) / 2 maps a row, from L2)."""
+    bootstrap value (with the value chain, ``final``'s chunks read the bootstrap value, ``maps`` none);
+    ``maps`` writes its numbers per chunk (``_cuda_plan.lean_map_rows``), and ``final``'s chunk k reads those of
+    the chunks after it (K (K - 1) / 2 maps a row, from L2)."""
     chunks = _lean_traffic_plan(rows, length, item).chunks
-    edges = rows * ((chunks - 1) * item + compute)
+    edges = rows * (chunks * compute if value_chain else (chunks - 1) * item + compute)
     if chunks == 1:
         return {"final": (read + outputs, edges)}
-    return {"maps": (read, edges + rows * chunks * 2 * compute),
-            "final": (read + outputs, edges + rows * chunks * (chunks - 1) * compute)}
+    numbers = _cuda_plan.lean_map_rows(value_chain)
+    return {"maps": (read, (0 if value_chain else edges) + rows * chunks * numbers * compute),
+            "final": (read + outputs, edges + rows * chunks * (chunks - 1) // 2 * numbers * compute)}
 
 
 def _lean_traffic_plan(rows: int, length: int, item: int) -> _cuda_plan.LeanPlan:
@@ -463,7 +459,7 @@ def _forward_kernels(family, io, present, offsets, carry, fill, critic, value_ch
         value_chain = _cuda_gae.value_chain(family, present)
     final = _cuda_gae.Structure(family, "final", frozenset(present), offsets=offsets, carry=carry, entering=long_rows,
                                 fill=fill, critic=critic, value_chain=value_chain)
-    slots = _LIVE[value_chain, critic] + 1
+    slots = _slots(value_chain, critic)
     if not long_rows or reuse:
         return None, None, _compiled("gae", io, final), slots
     tiles = final._replace(phase="tiles", carry=False, entering=False, fill=False)
@@ -476,18 +472,10 @@ _LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
 
 def lean_serves(problem) -> bool:
     """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, no packed offsets,
-    ``critic_lam``, carry or extra arrays, and a mask only without ``fill_masked`` and on rows that are not cut
-    into chunks (``_cuda_plan.lean_plan``: the chunks' maps carry no value chain). The general kernels of
-    ``_cuda_gae`` solve the others."""
-    p = problem
-    if p.values is None or p.offsets is not None or p.critic_lam is not None or p.carry is not None or p.extra:
-        return False
-    if p.mask is None:
-        return True
-    shape = tuple(p.rewards.shape)
-    rows, length = math.prod(shape[:-1]), shape[-1]
-    return not p.fill_masked and (rows == 0 or length == 0
-                                  or _lean_plan(rows, length, _dtype_name(p.rewards.dtype)).chunks == 1)
+    ``critic_lam``, carry or extra arrays. The general kernels of ``_cuda_gae`` solve the others. ``problem`` may
+    be a stand-in with shapes and dtypes only (``traffic``): an absent field counts as None."""
+    return getattr(problem, "values", None) is not None and not getattr(problem, "extra", None) and all(
+        getattr(problem, name, None) is None for name in ("offsets", "critic_lam", "carry"))
 
 
 @_on_the_arrays_device(lambda p: p.rewards)
@@ -505,7 +493,7 @@ def _lean(p):
     present = tuple(name for name in _LEAN_STEPS
                     if (a := getattr(p, name)) is not None and not isinstance(a, float))
     plan = _lean_plan(rows, length, io)
-    maps_kernel, final_kernel = _lean_kernels(io, present, plan.chunks > 1)
+    maps_kernel, final_kernel = _lean_kernels(io, present, plan.chunks > 1, bool(p.fill_masked))
     compute = _compute(xp, io)
     scalars = _scalars(io, (p.gamma, p.lam))
     with _Launch(r) as launch:
@@ -517,7 +505,7 @@ def _lean(p):
         geometry = plan.geometry()
         maps = None
         if maps_kernel is not None:
-            maps = launch.array(xp.empty((2, rows * plan.chunks), dtype=compute, device=device), written=True)
+            maps = launch.array(xp.empty(_lean_maps_shape(present, plan), dtype=compute, device=device), written=True)
             launch(maps_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, None, None)
         outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
         launch(final_kernel, plan.grid, plan.threads, *arrays, bootstrap, scalars, geometry, maps, *outs)
@@ -529,13 +517,21 @@ def _lean_plan(rows: int, length: int, io: str) -> _cuda_plan.LeanPlan:
     return _cuda_plan.lean_plan(rows, length, items=_cuda_plan.lean_items(io))
 
 
+def _lean_maps_shape(present: tuple, plan: _cuda_plan.LeanPlan) -> tuple[int, int]:
+    """The chunks' maps of a lean call (``_cuda_lean``): their numbers (more with the value chain: a mask without
+    next_values) by the rows' chunks."""
+    value_chain = "mask" in present and "next_values" not in present
+    return (_cuda_plan.lean_map_rows(value_chain), plan.rows * plan.chunks)
+
+
 @functools.lru_cache(maxsize=256)
-def _lean_kernels(io: str, present: tuple, chunked: bool):
-    """(maps launch or None, final launch) of the lean kernels for a dtype and the optional arrays present."""
+def _lean_kernels(io: str, present: tuple, chunked: bool, fill: bool):
+    """(maps launch or None, final launch) of the lean kernels for a dtype, the optional arrays present and
+    ``fill_masked`` (which only a mask makes a difference to)."""
     from ._cuda_lean import LeanStructure
 
     inputs = frozenset(present)
-    final = _compiled("lean", io, LeanStructure(inputs, "final", chunked))
+    final = _compiled("lean", io, LeanStructure(inputs, "final", chunked, fill and "mask" in inputs))
     if not chunked:
         return None, final
     return _compiled("lean", io, LeanStructure(inputs, "maps")), final
@@ -578,13 +574,11 @@ def _launch_summaries(p) -> Pieces:
     plan = _plan(rows, length)
     structure = _cuda_gae.Structure("gae", "tiles", frozenset(present), offsets=p.offsets is not None,
                                     summaries=True, value_chain=True)
-    fields_count = _LIVE[True, False] + 1
+    fields_count = _slots(True, False)
     entering = owner = None
     with _Launch(r) as launch:
         steps = {name: launch.array(_steps(xp, a, r.dtype)) for name, a in present.items()}
-        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in
-                  ("values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated",
-                   "mask"))]
+        arrays = [launch.array(_steps(xp, r, r.dtype)), *(steps.get(name) for name in _ORDER)]
         offsets = None if p.offsets is None else launch.array(_offsets(xp, p.offsets))
         geometry = plan.geometry()
         scalars = tuple(_scalar(v, io) for v in (p.gamma, p.lam, 0.0, 1.0, 1.0, 1.0))
@@ -649,7 +643,7 @@ def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
         scalars_t = tuple(_scalar(v, io) for v in scalars)
         entering = None
         if plan.long_rows:
-            fields_count = _LIVE[structure.value_chain, False] + 1
+            fields_count = _slots(structure.value_chain, False)
             maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
                                 written=True)
             entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device_of(like)),
@@ -666,6 +660,12 @@ def _launch_forward_in_time(family, xp, like, inputs, *, problem, scalars):
         launch(_compiled("backward", io, structure), plan.grid, plan.threads, *arrays, offsets, scalars_t, geometry,
                None, entering, *outs, *per_segment)
     return results
+
+
+def _slots(value_chain: bool, critic: bool) -> int:
+    """The numbers of a tile's map that launch 1 writes (``_cuda_plan.Fields``: its live slots, ``ends`` among
+    them)."""
+    return len(_cuda_plan.Fields(value_chain, critic, True).live())
 
 
 @functools.lru_cache(maxsize=4096)

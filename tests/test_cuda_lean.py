@@ -12,30 +12,21 @@ fails.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from cudasim import BACKEND, HOST, MARKS, float64_loop, require_simulator
 from helpers import make_case, xp_assert_close
 from hypothesis import given
 from hypothesis import strategies as st
 
 import gae_xp
-from gae_xp import reference
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
-                allow_module_level=True)
+require_simulator()
 
 from gae_xp.backends import _cuda_plan, numba_cuda  # noqa: E402  (after the simulator check)
 
-pytestmark = [
-    pytest.mark.cudasim,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # inf - inf in poisoned rows
-]
+pytestmark = MARKS
 
-BACKEND = "numba-cuda"
-HOST = np.zeros(())  # results are NumPy arrays in host memory (the simulator's arrays)
 #: (rows, T): T = 1 (a block of single-step rows); T < a tile (groups of 2 and 4 threads), and T filling a group's
 #: tile exactly (groups of 1 and 2 threads: the value after one group's tile must not land in the next group's
 #: slots); a tile exactly; several tiles, T not a multiple; rows cut into chunks (3 rows: 2 chunks of 8; 1 row: 3
@@ -49,7 +40,7 @@ STRUCTURES = {
     "per-step gamma, per-row lam": dict(per_step_gamma=True, per_row_lam=True, bootstrap=True),
     "everything": dict(per_step_gamma=True, per_row_lam=True, dones=0.15, next_values=True),
 }
-#: Masks (rows not cut into chunks: the lean kernels take them there).
+#: Masks, with next_values and without (the value chain: V at the next real step, across threads, tiles and chunks).
 MASKED = {
     "holes": dict(holes=0.3, bootstrap=True),
     "holes, padding, dones": dict(holes=0.3, padding=2, dones=0.15, bootstrap=True),
@@ -57,7 +48,8 @@ MASKED = {
                                         bootstrap=True),
     "holes with next values": dict(holes=0.4, next_values=True, dones=0.15),
 }
-UNCHUNKED = [(5, 1), (6, 2), (5, 3), (5, 4), (4, 8), (4, 21), (5, 37)]
+#: Shapes of every plan kind for the fill_masked tests: groups of several rows, several tiles, 3 and 2 chunks.
+FEW_SHAPES = [(5, 3), (4, 21), (1, 37), (2, 17)]
 
 
 @pytest.fixture(autouse=True)
@@ -69,21 +61,15 @@ def general_kernels_refused(monkeypatch):
     monkeypatch.setattr(numba_cuda, "_launch_forward", refuse)
 
 
-def float64_loop(**case):
-    """The float64 oracle on the case's values, whatever their dtype."""
-    wide = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
-            for k, v in case.items()}
-    return reference.gae_loop(**wide)
-
-
-def check(case, dtype=np.float64):
+def check(case, dtype=np.float64, **options):
+    """gae() on the lean kernels against the float64 loop; inputs kept, outputs new (``options``: fill_masked)."""
     before = {k: v.copy() for k, v in case.items() if isinstance(v, np.ndarray)}
-    got = gae_xp.gae(**case, backend=BACKEND)
+    got = gae_xp.gae(**case, **options, backend=BACKEND)
     for name, value in before.items():
         np.testing.assert_array_equal(case[name], value, err_msg=f"{name} was modified")
     assert not np.shares_memory(got[0], got[1])
     assert not any(np.shares_memory(out, v) for out in got for v in before.values())
-    for out, want in zip(got, float64_loop(**case)):
+    for out, want in zip(got, float64_loop(**case, **options)):
         xp_assert_close(out, want, like=HOST, dtype=np.dtype(dtype))
 
 
@@ -110,16 +96,42 @@ def test_every_structure(structure, shape):
     check(make_case(np.random.default_rng(sum(shape) + len(structure) + 1), shape, **STRUCTURES[structure]))
 
 
-@pytest.mark.parametrize("shape", UNCHUNKED, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("structure", MASKED)
 def test_masks(structure, shape):
     """A masked step is skipped (outputs 0, no discount across it) and, without next_values, V at the next real
-    step bootstraps a step: the value chain, across threads and tiles."""
+    step bootstraps a step: the value chain, across threads, tiles and chunks (a chunk's map leaves the value
+    entering it open until its last real step)."""
     check(make_case(np.random.default_rng(sum(shape) + len(structure) + 2), shape, **MASKED[structure]))
 
 
-def test_masked_steps_hold_nan_and_inf_unread():
-    case = make_case(np.random.default_rng(6), (4, 21), holes=0.3, dones=0.1, bootstrap=True)
+@pytest.mark.parametrize("shape", FEW_SHAPES, ids=str)
+@pytest.mark.parametrize("structure", MASKED)
+def test_fill_masked(structure, shape):
+    """fill_masked: a masked step shows the advantage of the next real step (0 after the last one), and returns
+    that plus its own value."""
+    check(make_case(np.random.default_rng(sum(shape) + len(structure) + 3), shape, **MASKED[structure]),
+          fill_masked=True)
+
+
+@pytest.mark.parametrize("next_values", [False, True])
+@pytest.mark.parametrize("masked", [slice(0, 16), slice(16, 32), slice(32, 37), slice(16, 37), slice(3, 34),
+                                    slice(0, 37)], ids=str)
+def test_whole_chunks_masked(masked, next_values):
+    """(1, 37) is three chunks of 16, 16 and 5 steps: chunks with no real step (their map the identity, the value
+    entering them passed through), a real step only in the first or the last chunk, a row with none."""
+    case = make_case(np.random.default_rng(masked.start + masked.stop), (1, 37), dones=0.1,
+                     next_values=next_values, bootstrap=not next_values)
+    case["mask"] = np.ones((1, 37), dtype=bool)
+    case["mask"][0, masked] = False
+    assert _cuda_plan.lean_plan(1, 37).chunks == 3
+    check(case)
+    check(case, fill_masked=True)
+
+
+@pytest.mark.parametrize("shape", [(4, 21), (1, 37)], ids=str)
+def test_masked_steps_hold_nan_and_inf_unread(shape):
+    case = make_case(np.random.default_rng(6), shape, holes=0.3, dones=0.1, bootstrap=True)
     case["rewards"] = np.where(case["mask"], case["rewards"], np.nan)
     case["values"] = np.where(case["mask"], case["values"], np.inf)
     advantages, returns = gae_xp.gae(**case, backend=BACKEND)
@@ -184,28 +196,26 @@ def test_a_zero_coefficient_cuts_and_an_underflow_does_not():
 
 
 @given(rows=st.integers(1, 5), length=st.integers(1, 40), dones=st.sampled_from([0.0, 0.2]),
-       next_values=st.booleans(), per_step=st.booleans(), bootstrap=st.booleans(), seed=st.integers(0, 2**16),
+       next_values=st.booleans(), per_step=st.booleans(), bootstrap=st.booleans(),
+       holes=st.sampled_from([0.0, 0.3, 0.9]), fill_masked=st.booleans(), seed=st.integers(0, 2**16),
        dtype=st.sampled_from(["float32", "float64"]))
-def test_property_against_the_float64_loop(rows, length, dones, next_values, per_step, bootstrap, seed, dtype):
+def test_property_against_the_float64_loop(rows, length, dones, next_values, per_step, bootstrap, holes, fill_masked,
+                                           seed, dtype):
     case = make_case(np.random.default_rng(seed), (rows, length), dones=dones, next_values=next_values,
-                     per_step_gamma=per_step, per_row_lam=per_step, bootstrap=bootstrap and not next_values)
+                     per_step_gamma=per_step, per_row_lam=per_step, bootstrap=bootstrap and not next_values,
+                     holes=holes)
     check({k: v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v for k, v in case.items()},
-          dtype)
+          dtype, **({"fill_masked": True} if fill_masked and holes else {}))
 
 
-def test_other_structures_keep_the_general_kernels(monkeypatch):
-    """critic_lam, fill_masked, and a mask on rows cut into chunks: lean_serves says no, and the general kernels
-    solve them."""
+def test_critic_lam_keeps_the_general_kernels(monkeypatch):
+    """critic_lam (a second chain): lean_serves says no, and the general kernels solve it."""
     monkeypatch.undo()  # the general kernels allowed
     original = numba_cuda._launch_forward
-    cases = [(make_case(np.random.default_rng(1), (2, 9), critic_lam=0.5), {}),
-             (make_case(np.random.default_rng(1), (5, 9), holes=0.3), {"fill_masked": True}),
-             (make_case(np.random.default_rng(1), (1, 37), holes=0.3), {})]
-    for case, options in cases:
-        calls = []
-        monkeypatch.setattr(numba_cuda, "_launch_forward", lambda *a, **k: calls.append(1) or original(*a, **k))
-        got = gae_xp.gae(**case, **options, backend=BACKEND)
-        monkeypatch.undo()
-        assert calls, options
-        for out, want in zip(got, reference.gae_loop(**case, **options)):
-            xp_assert_close(out, want, like=HOST)
+    calls = []
+    monkeypatch.setattr(numba_cuda, "_launch_forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+    case = make_case(np.random.default_rng(1), (2, 9), critic_lam=0.5)
+    got = gae_xp.gae(**case, backend=BACKEND)
+    assert calls
+    for out, want in zip(got, float64_loop(**case)):
+        xp_assert_close(out, want, like=HOST)

@@ -39,11 +39,11 @@ def test_every_plan_fits_the_hardware_grid(rows, length):
     assert p.threads % 32 == 0 and 32 <= p.threads <= 256
     assert p.threads * p.items >= p.tile_steps  # a tile's steps fit its block
     if p.long_rows:
-        assert p.tiles == rows * -(-length // LONGEST) and p.tile_steps == LONGEST and p.launches == 3
+        assert p.tiles == rows * -(-length // LONGEST) and p.tile_steps == LONGEST
         check_grid(p.carry_grid, rows)
         assert p.carry_threads % 32 == 0 and p.carry_threads <= 128
     else:
-        assert p.launches == 1 and p.rows_per_tile * length == p.tile_steps <= LONGEST
+        assert not p.long_rows and p.rows_per_tile * length == p.tile_steps <= LONGEST
         assert p.tiles == -(-rows // p.rows_per_tile)
 
 
@@ -83,11 +83,11 @@ def test_tiles_cover_every_step_once(rows, length):
 
 def test_short_rows_share_a_tile_and_take_one_launch():
     p = plan(32768, 8, **REAL)  # PufferLib-style short horizons: 256 rows per tile
-    assert (p.launches, p.rows_per_tile, p.tiles, p.threads) == (1, 256, 128, 256)
+    assert (p.long_rows, p.rows_per_tile, p.tiles, p.threads) == (False, 256, 128, 256)
     p = plan(4096, 128, **REAL)
-    assert (p.launches, p.rows_per_tile, p.tiles) == (1, 16, 256)
+    assert (p.long_rows, p.rows_per_tile, p.tiles) == (False, 16, 256)
     p = plan(8192, 1024, **REAL)  # rl-triton's shape: 2 rows per tile
-    assert (p.launches, p.rows_per_tile, p.tile_steps) == (1, 2, 2048)
+    assert (p.long_rows, p.rows_per_tile, p.tile_steps) == (False, 2, 2048)
     p = plan(3, 5, **REAL)
     assert (p.tiles, p.threads) == (1, 32) and math.prod(p.grid) == 1
 
@@ -128,7 +128,6 @@ def test_lean_plans_of_the_measured_shapes():
     for (rows, length), (groups, chunks, blocks) in cases.items():
         p = _cuda_plan.lean_plan(rows, length, **LEAN)
         assert (p.groups, p.chunks, p.blocks) == (groups, chunks, blocks), (rows, length, p)
-        assert p.launches == (2 if chunks > 1 else 1)
 
 
 def test_a_lean_plan_needs_steps():

@@ -10,25 +10,17 @@ coefficient, and a masked step is the identity.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from cudasim import BACKEND, HOST, MARKS, float64_loop, require_simulator
 from helpers import ListRefusing, make_case, xp_assert_close
 
 import gae_xp
 from gae_xp import reference
 
-if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-    pytest.skip("needs NUMBA_ENABLE_CUDASIM=1 before numba is imported (its own pytest run: .ci/run)",
-                allow_module_level=True)
+require_simulator()
+pytestmark = MARKS
 
-pytestmark = [
-    pytest.mark.cudasim,
-    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),  # inf - inf in poisoned rows
-]
-
-BACKEND = "numba-cuda"
 LENGTHS = [0, 1, 2, 11, 12, 13, 37]
 OPTIONS = {
     "plain": {},
@@ -44,16 +36,6 @@ OPTIONS = {
     "next values with holes": dict(next_values=True, holes=0.3, dones=0.1),
     "everything": dict(dones=0.1, holes=0.3, padding=4, per_step_gamma=True, per_row_lam=True, bootstrap=True),
 }
-
-
-HOST = np.zeros(())  # results are NumPy arrays in host memory (the simulator's arrays)
-
-
-def float64_loop(fill_masked=False, **case):
-    """The float64 oracle on the case's values, whatever their dtype."""
-    wide = {k: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
-            for k, v in case.items()}
-    return reference.gae_loop(**wide, fill_masked=fill_masked)
 
 
 @pytest.mark.parametrize("length", LENGTHS)
@@ -374,13 +356,14 @@ def test_float32_matrix(option, length):
 
 @pytest.mark.parametrize("shape", [(7, 1), (5, 2), (4, 5), (3, 12), (2, 13), (2, 40)])
 def test_rows_share_tiles_or_span_them(shape):
-    """A tile is 12 steps under the simulator: T = 1, 2, 5 put several rows in one tile (and a thread's steps
-    cross rows), T = 12 one row per tile, T = 13 and 40 a row over 2 and 4 tiles."""
+    """A tile of the general kernels is 12 steps under the simulator: T = 1, 2, 5 put several rows in one tile
+    (and a thread's steps cross rows), T = 12 one row per tile, T = 13 and 40 a row over 2 and 4 tiles. A
+    critic_lam keeps the call on the general kernels (the lean kernels take the others)."""
     from gae_xp.backends import _cuda_plan
 
     plan = _cuda_plan.plan(*shape)
-    assert plan.launches == (3 if shape[1] > _cuda_plan.THREADS * _cuda_plan.ITEMS else 1)
-    case = make_case(np.random.default_rng(sum(shape)), shape, holes=0.3, dones=0.1, bootstrap=True)
+    assert plan.long_rows == (shape[1] > _cuda_plan.THREADS * _cuda_plan.ITEMS)
+    case = make_case(np.random.default_rng(sum(shape)), shape, holes=0.3, dones=0.1, bootstrap=True, critic_lam=0.8)
     for got, want in zip(gae_xp.gae(**case, backend=BACKEND), float64_loop(**case)):
         xp_assert_close(got, want, like=HOST)
 
