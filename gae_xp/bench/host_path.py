@@ -51,10 +51,12 @@ CASES = ("constant", "bootstrap", "dones+mask")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gae_xp.bench.host_path",
-                                     description=__doc__.splitlines()[0].strip("`: "),
+                                     description="The host's part of a repeated gae(..., backend='triton') call, "
+                                                 "stage by stage, on a machine without a GPU (torch CPU tensors "
+                                                 "stand in for CUDA ones; the kernel is never run).",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--B", type=int, default=38400)
-    parser.add_argument("--T", type=int, default=128)
+    parser.add_argument("--B", type=int, default=38400, help="rows (the batch)")
+    parser.add_argument("--T", type=int, default=128, help="steps per row")
     parser.add_argument("--cases", default=",".join(CASES), help=f"from {', '.join(CASES)}")
     parser.add_argument("--number", type=int, default=2000, help="calls per batch")
     parser.add_argument("--repeat", type=int, default=9, help="batches; the median is kept")
