@@ -219,6 +219,31 @@ def test_tensors_kept_negated_lazily_are_read_as_their_values():
     assert not isinstance(plan_of(negated), _triton_plan.TritonPlan)
 
 
+def test_a_call_recorded_by_a_dispatch_mode_is_never_served_a_kept_plan(monkeypatch):
+    """Under a Python dispatch mode (``make_fx``'s records the call) a plan would launch on the tensors' pointers,
+    past the recording: such a call takes the full path, whose launch goes through ``wrap_triton``, and keeps no
+    plan."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    given = case(4, (2, 9), "dones", torch.float64)
+    solve(given)
+    plan = plan_of(given)
+    assert isinstance(plan, _triton_plan.TritonPlan)
+    served = []
+    monkeypatch.setattr(_triton_plan.TritonPlan, "launch", lambda self, arguments: served.append(arguments))
+    with Recording():
+        assert _plans.gae_key(given["rewards"], given["values"], 0.99, 0.95, None, None, None, None, None, -1, None,
+                              "triton", False, None, None, None) == (None, None)
+        outputs = solve(given)
+    assert not served
+    assert_loop(given, outputs, torch.float64)
+    assert plan_of(given) is plan and len(_plans.PLANS) == 1
+
+
 def test_outputs_are_new_tensors_and_inputs_are_only_read():
     given = case(5, (3, 21), "everything", torch.float32)
     given = {name: value for name, value in given.items() if name not in ("gamma", "lam", "critic_lam")}
