@@ -281,7 +281,8 @@ def _layouts():
     """A call's layout: shape, dtype, family (numbers only), whether time is read through a transposed view, the
     bootstrap value's kind."""
     return st.tuples(st.sampled_from([(2, 7), (3, 7), (2, 8), (1, 2, 8)]), st.sampled_from(["float64", "float32"]),
-                     st.sampled_from(sorted(SERVED)), st.booleans(), st.sampled_from(["none", "number", "tensor"]))
+                     st.sampled_from(sorted(SERVED)), st.booleans(),
+                     st.sampled_from(["none", "number", "tensor", "strided float16"]))
 
 
 @settings(max_examples=12, deadline=None)
@@ -294,13 +295,16 @@ def test_a_changed_layout_dtype_or_option_is_never_served_a_stale_plan(layouts, 
         for repeat in range(2):
             given = case(seed + 7 * index + repeat, shape, family, DTYPES[dtype])
             given.pop("bootstrap_value", None)
-            if "next_values" in given:  # it replaces the bootstrap value
-                pass
-            elif bootstrap == "number":
+            if "next_values" in given:  # it replaces the bootstrap value: none is given
+                bootstrap = "none"
+            if bootstrap == "number":
                 given["bootstrap_value"] = 0.25 * (repeat + 1)
             elif bootstrap == "tensor":
                 given["bootstrap_value"] = torch.linspace(-1, 1, int(np.prod(shape[:-1])),
                                                           dtype=DTYPES[dtype]).reshape(shape[:-1])
+            elif bootstrap == "strided float16":  # cast per call by the plan: the cast's layout is the first call's
+                given["bootstrap_value"] = torch.linspace(-1, 1, 2 * int(np.prod(shape[:-1])),
+                                                          dtype=torch.float16)[::2].reshape(shape[:-1])
             if transposed:  # the same values read through (T, B) memory: strides the key must tell apart
                 given = {name: value.transpose(-1, 0).contiguous().transpose(-1, 0)
                          if torch.is_tensor(value) and value.shape == shape else value
