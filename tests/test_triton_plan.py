@@ -408,6 +408,22 @@ def test_a_direct_launch_whose_results_differ_falls_back_to_the_binder(compiled_
     assert compiled_kernels.runs == runs  # refused for the process: the binder serves
 
 
+def test_kernels_that_failed_their_check_are_not_kept_for_a_later_direct_mode(compiled_kernels):
+    """A benchmark switches the launch mode back and forth in one process: the direct mode chosen again after a
+    refusal checks the plan's kernels again rather than launching the ones whose results differed."""
+    _triton_plan.launch_mode("direct")
+    compiled_kernels.wrong = True
+    given = case(3, (2, 20), "dones", torch.float32)
+    solve(given)
+    with pytest.warns(_triton_plan.DirectLaunchWarning, match="gave other results"):
+        solve(given)
+    _triton_plan.launch_mode("binder")
+    _triton_plan.launch_mode("direct")
+    for _ in range(2):
+        assert_loop(given, solve(given), torch.float32)
+    assert "other results" in _triton_plan.direct_refused()
+
+
 def test_a_misaligned_pointer_is_launched_by_the_binder(compiled_kernels):
     """Triton specialises pointers on 16-byte alignment: a call whose rewards start 8 bytes in is not launched on
     the kernel taken for aligned ones."""
