@@ -44,7 +44,8 @@ same arguments (the constexprs included), as ``JITFunction.run`` does after
 its binder in Triton 3.6 to 3.9. A plan's first direct launch is checked
 against a launch through the binder into outputs of its own (equal bit for
 bit, NaN where NaN; one host synchronisation per plan). Where that check
-fails or a direct launch raises (every later call then takes the binder),
+fails or a direct launch raises (every later call then takes the binder; the kernels are not
+kept, so that a direct mode chosen again checks them again),
 where Triton's launch hooks are set (a profiler), where no compiled kernel
 comes back (the interpreter), or where a caller's pointer is not 16-byte
 aligned as it was when the kernel was taken (Triton specialises on that),
@@ -284,9 +285,11 @@ class TritonPlan:
             self.run_compiled(tuple(mine))
             same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
         except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
+            self.compiled = self.alignment = None  # never kept: a later direct mode checks again
             _refuse(f"a direct launch raised {type(error).__name__}: {error}")
             return True
         if not same:
+            self.compiled = self.alignment = None
             _refuse("a direct launch gave other results than the binder's launch of the same arguments")
         return True
 

@@ -16,7 +16,8 @@ check themselves.
 
 Never wrong, by construction: a call whose arguments have no key (another
 library, a tensor subclass, ``cu_seqlens``, a NumPy scalar coefficient,
-tracing under ``torch.compile``/``torch.func``, a forward-mode AD level) takes the full path and makes
+tracing under ``torch.compile``/``torch.func``, a Python dispatch mode such as ``make_fx``'s recording the call,
+a forward-mode AD level) takes the full path and makes
 no plan; a call that fails a check raises before a plan exists, so no
 plan is ever made for a key whose layout is refused; and a plan serves only
 its own key. The cache is bounded (least recently used plans go first, use
@@ -118,8 +119,8 @@ def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminate
                      None if truncated is None else _numpy_layout(truncated),
                      None if mask is None else _numpy_layout(mask))
         elif kind is _torch_tensor():
-            if _TORCH.is_compiling() or _TORCH.forward_ad._current_level >= 0:  # traced, or dual tensors may come
-                return None, None
+            if (_TORCH.is_compiling() or _TORCH.dispatch_modes() or _TORCH.forward_ad._current_level >= 0):
+                return None, None  # traced or recorded (a plan would launch past the recording), or dual tensors
             layout = _torch_layout
             views = [None, None, None, None, None, None]
             steps = (_torch_step(rewards, views, 0), _torch_step(values, views, 1),
@@ -194,6 +195,8 @@ class _Torch:
         torch = sys.modules["torch"]
         self.wrapped = torch._C._functorch.is_functorch_wrapped_tensor
         self.is_compiling = torch.compiler.is_compiling
+        #: how many Python dispatch modes (make_fx's, FakeTensorMode, a user's) are on: a call then is recorded
+        self.dispatch_modes = torch._C._len_torch_dispatch_stack
         self.forward_ad = torch.autograd.forward_ad
         self.tensor = torch.Tensor
         #: dtypes NumPy has no counterpart of: ``Tensor.numpy()`` raises for them, at the cost of an exception

@@ -12,7 +12,6 @@ compiled form (sm_90 PTX) is checked without a GPU by
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import types
 
@@ -20,20 +19,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tritoninterp import require_interpreter
 
 from gae_xp import reference
 from gae_xp.testing import make_case, option_grid, xp_assert_close
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-torch = pytest.importorskip("torch")
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed (pip install triton): its interpreter runs the kernels on the CPU",
-                allow_module_level=True)
-import triton  # noqa: E402
-
-if not triton.knobs.runtime.interpret:
-    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set: its kernels need a GPU here",
-                allow_module_level=True)
+torch = require_interpreter()
 
 import gae_xp  # noqa: E402
 from gae_xp import backends  # noqa: E402

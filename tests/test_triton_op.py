@@ -21,7 +21,6 @@ tensors: the graph then holds the Triton launches themselves.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -32,17 +31,9 @@ import pytest
 from hypothesis import given
 from test_autograd import differentiable, loop_outputs, problems
 from test_autograd import tensors as autograd_tensors
+from tritoninterp import require_interpreter
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-torch = pytest.importorskip("torch")
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed (pip install triton): its interpreter runs the kernels on the CPU",
-                allow_module_level=True)
-import triton  # noqa: E402
-
-if not triton.knobs.runtime.interpret:
-    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set: its kernels need a GPU here",
-                allow_module_level=True)
+torch = require_interpreter()
 
 import gae_xp  # noqa: E402
 from gae_xp import reference  # noqa: E402

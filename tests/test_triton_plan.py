@@ -9,27 +9,17 @@ its own); ``tests/test_triton.py`` has the kernels' own tests.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tritoninterp import require_interpreter
 
 from gae_xp import reference
 from gae_xp.testing import make_case, xp_assert_close
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-torch = pytest.importorskip("torch")
-if importlib.util.find_spec("triton") is None:
-    pytest.skip("triton is not installed (pip install triton): its interpreter runs the kernels on the CPU",
-                allow_module_level=True)
+torch = require_interpreter()
 import triton  # noqa: E402
-
-if not triton.knobs.runtime.interpret:
-    pytest.skip("triton was imported before TRITON_INTERPRET=1 was set: its kernels need a GPU here",
-                allow_module_level=True)
 
 import gae_xp  # noqa: E402
 from gae_xp import _plans  # noqa: E402
@@ -219,6 +209,31 @@ def test_tensors_kept_negated_lazily_are_read_as_their_values():
     assert not isinstance(plan_of(negated), _triton_plan.TritonPlan)
 
 
+def test_a_call_recorded_by_a_dispatch_mode_is_never_served_a_kept_plan(monkeypatch):
+    """Under a Python dispatch mode (``make_fx``'s records the call) a plan would launch on the tensors' pointers,
+    past the recording: such a call takes the full path, whose launch goes through ``wrap_triton``, and keeps no
+    plan."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    given = case(4, (2, 9), "dones", torch.float64)
+    solve(given)
+    plan = plan_of(given)
+    assert isinstance(plan, _triton_plan.TritonPlan)
+    served = []
+    monkeypatch.setattr(_triton_plan.TritonPlan, "launch", lambda self, arguments: served.append(arguments))
+    with Recording():
+        assert _plans.gae_key(given["rewards"], given["values"], 0.99, 0.95, None, None, None, None, None, -1, None,
+                              "triton", False, None, None, None) == (None, None)
+        outputs = solve(given)
+    assert not served
+    assert_loop(given, outputs, torch.float64)
+    assert plan_of(given) is plan and len(_plans.PLANS) == 1
+
+
 def test_outputs_are_new_tensors_and_inputs_are_only_read():
     given = case(5, (3, 21), "everything", torch.float32)
     given = {name: value for name, value in given.items() if name not in ("gamma", "lam", "critic_lam")}
@@ -266,7 +281,8 @@ def _layouts():
     """A call's layout: shape, dtype, family (numbers only), whether time is read through a transposed view, the
     bootstrap value's kind."""
     return st.tuples(st.sampled_from([(2, 7), (3, 7), (2, 8), (1, 2, 8)]), st.sampled_from(["float64", "float32"]),
-                     st.sampled_from(sorted(SERVED)), st.booleans(), st.sampled_from(["none", "number", "tensor"]))
+                     st.sampled_from(sorted(SERVED)), st.booleans(),
+                     st.sampled_from(["none", "number", "tensor", "strided float16"]))
 
 
 @settings(max_examples=12, deadline=None)
@@ -279,13 +295,16 @@ def test_a_changed_layout_dtype_or_option_is_never_served_a_stale_plan(layouts, 
         for repeat in range(2):
             given = case(seed + 7 * index + repeat, shape, family, DTYPES[dtype])
             given.pop("bootstrap_value", None)
-            if "next_values" in given:  # it replaces the bootstrap value
-                pass
-            elif bootstrap == "number":
+            if "next_values" in given:  # it replaces the bootstrap value: none is given
+                bootstrap = "none"
+            if bootstrap == "number":
                 given["bootstrap_value"] = 0.25 * (repeat + 1)
             elif bootstrap == "tensor":
                 given["bootstrap_value"] = torch.linspace(-1, 1, int(np.prod(shape[:-1])),
                                                           dtype=DTYPES[dtype]).reshape(shape[:-1])
+            elif bootstrap == "strided float16":  # cast per call by the plan: the cast's layout is the first call's
+                given["bootstrap_value"] = torch.linspace(-1, 1, 2 * int(np.prod(shape[:-1])),
+                                                          dtype=torch.float16)[::2].reshape(shape[:-1])
             if transposed:  # the same values read through (T, B) memory: strides the key must tell apart
                 given = {name: value.transpose(-1, 0).contiguous().transpose(-1, 0)
                          if torch.is_tensor(value) and value.shape == shape else value
@@ -387,6 +406,22 @@ def test_a_direct_launch_whose_results_differ_falls_back_to_the_binder(compiled_
     runs = compiled_kernels.runs
     assert_loop(given, solve(given), torch.float32)
     assert compiled_kernels.runs == runs  # refused for the process: the binder serves
+
+
+def test_kernels_that_failed_their_check_are_not_kept_for_a_later_direct_mode(compiled_kernels):
+    """A benchmark switches the launch mode back and forth in one process: the direct mode chosen again after a
+    refusal checks the plan's kernels again rather than launching the ones whose results differed."""
+    _triton_plan.launch_mode("direct")
+    compiled_kernels.wrong = True
+    given = case(3, (2, 20), "dones", torch.float32)
+    solve(given)
+    with pytest.warns(_triton_plan.DirectLaunchWarning, match="gave other results"):
+        solve(given)
+    _triton_plan.launch_mode("binder")
+    _triton_plan.launch_mode("direct")
+    for _ in range(2):
+        assert_loop(given, solve(given), torch.float32)
+    assert "other results" in _triton_plan.direct_refused()
 
 
 def test_a_misaligned_pointer_is_launched_by_the_binder(compiled_kernels):

@@ -470,15 +470,10 @@ DOCUMENT = "docs/gpu.md"
 
 
 def fill(text: str, tables: dict[str, str]) -> str:
-    """``text`` with each table between its markers replaced."""
-    for name, table in tables.items():
-        begin, end = MARKERS[name]
-        if begin not in text or end not in text:
-            raise ValueError(f"the markers of the {name!r} table are missing")
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{begin}\n{table}\n{end}{tail}"
-    return text
+    """``text`` with each table between its markers (``MARKERS``) replaced (``tools.traffic.fill``)."""
+    from tools import traffic
+
+    return traffic.fill(text, tables, tables, MARKERS)
 
 
 def main(argv=None) -> int:

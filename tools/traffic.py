@@ -392,10 +392,11 @@ MARKERS = {name: (f"<!-- traffic:{name} (python -m tools.traffic --write) -->", 
 DOCUMENTS = {"README.md": ("summary",), "docs/gpu.md": ("summary", "ptx")}
 
 
-def fill(text: str, tables: dict[str, str], names) -> str:
-    """``text`` with each named table between its markers replaced by ``tables[name]``."""
+def fill(text: str, tables: dict[str, str], names, markers: dict[str, tuple[str, str]] = MARKERS) -> str:
+    """``text`` with each named table between its markers (``markers[name]``: begin, end) replaced by
+    ``tables[name]``."""
     for name in names:
-        begin, end = MARKERS[name]
+        begin, end = markers[name]
         if begin not in text or end not in text:
             raise ValueError(f"the markers of the {name!r} table are missing")
         head, rest = text.split(begin, 1)
