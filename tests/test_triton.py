@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritoninterp import require_interpreter
+from tritoninterp import record_launches, require_interpreter
 
 from gae_xp import reference
 from gae_xp.testing import make_case, option_grid, xp_assert_close
@@ -115,7 +115,7 @@ def test_few_long_rows_are_cut_into_chunks(name, monkeypatch):
     """One row of 300 steps with 16-step blocks (the interpreter stands for 4 multiprocessors): chunks whose maps
     one launch writes and the next composes; a terminated step or a mask in any chunk is exact, and a holed mask
     without next_values carries "V at the next real step" across chunks."""
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16):
         check(tensors(build(11, (1, 300), OPTIONS[name]), torch.float64))
     assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
@@ -127,7 +127,7 @@ def test_tuned_chunks_bound_the_chunks_a_row_is_cut_into(most, monkeypatch):
     ``chunks=3`` cuts it into three, where the heuristic cuts it into 10 (of 32 steps; 4 stand-in multiprocessors)."""
     assert _triton_launch._config(300, 1, 1, 4, (16, None, None, None))[4] == 10
     assert _triton_launch._config(300, 1, 1, 4, (16, None, None, most))[4] == most
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16, chunks=most):
         check(tensors(build(12, (1, 300), OPTIONS["everything"]), torch.float64))
     assert [kwargs["MODE"] for _, kwargs in calls] == ([0] if most == 1 else [1, 2])
@@ -149,14 +149,14 @@ def test_the_value_after_a_gap_of_whole_masked_chunks(fill, monkeypatch):
     case["mask"][0, 40:171] = False
     case["mask"][1, 5:250] = False
     case["mask"][:, 290:] = False
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16):
         check(tensors(case, torch.float64), fill_masked=fill)
     assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
 
 
 def test_chunks_carry_the_critic_chain_and_narrow_floats(monkeypatch):
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16):
         check(tensors(build(5, (2, 130), {"dones": 0.05, "per_step_critic_lam": True, "next_values": True,
                                           "holes": 0.2}), torch.bfloat16))
@@ -186,7 +186,7 @@ def test_packed_sequences_in_one_row_with_the_chunk_block():
 def test_one_packed_sequence_in_few_long_rows_is_not_cut_into_chunks(device_offsets, monkeypatch):
     """``cu_seqlens=[0, T]`` is one sequence per row, but still offsets the kernel reads by its program's index:
     a row of few long ones is walked by one program (chunks would read offsets past their end)."""
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     case = build(4, (1, 300), OPTIONS["everything"])
     case["bootstrap_value"] = np.array([[0.75]])
     with triton_backend.tuned(block=16):
@@ -219,7 +219,7 @@ def test_an_incoming_carry_reaches_a_row_cut_into_chunks(monkeypatch):
     case = tensors(build(6, (1, 300), OPTIONS["holes+fill"]), torch.float64)
     p = prepare(**case, backend="triton").problem
     piece = p.replace(carry=torch.tensor([[0.75]], dtype=torch.float64))
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16):
         got = backends.load("triton").gae(piece, chunk_size=None)
     assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
@@ -242,7 +242,7 @@ def test_strided_transposed_and_broadcast_inputs_are_read_in_place(monkeypatch):
     wide = {name: torch.cat([value, value], dim=0)[::2] if torch.is_tensor(value) and value.dim() == 2
             and value.shape == (4, 30) else value for name, value in case.items()}
     wide["values"] = case["values"].t().contiguous().t()
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     check(wide)
     (args, _), = calls
     pointers = {a.data_ptr() for a in args if torch.is_tensor(a)}
@@ -253,7 +253,7 @@ def test_strided_transposed_and_broadcast_inputs_are_read_in_place(monkeypatch):
 def test_unmergeable_batch_axes_are_launched_a_slice_at_a_time(monkeypatch):
     base = tensors(build(8, (3, 4, 5, 12), OPTIONS["dones+next_values"]), torch.float64)
     given = {name: value.permute(1, 0, 2, 3) if torch.is_tensor(value) else value for name, value in base.items()}
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     check(given)
     assert len(calls) == 4  # the first axis (4) iterated; the other two fold
 
@@ -425,7 +425,7 @@ def specialisation(args, kwargs) -> tuple:
 def test_a_new_length_or_batch_compiles_no_new_kernel(name, monkeypatch):
     """Within a row of the heuristic's table (T <= 128 here), the kernel is compiled once for rows that start on
     16-byte boundaries (T a multiple of 4 floats) and once for the others, whatever T and B."""
-    calls = launches(monkeypatch)
+    calls = record_launches(monkeypatch)
     aligned, unaligned = ((3, 40), (5, 64), (2, 120), (7, 100)), ((3, 37), (1, 45), (4, 127))
     for rows, length in aligned + unaligned:
         check(tensors(build(rows, (rows, length), OPTIONS[name]), torch.float32))
@@ -488,23 +488,6 @@ def test_the_kernels_compile_for_sm90_with_16_byte_accesses(mode):
 
 
 # ------------------------------------------------------------------------------------------------ recording
-
-
-def launches(monkeypatch) -> list:
-    """Record every launch of the kernel (its arguments and keywords) and run it."""
-    calls = []
-    kernel = _triton_launch.gae_kernel
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                calls.append((args, kwargs))
-                return kernel[grid](*args, **kwargs)
-
-            return launch
-
-    monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
-    return calls
 
 
 def _launch_flag(calls, name):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritoninterp import require_interpreter
+from tritoninterp import record_launches, require_interpreter
 
 from gae_xp import reference
 from gae_xp.testing import make_case, xp_assert_close
@@ -143,22 +143,12 @@ def test_a_served_call_gives_the_first_calls_results_and_the_loops(family, dtype
 def test_few_long_rows_cut_into_chunks_are_served_with_their_maps(monkeypatch, small_blocks):
     """Two rows of 40 steps in 16-step blocks: the chunks' two launches (maps, then the final pass), from the plan
     too."""
-    launched = []
-    kernel = _triton_launch.gae_kernel
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append(kwargs["MODE"])
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
+    calls = record_launches(monkeypatch)
     for seed in (1, 2):
         given = case(seed, (2, 40), "holes+fill", torch.float64)
         assert_loop(given, solve(given), torch.float64)
     assert isinstance(plan_of(given), _triton_plan.TritonPlan)
-    assert launched == [1, 2, 1, 2]
+    assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2, 1, 2]
 
 
 def test_a_number_bootstrap_is_read_per_call():
@@ -257,21 +247,11 @@ def test_tuned_settings_take_the_backends_own_path(monkeypatch):
     given = case(6, (9, 40), "dones", torch.float32)
     solve(given)
     assert isinstance(plan_of(given), _triton_plan.TritonPlan)
-    blocks = []
-    kernel = _triton_launch.gae_kernel
-
-    class Recording:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                blocks.append(kwargs["BLOCK"])
-                return kernel[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
+    calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16):
         assert_loop(given, solve(given), torch.float32)
     solve(given)
-    assert blocks == [16, 128]
+    assert [kwargs["BLOCK"] for _, kwargs in calls] == [16, 128]
 
 
 # ------------------------------------------------------------------------------------------- never stale

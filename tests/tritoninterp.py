@@ -30,3 +30,22 @@ def require_interpreter():
         pytest.skip("triton was imported before TRITON_INTERPRET=1 was set: its kernels need a GPU here",
                     allow_module_level=True)
     return torch
+
+
+def record_launches(monkeypatch) -> list:
+    """Record every launch of the Triton route's ``gae_kernel`` (its arguments and keywords) and run it."""
+    from gae_xp.backends import _triton_launch
+
+    calls = []
+    kernel = _triton_launch.gae_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                calls.append((args, kwargs))
+                return kernel[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
+    return calls
