@@ -34,7 +34,8 @@ cut (a program per sequence).
 Layout: every array is addressed as ``base + outer * s_outer + inner * s_inner
 + t * s_t`` (the batch axes folded into at most two, see
 ``gae_xp.backends._triton_launch``), so strided and broadcast views are read in
-place; the outputs are C-contiguous (row ``outer * inner_count + inner``).
+place; the outputs are C-contiguous (row ``outer * inner_count + inner``). ``TWO_AXES``
+says whether they fold into two (else ``outer`` is 0, and the row needs no division).
 Float16 and bfloat16 are read as they are and computed in float32; float64
 in float64. The lengths, strides, counts and the number of blocks are run-time
 values, never specialised on (``do_not_specialize``). ``ALIGN`` (1, or the
@@ -51,6 +52,7 @@ import triton.language as tl
 
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
+from ._triton_parts import solve_block as _solve_block
 
 #: The most chunks one row is cut into (the chunk maps are scanned as one block of this many).
 MAX_CHUNKS = 256
@@ -89,6 +91,17 @@ def _first_real(far_real, far_value, near_real, near_value):
 
 
 @triton.jit
+def _offset(outer, inner, outer_stride, inner_stride, TWO_AXES: tl.constexpr):
+    """Where a row starts in an array: ``outer * outer_stride + inner * inner_stride`` (``inner`` alone on one axis:
+    an ``outer`` of 0 would fold the sum away, and with it the alignment hint set on it)."""
+    if TWO_AXES:
+        offset = outer * outer_stride + inner * inner_stride
+    else:
+        offset = inner * inner_stride
+    return offset
+
+
+@triton.jit
 def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr, DTYPE: tl.constexpr,
                  CONTIGUOUS: tl.constexpr):
     """A coefficient at ``steps``: a number, one value per row, or one per step."""
@@ -114,19 +127,33 @@ def gae_kernel(
     HAS_NEXT: tl.constexpr, HAS_TERMINATED: tl.constexpr, HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr,
     GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
-    DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr,
+    DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr, TWO_AXES: tl.constexpr,
+    RESCAN: tl.constexpr,
 ):
     """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
     VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
-    program = tl.program_id(0).to(tl.int64)  # one axis: rows x parts may pass the 65,535 of a second one
-    row = program // parts
-    part = program - row * parts
-    outer = row // inner_count
-    inner = row - outer * inner_count
+    # one axis: rows x parts may pass the 65,535 of a second one. The row's index is 64-bit (it multiplies
+    # strides); the steps inside it are of the type of its length (32-bit below 2**31: the masks are 32-bit
+    # compares then)
+    program = tl.program_id(0)
+    if HAS_OFFSETS or MODE != 0:
+        part = program % parts
+        row32 = program // parts
+    else:  # a program a row: no division (one costs some 40 instructions, a tenth of a 128-step row's)
+        part = program * 0
+        row32 = program
+    if TWO_AXES:  # the batch axes fold into two: (outer, inner)
+        outer32 = row32 // inner_count
+        inner = (row32 - outer32 * inner_count).to(tl.int64)
+        outer = outer32.to(tl.int64)
+    else:
+        inner = row32.to(tl.int64)
+        outer = inner  # not read (``_offset``)
+    row = row32.to(tl.int64)
     out_base = tl.multiple_of(row * length, ALIGN)
     if HAS_OFFSETS:
-        lo = tl.load(offsets + part).to(tl.int64)
-        hi = tl.load(offsets + part + 1).to(tl.int64)
+        lo = tl.load(offsets + part).to(length.dtype)
+        hi = tl.load(offsets + part + 1).to(length.dtype)
         ends = hi  # the sequence ends at hi
         boundary = part
     else:
@@ -135,27 +162,27 @@ def gae_kernel(
         hi = tl.multiple_of(tl.minimum(lo + chunk, length), ALIGN)
         ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
         boundary = part * 0
-    bootstrap_value = tl.load(bootstrap + outer * b_o + inner * b_i + boundary * b_t).to(DTYPE)
+    bootstrap_value = tl.load(bootstrap + _offset(outer, inner, b_o, b_i, TWO_AXES) + boundary * b_t).to(DTYPE)
     if HAS_CARRY:
-        entering = tl.load(carry + outer * c_o + inner * c_i + boundary * c_t).to(DTYPE)
+        entering = tl.load(carry + _offset(outer, inner, c_o, c_i, TWO_AXES) + boundary * c_t).to(DTYPE)
     else:
         entering = tl.zeros((), DTYPE)
     gamma_scalar = (tl.zeros((), DTYPE) + gamma_value).to(DTYPE)
     lam_scalar = (tl.zeros((), DTYPE) + lam_value).to(DTYPE)
     critic_scalar = (tl.zeros((), DTYPE) + critic_value).to(DTYPE)
-    r_base = tl.multiple_of(outer * r_o + inner * r_i, ALIGN)
-    v_base = tl.multiple_of(outer * v_o + inner * v_i, ALIGN)
-    nv_base = tl.multiple_of(outer * nv_o + inner * nv_i, ALIGN)
-    te_base = tl.multiple_of(outer * te_o + inner * te_i, ALIGN)
-    tr_base = tl.multiple_of(outer * tr_o + inner * tr_i, ALIGN)
-    m_base = tl.multiple_of(outer * m_o + inner * m_i, ALIGN)
-    g_base = outer * g_o + inner * g_i
+    r_base = tl.multiple_of(_offset(outer, inner, r_o, r_i, TWO_AXES), ALIGN)
+    v_base = tl.multiple_of(_offset(outer, inner, v_o, v_i, TWO_AXES), ALIGN)
+    nv_base = tl.multiple_of(_offset(outer, inner, nv_o, nv_i, TWO_AXES), ALIGN)
+    te_base = tl.multiple_of(_offset(outer, inner, te_o, te_i, TWO_AXES), ALIGN)
+    tr_base = tl.multiple_of(_offset(outer, inner, tr_o, tr_i, TWO_AXES), ALIGN)
+    m_base = tl.multiple_of(_offset(outer, inner, m_o, m_i, TWO_AXES), ALIGN)
+    g_base = _offset(outer, inner, g_o, g_i, TWO_AXES)
     if GAMMA == 3:
         g_base = tl.multiple_of(g_base, ALIGN)
-    l_base = outer * l_o + inner * l_i
+    l_base = _offset(outer, inner, l_o, l_i, TWO_AXES)
     if LAM == 3:
         l_base = tl.multiple_of(l_base, ALIGN)
-    cl_base = outer * cl_o + inner * cl_i
+    cl_base = _offset(outer, inner, cl_o, cl_i, TWO_AXES)
     if CRITIC == 3:
         cl_base = tl.multiple_of(cl_base, ALIGN)
 
@@ -192,6 +219,11 @@ def gae_kernel(
         else:
             critic_following = following
 
+    # The sequence's end is a cut: what enters its last step is the incoming advantage (0 without one; a critic_lam
+    # never has one), and the map of the chunk holding it passes nothing from beyond (its product is 0)
+    if HAS_CARRY:
+        following = tl.where(ends >= 0, entering, following)
+    stop = tl.where(ends >= 0, ends, length)  # V_{t+1} is read below this step; the bootstrap value from it
     last_block = (hi - 1) // BLOCK
     blocks = tl.where(hi > lo, last_block - lo // BLOCK + 1, 0)
     if MODE == 1:  # SUMMARY: the first chunk's map is never used
@@ -209,7 +241,6 @@ def gae_kernel(
             v = tl.load(values + v_base + steps * v_t, mask=inside, other=0.0).to(DTYPE)
         g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS)
         lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS)
-        the_end = steps + 1 == ends
         if HAS_MASK:
             if CONTIGUOUS:
                 real = tl.load(mask + m_base + steps, mask=inside, other=0) != 0
@@ -222,8 +253,12 @@ def gae_kernel(
                 v_next = tl.load(next_values + nv_base + steps * nv_t, mask=inside, other=0.0).to(DTYPE)
         elif VALUE_CHAIN:  # V at the next real step of the sequence: scan (is step t+1 real, V_{t+1}) from the right
             ahead = inside & (steps + 1 < hi)
-            real_ahead = tl.load(mask + m_base + (steps + 1) * m_t, mask=ahead, other=0) != 0
-            value_ahead = tl.load(values + v_base + (steps + 1) * v_t, mask=ahead & real_ahead, other=0.0)
+            if CONTIGUOUS:
+                real_ahead = tl.load(mask + m_base + steps + 1, mask=ahead, other=0) != 0
+                value_ahead = tl.load(values + v_base + steps + 1, mask=ahead & real_ahead, other=0.0)
+            else:
+                real_ahead = tl.load(mask + m_base + (steps + 1) * m_t, mask=ahead, other=0) != 0
+                value_ahead = tl.load(values + v_base + (steps + 1) * v_t, mask=ahead & real_ahead, other=0.0)
             found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
                                                reverse=True)
             v_next = tl.where(found != 0, first, next_value)
@@ -234,12 +269,13 @@ def gae_kernel(
             if MODE == 1:
                 known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
         else:
+            # V_{t+1}, or the bootstrap value after the sequence's last step
             if CONTIGUOUS:
-                v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < length), other=0.0)
+                v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < stop), other=bootstrap_value)
             else:
-                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=inside & (steps + 1 < length),
-                                 other=0.0)
-            v_next = tl.where(the_end, bootstrap_value, v_next.to(DTYPE))
+                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=inside & (steps + 1 < stop),
+                                 other=bootstrap_value)
+            v_next = v_next.to(DTYPE)
         if HAS_TERMINATED:
             if CONTIGUOUS:
                 ended = tl.load(terminated + te_base + steps, mask=inside, other=0) != 0
@@ -261,14 +297,11 @@ def gae_kernel(
         if HAS_MASK:
             delta = tl.where(real, delta, 0.0)
             coefficient = tl.where(real, coefficient, 1.0)
-        if HAS_CARRY:  # the sequence's last step takes the incoming advantage (a critic_lam never has one)
-            delta = tl.where(the_end & (coefficient != 0), delta + coefficient * entering, delta)
-        # lanes outside the program's steps are the identity map; the sequence's end is a cut
+        # lanes outside the program's steps are the identity map
         delta = tl.where(inside, delta, 0.0)
-        coefficient = tl.where(the_end, 0.0, tl.where(inside, coefficient, 1.0))
-        products, local = tl.associative_scan((coefficient, delta), 0, _compose, reverse=True)
-        advantage = local + tl.where(products == 0, 0.0, products * following)
-        following = _lane(advantage, steps, start).to(DTYPE)
+        coefficient = tl.where(inside, coefficient, 1.0)
+        advantage, products, following = _solve_block(coefficient, delta, following, steps, start, True, RESCAN)
+        following = following.to(DTYPE)
         if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
             reached = tl.where(unknown, g, 0.0)
             _, reach_local = tl.associative_scan((coefficient, reached), 0, _compose, reverse=True)
@@ -279,11 +312,10 @@ def gae_kernel(
             critic_coefficient = tl.where(cut, 0.0, g * critic_lam_t)
             if HAS_MASK:
                 critic_coefficient = tl.where(real, critic_coefficient, 1.0)
-            critic_coefficient = tl.where(the_end, 0.0, tl.where(inside, critic_coefficient, 1.0))
-            critic_products, critic_local = tl.associative_scan((critic_coefficient, delta), 0, _compose,
-                                                                reverse=True)
-            critic = critic_local + tl.where(critic_products == 0, 0.0, critic_products * critic_following)
-            critic_following = _lane(critic, steps, start).to(DTYPE)
+            critic_coefficient = tl.where(inside, critic_coefficient, 1.0)
+            critic, critic_products, critic_following = _solve_block(critic_coefficient, delta, critic_following,
+                                                                     steps, start, True, RESCAN)
+            critic_following = critic_following.to(DTYPE)
             if MODE == 1 and VALUE_CHAIN:
                 _, reach_local = tl.associative_scan((critic_coefficient, reached), 0, _compose, reverse=True)
                 critic_reach = _lane(reach_local + tl.where(critic_products == 0, 0.0, critic_products * critic_reach),
@@ -304,6 +336,8 @@ def gae_kernel(
             tl.store(advantages + out_base + steps, advantage.to(out), mask=inside)
             tl.store(returns + out_base + steps, returned.to(out), mask=inside)
     if MODE == 1:
+        product = tl.where(ends >= 0, 0.0, product)
+        critic_product = tl.where(ends >= 0, 0.0, critic_product)
         map_base = maps + (row * n_chunks + part) * MAP
         tl.store(map_base, following)
         tl.store(map_base + 1, product)

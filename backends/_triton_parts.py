@@ -6,6 +6,12 @@ A run of steps of the recurrence ``y_t = x_t + a_t y_next`` is the affine map
 coefficient cuts exactly: the product with the value beyond it is chosen
 away (``tl.where``), never computed, so an inf or NaN beyond a cut cannot
 leak (``0 * inf`` is NaN).
+
+Exactness costs a compare and a select per composition. ``solve_block``
+first scans with the plain composition (``affine``: one fused multiply-add),
+which differs from the exact one only where a zero coefficient meets an inf
+or a NaN beyond it, and then only by a NaN; a block whose result holds a NaN
+is scanned again exactly. A block of finite numbers is scanned once.
 """
 
 from __future__ import annotations
@@ -24,6 +30,33 @@ def compose(first_coefficient, first_value, second_coefficient, second_value):
 
 
 @triton.jit
+def affine(first_coefficient, first_value, second_coefficient, second_value):
+    """``compose`` without the exact cut: ``0 * inf`` and ``0 * NaN`` beyond a zero coefficient give NaN."""
+    return first_coefficient * second_coefficient, second_value + second_coefficient * first_value
+
+
+@triton.jit
 def lane(x, lanes, position):
     """The value of ``x`` in the lane at ``position`` (a scalar), reading no other lane's value."""
     return tl.sum(tl.where(lanes == position, x, 0.0), axis=0)
+
+
+@triton.jit
+def solve_block(coefficient, x, entering, lanes, position, REVERSE: tl.constexpr, RESCAN: tl.constexpr):
+    """One block of ``y_t = x_t + a_t y_next`` entered by ``entering`` (the carry from the block walked before):
+    (``y``, the products of the coefficients from each lane to the block's edge, ``y`` in the lane at
+    ``position``), every zero coefficient a cut.
+
+    The plain scan (``affine``) runs first. The lane's value is read by a sum that also takes ``y * 0`` of every
+    other lane (NaN where ``y`` is a NaN or an inf, else 0), so one reduction both reads the carry and says
+    whether the exact scan (``compose``) must run. ``RESCAN`` False leaves the exact scan out: only the
+    instruction counts compile that (``tools.cost_model``), to count the path a block of finite numbers takes."""
+    products, local = tl.associative_scan((coefficient, x), 0, affine, reverse=REVERSE)
+    y = local + products * entering
+    probe = tl.sum(tl.where(lanes == position, y, y * 0.0), axis=0)
+    if RESCAN and probe != probe:  # a NaN or an inf: the block's own, or a cut's 0 * inf; the exact scan decides
+        products, local = tl.associative_scan((coefficient, x), 0, compose, reverse=REVERSE)
+        carried = tl.where(products == 0, 0.0, products * entering)
+        y = local + tl.where(entering == 0, 0.0, carried)
+        probe = lane(y, lanes, position)
+    return y, products, probe

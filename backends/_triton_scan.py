@@ -69,6 +69,7 @@ from gae_xp._problem import fill_invalid
 from ._triton_launch import on_device
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
+from ._triton_parts import solve_block as _solve_block
 
 #: The reverse-in-time families of ``_reverse_rows``.
 RETURNS, LAMBDA, VTRACE = 0, 1, 2
@@ -208,10 +209,8 @@ def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row,
         inside = steps < length
         values = _floats(x, x_base, x_time, steps, inside, WIDE)
         coefficients = tl.where(inside, _coefficient(a, a_base, a_time, steps, inside, coefficient, STEPS, WIDE), 0.0)
-        product, local = tl.associative_scan((coefficients, values), 0, _compose, reverse=REVERSE)
-        y = _enter(product, local, carry)
+        y, _, carry = _solve_block(coefficients, values, carry, lanes, 0 if REVERSE else BLOCK - 1, REVERSE, True)
         tl.store(out + out_base + steps, y, mask=inside)
-        carry = _lane(y, lanes, 0 if REVERSE else BLOCK - 1)
 
 
 @triton.jit(do_not_specialize=["segments", "search_steps"])
@@ -353,8 +352,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                          * (r + tl.where(ended, 0.0, g * next_value) - v), 0.0)
             coefficient = tl.where(real, tl.where(cut, 0.0, g * lam_t * tl.minimum(rho, _scalar(clip_c, WIDE))), 1.0)
         coefficient = tl.where(last | ~inside, 0.0, coefficient)
-        product, local = tl.associative_scan((coefficient, x), 0, _compose, reverse=True)
-        y = _enter(product, local, carry)
+        y, _, entering = _solve_block(coefficient, x, carry, lanes, 0, True, True)
         if FAMILY == 2:
             following_correction = tl.where(last | cut, 0.0, _from_neighbour(y, lanes, carry, True, BLOCK))
             vs_next = next_value + following_correction
@@ -363,7 +361,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
             tl.store(second_out + out_base + steps, tl.where(real, pg, 0.0), mask=inside)
         else:
             tl.store(first_out + out_base + steps, tl.where(real, y, 0.0), mask=inside)
-        carry = _lane(y, lanes, 0)
+        carry = entering
 
 
 # --- the host side -------------------------------------------------------------------------------------------------

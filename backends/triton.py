@@ -62,13 +62,15 @@ from gae_xp._compat import has_tangent, is_torch_array, values_are_readable
 
 NAME = "triton"
 
-#: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first.
+#: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first. 16 steps
+#: a thread (block2048-w4, block1024-w2) issue the fewest instructions a step by the SASS count (docs/gpu.md).
 TUNING_VARIANTS: dict[str, dict] = {
     "default": {"block": None, "num_warps": None, "num_stages": None, "chunks": None},
     "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None, "chunks": None},
     "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None, "chunks": None},
     "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None, "chunks": None},
-    "block4096-w16": {"block": 4096, "num_warps": 16, "num_stages": None, "chunks": None},
+    "block2048-w4": {"block": 2048, "num_warps": 4, "num_stages": None, "chunks": None},
+    "block1024-w2": {"block": 1024, "num_warps": 2, "num_stages": None, "chunks": None},
     "warps2": {"block": None, "num_warps": 2, "num_stages": None, "chunks": None},
     "warps8": {"block": None, "num_warps": 8, "num_stages": None, "chunks": None},
     "stages1": {"block": None, "num_warps": None, "num_stages": 1, "chunks": None},

@@ -333,6 +333,25 @@ def test_nan_and_inf_in_masked_slots_and_behind_cuts_do_not_leak():
         check(tensors(case, torch.float32))
 
 
+def test_a_block_whose_plain_scan_meets_an_inf_behind_a_cut_is_scanned_again_exactly():
+    # blocks of 16 over 64 steps, walked from the last. The bootstrap value (inf) makes the last step's advantage inf,
+    # and step 62 is truncated: 0 * inf in the plain scan of the first block walked. An inf reward after a terminated
+    # step (38) is 0 * inf in its block [32, 48); a later inf reward (50) makes the advantage carried into that block
+    # inf, 0 * inf again at the steps before the cut.
+    rewards = torch.linspace(-1.0, 1.0, 64, dtype=torch.float32).reshape(1, 64)
+    values = torch.linspace(0.5, -0.5, 64, dtype=torch.float32).reshape(1, 64)
+    rewards[0, 38] = rewards[0, 50] = float("inf")
+    terminated = torch.zeros((1, 64), dtype=torch.bool)
+    terminated[0, 37] = True
+    truncated = torch.zeros((1, 64), dtype=torch.bool)
+    truncated[0, 62] = True
+    with triton_backend.tuned(block=16, chunks=1):
+        advantages, _ = check({"rewards": rewards, "values": values, "terminated": terminated, "truncated": truncated,
+                               "bootstrap_value": torch.tensor([float("inf")])}, truncated_bootstrap="next_step")
+    finite = torch.isfinite(advantages[0])
+    assert finite[:38].all() and not finite[38:51].any() and finite[51:63].all() and not finite[63]
+
+
 def test_a_zero_coefficient_cuts_exactly():
     rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
     values = torch.tensor([[0.0, 0.0, np.nan, 0.0]], dtype=torch.float64)
@@ -448,7 +467,7 @@ from triton.compiler import ASTSource
 from gae_xp.backends._triton_gae import gae_kernel as kernel
 options = dict(HAS_NEXT=False, HAS_TERMINATED=True, HAS_TRUNCATED=False, HAS_MASK=True, GAMMA=1, LAM=1, CRITIC=0,
                HAS_CARRY=False, HAS_OFFSETS=False, FILL=False, MODE=int(sys.argv[1]), CONTIGUOUS=True,
-               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4)
+               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RESCAN=True)
 flags, floats = ("terminated", "truncated", "mask"), ("offsets",)
 signature = {}
 for p in kernel.params:

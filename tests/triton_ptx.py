@@ -118,7 +118,8 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
                   "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_gae.MAX_CHUNKS,
-                  "ALIGN": 128 // int(dtype[2:]), **options}
+                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RESCAN": True,
+                  **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
     types = {}
     for arg in kernel.arg_names:
@@ -133,7 +134,7 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
         elif arg in arrays:
             types[arg] = f"*{dtype}"
         else:
-            types[arg] = "fp64" if arg.endswith("_value") else "i64"
+            types[arg] = "fp64" if arg.endswith("_value") else "i32"  # Triton's type of a Python int below 2**31
     pointers = [arg for arg in arrays]
     return _case(name, kernel, types, constexprs, warps=warps, aligned=pointers, bytes_per_step=bytes_per_step,
                  stages=stages)
