@@ -5,7 +5,11 @@ interpreter replaces the kernels' compiler): ``python tests/triton_ptx.py``
 prints one JSON object per compiled case: its global loads' and stores'
 widths, whether its PTX uses local memory, its static PTX and SASS
 instruction counts, its SASS local loads and stores (spills), the steps
-each thread handles per block and the bytes each step moves. ``tests/test_triton_ptx.py`` checks them.
+each thread handles per block and the bytes each step moves. A kernel that
+scans its blocks with ``_triton_parts.solve_block`` (``RESCAN``) is compiled
+again without the exact second scan that only a block holding a NaN or an
+inf runs: ``sass_finite`` counts the path of a block of finite numbers.
+``tests/test_triton_ptx.py`` checks them.
 """
 
 from __future__ import annotations
@@ -66,10 +70,12 @@ def cases() -> list[dict]:
     scan = _triton_scan._scan_rows
     scan_ints = ("length", "x_row", "x_time", "a_row", "a_time")
     out = [_case("scan reverse, float coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
-                 {"REVERSE": True, "STEPS": False, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1},
+                 {"REVERSE": True, "STEPS": False, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1,
+                  "RESCAN": True},
                  warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=8),
            _case("scan forward, per-step coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
-                 {"REVERSE": False, "STEPS": True, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1},
+                 {"REVERSE": False, "STEPS": True, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1,
+                  "RESCAN": True},
                  warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=12)]
     adjoint = _triton_scan._adjoint_rows
     rows = [arg for arg in adjoint.arg_names if arg.endswith("_row")]
@@ -95,7 +101,7 @@ def cases() -> list[dict]:
         constexprs = {"FAMILY": family, "HAS_NEXT": family == _triton_scan.LAMBDA, "HAS_TERMINATED": False,
                       "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA_STEPS": False, "LAM_STEPS": False,
                       "HAS_OFFSETS": False, "HAS_BOOTSTRAP": family != _triton_scan.LAMBDA, "WIDE": False,
-                      "BLOCK": 1024, **times, **options}
+                      "BLOCK": 1024, "RESCAN": True, **times, **options}
         pointers = [arg for arg in reverse.arg_names[:13]]
         out.append(_case(name, reverse, _pointers(reverse, "*fp32", flags, ("length", "segments", "search_steps",
                                                                            "bootstrap_segment", *rows)),
@@ -159,7 +165,10 @@ def describe(case: dict) -> dict:
             "local": ".local" in ptx or "local_depot" in ptx, "instructions": len(instructions),
             "steps_per_thread": case["block"] // (32 * case["warps"]), "bytes_per_step": case["bytes_per_step"],
             "sass": len(code := sass.listing(compiled.asm["cubin"])),
-            "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code)}
+            "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code),
+            "sass_finite": len(code) if "RESCAN" not in case["constexprs"] else
+            len(sass.listing(compile_case({**case, "constexprs": {**case["constexprs"], "RESCAN": False}})
+                             .asm["cubin"]))}
 
 
 if __name__ == "__main__":
