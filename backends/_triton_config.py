@@ -12,7 +12,9 @@ HEURISTIC = (
 )
 #: The interpreter's stand-in for a GPU's multiprocessor count (it decides when rows are cut into chunks).
 INTERPRETER_MULTIPROCESSORS = 4
-#: Rows are cut into chunks only with fewer rows than this many times the multiprocessors ...
-FEW_ROWS = 2
+#: Rows are cut into chunks only with fewer rows than this many times the multiprocessors (chunks read the inputs
+#: twice; one program a row, two a multiprocessor, ran at 1.6x a copy at 256x131072 on the first H200: the
+#: benchmark's baseline, tests/gpu/triton_gae.py) ...
+FEW_ROWS = 1
 #: ... and for this many programs per multiprocessor.
 PROGRAMS_PER_MULTIPROCESSOR = 4

@@ -55,7 +55,9 @@ def cuobjdump() -> str | None:
 
 
 def listing(cubin: Path | bytes) -> tuple[tuple[int, str], ...] | None:
-    """(address, instruction) of a cubin's SASS (a file, or its bytes), or None without cuobjdump."""
+    """(address, instruction) of a cubin's SASS (a file, or its bytes), or None without cuobjdump; without the
+    padding that follows each kernel's code (``NOP``, and the ``BRA`` to itself that traps a thread running past
+    its last ``EXIT``), which no thread issues."""
     if cuobjdump() is None:
         return None
     if isinstance(cubin, bytes):
@@ -67,7 +69,9 @@ def listing(cubin: Path | bytes) -> tuple[tuple[int, str], ...] | None:
     if done.returncode != 0:
         raise RuntimeError(f"cuobjdump -sass {cubin} failed: {done.stderr.strip()}")
     found = (re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line) for line in done.stdout.splitlines())
-    return tuple((int(m.group(1), 16), m.group(2)) for m in found if m)
+    code = ((int(m.group(1), 16), m.group(2)) for m in found if m)
+    return tuple((address, instruction) for address, instruction in code
+                 if instruction != "NOP" and instruction != f"BRA 0x{address:x}")
 
 
 @dataclass(frozen=True)
