@@ -269,13 +269,17 @@ def gae_kernel(
             if MODE == 1:
                 known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
         else:
-            # V_{t+1}, or the bootstrap value after the sequence's last step
+            # V_{t+1}, or the bootstrap value after the sequence's last step: the load's fill value where the values
+            # are of the compute dtype (16-bit values would round it to theirs: a select then)
+            following_step = inside & (steps + 1 < stop)
+            exact_fill: tl.constexpr = values.dtype.element_ty == DTYPE
+            fill = bootstrap_value if exact_fill else 0.0
             if CONTIGUOUS:
-                v_next = tl.load(values + v_base + steps + 1, mask=inside & (steps + 1 < stop), other=bootstrap_value)
+                v_next = tl.load(values + v_base + steps + 1, mask=following_step, other=fill).to(DTYPE)
             else:
-                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=inside & (steps + 1 < stop),
-                                 other=bootstrap_value)
-            v_next = v_next.to(DTYPE)
+                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=following_step, other=fill).to(DTYPE)
+            if not exact_fill:
+                v_next = tl.where(steps + 1 < stop, v_next, bootstrap_value)
         if HAS_TERMINATED:
             if CONTIGUOUS:
                 ended = tl.load(terminated + te_base + steps, mask=inside, other=0) != 0
