@@ -352,6 +352,16 @@ def test_a_block_whose_plain_scan_meets_an_inf_behind_a_cut_is_scanned_again_exa
     assert finite[:38].all() and not finite[38:51].any() and finite[51:63].all() and not finite[63]
 
 
+def test_a_16_bit_row_takes_the_bootstrap_value_unrounded():
+    # bfloat16 rows are computed in float32: the bootstrap value enters as a float32, not rounded to bfloat16
+    # (1.003 would be 1.0 there, and the last advantage 0 instead of 0.003)
+    rewards = torch.tensor([[0.0, 0.0, -1.0]], dtype=torch.bfloat16)
+    advantages, _ = gae_xp.gae(rewards, torch.zeros_like(rewards), bootstrap_value=1.003, gamma=1.0, lam=1.0,
+                               backend="triton")
+    assert advantages.dtype == torch.bfloat16
+    assert abs(float(advantages[0, -1]) - 0.003) < 1e-4
+
+
 def test_a_zero_coefficient_cuts_exactly():
     rewards = torch.tensor([[1.0, 2.0, 3.0, 4.0]], dtype=torch.float64)
     values = torch.tensor([[0.0, 0.0, np.nan, 0.0]], dtype=torch.float64)
