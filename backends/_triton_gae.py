@@ -11,14 +11,22 @@ state of a step, the pair (coefficient ``c_t``, delta ``d_t``)::
     c_t     = 0 if terminated_t or truncated_t else gamma_t lam_t          (1 at a masked step)
     A_t     = d_t + (0 if c_t == 0 else c_t A_{t+1})
 
-The composition of two runs of steps keeps a zero coefficient exact with
-``tl.where``, never a product with 0, so nothing behind a cut (NaN and inf
-included) reaches the steps before it. A sequence's last step is a cut whose
-delta takes the incoming advantage ``carry`` (0 without one). With
-``critic_lam`` a second chain runs from the same deltas with ``gamma_t
-critic_lam_t``. A holed mask without ``next_values`` needs "V at the next
-real step": a second scan, of (is the next step real, its value), from the
-right, whose carry crosses the blocks as the advantage's does.
+Nothing behind a cut (NaN and inf included) reaches the steps before it:
+``_triton_parts.solve_block`` scans each block plainly and again exactly
+(a zero coefficient chosen away with ``tl.where``, never a product with 0)
+where the plain scan met a NaN or an inf. A sequence's end is a cut: its
+last step reads the bootstrap value for V_{t+1}, and the advantage entering
+it is the incoming ``carry`` (0 without one). With ``critic_lam`` a second
+chain runs from the same deltas with ``gamma_t critic_lam_t``. A mask without
+``next_values`` needs "V at the next real step", a chain whose carry crosses
+the blocks as the advantage's does: in a block of real steps only it is the
+next step's value (and the carry after the block's last step); a block with
+masked steps scans (is the next step real, its value) from the right.
+
+``RARE_PATHS`` False compiles the kernel without what only such blocks run
+(the exact second scan, a holed block's value chain): only the instruction
+counts do that (``tools.cost_model``, ``tests/triton_ptx.py``), to count the
+path of a block of finite numbers and real steps.
 
 Few long rows: the row is cut into chunks of whole blocks, and two launches
 solve it. ``SUMMARY`` writes each chunk's map (``MAP`` fields: its local
@@ -102,6 +110,41 @@ def _offset(outer, inner, outer_stride, inner_stride, TWO_AXES: tl.constexpr):
 
 
 @triton.jit
+def _values_after(values, base, steps, stride, within, fill, CONTIGUOUS: tl.constexpr, DTYPE: tl.constexpr):
+    """V at ``steps + 1`` where ``within``, else ``fill``: the load's fill value where the values are of the compute
+    dtype (16-bit values would round it to theirs: a select then)."""
+    exact: tl.constexpr = values.dtype.element_ty == DTYPE
+    if CONTIGUOUS:
+        pointer = values + base + steps + 1
+    else:
+        pointer = values + base + (steps + 1).to(tl.int64) * stride
+    if exact:
+        out = tl.load(pointer, mask=within, other=fill).to(DTYPE)
+    else:
+        out = tl.where(within, tl.load(pointer, mask=within, other=0.0).to(DTYPE), fill)
+    return out
+
+
+@triton.jit
+def _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside, hi, real, v, next_value,
+                 CONTIGUOUS: tl.constexpr, DTYPE: tl.constexpr):
+    """V at the next real step of the sequence for each step of a block with masked steps: a scan of (is step t+1
+    real, V_{t+1}) from the right, entered by ``next_value`` (the chain after the block); (it, whether a real step
+    follows inside the block, the chain entering the block before: V at the first real step from its first)."""
+    ahead = inside & (steps + 1 < hi)
+    if CONTIGUOUS:
+        real_ahead = tl.load(mask + m_base + steps + 1, mask=ahead, other=0) != 0
+        value_ahead = tl.load(values + v_base + steps + 1, mask=ahead & real_ahead, other=0.0)
+    else:
+        real_ahead = tl.load(mask + m_base + (steps + 1).to(tl.int64) * m_t, mask=ahead, other=0) != 0
+        value_ahead = tl.load(values + v_base + (steps + 1).to(tl.int64) * v_t, mask=ahead & real_ahead, other=0.0)
+    found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
+                                       reverse=True)
+    v_next = tl.where(found != 0, first, next_value)
+    return v_next, found, _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+
+
+@triton.jit
 def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr, DTYPE: tl.constexpr,
                  CONTIGUOUS: tl.constexpr):
     """A coefficient at ``steps``: a number, one value per row, or one per step."""
@@ -113,7 +156,7 @@ def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr
         if CONTIGUOUS:
             return tl.load(pointer + base + steps, mask=inside, other=0.0).to(DTYPE)
         else:
-            return tl.load(pointer + base + steps * stride, mask=inside, other=0.0).to(DTYPE)
+            return tl.load(pointer + base + steps.to(tl.int64) * stride, mask=inside, other=0.0).to(DTYPE)
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -128,7 +171,7 @@ def gae_kernel(
     GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
     DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr, TWO_AXES: tl.constexpr,
-    RESCAN: tl.constexpr,
+    RARE_PATHS: tl.constexpr,
 ):
     """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
     VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
@@ -237,54 +280,49 @@ def gae_kernel(
             r = tl.load(rewards + r_base + steps, mask=inside, other=0.0).to(DTYPE)
             v = tl.load(values + v_base + steps, mask=inside, other=0.0).to(DTYPE)
         else:
-            r = tl.load(rewards + r_base + steps * r_t, mask=inside, other=0.0).to(DTYPE)
-            v = tl.load(values + v_base + steps * v_t, mask=inside, other=0.0).to(DTYPE)
+            r = tl.load(rewards + r_base + steps.to(tl.int64) * r_t, mask=inside, other=0.0).to(DTYPE)
+            v = tl.load(values + v_base + steps.to(tl.int64) * v_t, mask=inside, other=0.0).to(DTYPE)
         g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS)
         lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS)
         if HAS_MASK:
             if CONTIGUOUS:
                 real = tl.load(mask + m_base + steps, mask=inside, other=0) != 0
             else:
-                real = tl.load(mask + m_base + steps * m_t, mask=inside, other=0) != 0
+                real = tl.load(mask + m_base + steps.to(tl.int64) * m_t, mask=inside, other=0) != 0
         if HAS_NEXT:
             if CONTIGUOUS:
                 v_next = tl.load(next_values + nv_base + steps, mask=inside, other=0.0).to(DTYPE)
             else:
-                v_next = tl.load(next_values + nv_base + steps * nv_t, mask=inside, other=0.0).to(DTYPE)
-        elif VALUE_CHAIN:  # V at the next real step of the sequence: scan (is step t+1 real, V_{t+1}) from the right
-            ahead = inside & (steps + 1 < hi)
-            if CONTIGUOUS:
-                real_ahead = tl.load(mask + m_base + steps + 1, mask=ahead, other=0) != 0
-                value_ahead = tl.load(values + v_base + steps + 1, mask=ahead & real_ahead, other=0.0)
-            else:
-                real_ahead = tl.load(mask + m_base + (steps + 1) * m_t, mask=ahead, other=0) != 0
-                value_ahead = tl.load(values + v_base + (steps + 1) * v_t, mask=ahead & real_ahead, other=0.0)
-            found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
-                                               reverse=True)
-            v_next = tl.where(found != 0, first, next_value)
+                v_next = tl.load(next_values + nv_base + steps.to(tl.int64) * nv_t, mask=inside, other=0.0).to(DTYPE)
+        elif VALUE_CHAIN:  # V at the next real step of the sequence
             if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
+                v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside,
+                                                         hi, real, v, next_value, CONTIGUOUS, DTYPE)
                 unknown = (found == 0) & (known == 0) & real & inside
-            # the value chain entering the block before: V at the first real step from this block's first step
-            next_value = _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
-            if MODE == 1:
                 known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
-        else:
-            # V_{t+1}, or the bootstrap value after the sequence's last step: the load's fill value where the values
-            # are of the compute dtype (16-bit values would round it to theirs: a select then)
-            following_step = inside & (steps + 1 < stop)
-            exact_fill: tl.constexpr = values.dtype.element_ty == DTYPE
-            fill = bootstrap_value if exact_fill else 0.0
-            if CONTIGUOUS:
-                v_next = tl.load(values + v_base + steps + 1, mask=following_step, other=fill).to(DTYPE)
             else:
-                v_next = tl.load(values + v_base + (steps + 1) * v_t, mask=following_step, other=fill).to(DTYPE)
-            if not exact_fill:
-                v_next = tl.where(steps + 1 < stop, v_next, bootstrap_value)
+                # a block whose steps are all real (a trailing padding's are, but for one block) needs no scan: V_{t+1}
+                # is the next step's value, and after the block's last step the chain's; the chain entering the block
+                # before is V at its first step
+                if RARE_PATHS:
+                    holes = tl.sum(tl.where(inside & (real == 0), 1, 0), axis=0)
+                else:  # the instruction counts: the path of a block without masked steps
+                    holes = 0
+                if holes == 0:
+                    within = inside & (steps + 1 < tl.minimum(start + BLOCK, hi))
+                    v_next = _values_after(values, v_base, steps, v_t, within, next_value, CONTIGUOUS, DTYPE)
+                    next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
+                else:
+                    v_next, _, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start,
+                                                         inside, hi, real, v, next_value, CONTIGUOUS, DTYPE)
+        else:  # V_{t+1}, or the bootstrap value after the sequence's last step
+            v_next = _values_after(values, v_base, steps, v_t, inside & (steps + 1 < stop), bootstrap_value,
+                                   CONTIGUOUS, DTYPE)
         if HAS_TERMINATED:
             if CONTIGUOUS:
                 ended = tl.load(terminated + te_base + steps, mask=inside, other=0) != 0
             else:
-                ended = tl.load(terminated + te_base + steps * te_t, mask=inside, other=0) != 0
+                ended = tl.load(terminated + te_base + steps.to(tl.int64) * te_t, mask=inside, other=0) != 0
             delta = r + tl.where(ended, 0.0, g * v_next) - v
             cut = ended
             if MODE == 1 and VALUE_CHAIN:
@@ -296,7 +334,7 @@ def gae_kernel(
             if CONTIGUOUS:
                 cut = cut | (tl.load(truncated + tr_base + steps, mask=inside, other=0) != 0)
             else:
-                cut = cut | (tl.load(truncated + tr_base + steps * tr_t, mask=inside, other=0) != 0)
+                cut = cut | (tl.load(truncated + tr_base + steps.to(tl.int64) * tr_t, mask=inside, other=0) != 0)
         coefficient = tl.where(cut, 0.0, g * lam_t)
         if HAS_MASK:
             delta = tl.where(real, delta, 0.0)
@@ -304,7 +342,7 @@ def gae_kernel(
         # lanes outside the program's steps are the identity map
         delta = tl.where(inside, delta, 0.0)
         coefficient = tl.where(inside, coefficient, 1.0)
-        advantage, products, following = _solve_block(coefficient, delta, following, steps, start, True, RESCAN)
+        advantage, products, following = _solve_block(coefficient, delta, following, steps, start, True, RARE_PATHS)
         following = following.to(DTYPE)
         if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
             reached = tl.where(unknown, g, 0.0)
@@ -318,7 +356,7 @@ def gae_kernel(
                 critic_coefficient = tl.where(real, critic_coefficient, 1.0)
             critic_coefficient = tl.where(inside, critic_coefficient, 1.0)
             critic, critic_products, critic_following = _solve_block(critic_coefficient, delta, critic_following,
-                                                                     steps, start, True, RESCAN)
+                                                                     steps, start, True, RARE_PATHS)
             critic_following = critic_following.to(DTYPE)
             if MODE == 1 and VALUE_CHAIN:
                 _, reach_local = tl.associative_scan((critic_coefficient, reached), 0, _compose, reverse=True)

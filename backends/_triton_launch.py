@@ -139,7 +139,7 @@ class Plan:
             HAS_CARRY=p.carry is not None, HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked),
             CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=MAX_CHUNKS if chunks > 1 else 1,
             ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous), TWO_AXES=len(groups) == 2,
-            RESCAN=True,
+            RARE_PATHS=True,
             num_warps=warps, num_stages=stages)
 
     def launch(self, p, advantages, returns, arrays: dict | None = None, traced: bool = False):

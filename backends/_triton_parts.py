@@ -42,19 +42,19 @@ def lane(x, lanes, position):
 
 
 @triton.jit
-def solve_block(coefficient, x, entering, lanes, position, REVERSE: tl.constexpr, RESCAN: tl.constexpr):
+def solve_block(coefficient, x, entering, lanes, position, REVERSE: tl.constexpr, RARE_PATHS: tl.constexpr):
     """One block of ``y_t = x_t + a_t y_next`` entered by ``entering`` (the carry from the block walked before):
     (``y``, the products of the coefficients from each lane to the block's edge, ``y`` in the lane at
     ``position``), every zero coefficient a cut.
 
     The plain scan (``affine``) runs first. The lane's value is read by a sum that also takes ``y * 0`` of every
     other lane (NaN where ``y`` is a NaN or an inf, else 0), so one reduction both reads the carry and says
-    whether the exact scan (``compose``) must run. ``RESCAN`` False leaves the exact scan out: only the
+    whether the exact scan (``compose``) must run. ``RARE_PATHS`` False leaves the exact scan out: only the
     instruction counts compile that (``tools.cost_model``), to count the path a block of finite numbers takes."""
     products, local = tl.associative_scan((coefficient, x), 0, affine, reverse=REVERSE)
     y = local + products * entering
     probe = tl.sum(tl.where(lanes == position, y, y * 0.0), axis=0)
-    if RESCAN and probe != probe:  # a NaN or an inf: the block's own, or a cut's 0 * inf; the exact scan decides
+    if RARE_PATHS and probe != probe:  # a NaN or an inf: the block's own, or a cut's 0 * inf; the exact scan decides
         products, local = tl.associative_scan((coefficient, x), 0, compose, reverse=REVERSE)
         carried = tl.where(products == 0, 0.0, products * entering)
         y = local + tl.where(entering == 0, 0.0, carried)

@@ -196,7 +196,7 @@ def _step_flags(steps, length, row, terminated, truncated, mask, terminated_row,
 @triton.jit
 def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row, a_time,
                REVERSE: tl.constexpr, STEPS: tl.constexpr, WIDE: tl.constexpr,
-               BLOCK: tl.constexpr, RESCAN: tl.constexpr):
+               BLOCK: tl.constexpr, RARE_PATHS: tl.constexpr):
     """``y_t = x_t + a_t y_{t+1}`` (``REVERSE``) or ``y_{t-1}`` along one row per program."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
@@ -209,7 +209,7 @@ def _scan_rows(out, x, a, coefficient: tl.float64, length, x_row, x_time, a_row,
         inside = steps < length
         values = _floats(x, x_base, x_time, steps, inside, WIDE)
         coefficients = tl.where(inside, _coefficient(a, a_base, a_time, steps, inside, coefficient, STEPS, WIDE), 0.0)
-        y, _, carry = _solve_block(coefficients, values, carry, lanes, 0 if REVERSE else BLOCK - 1, REVERSE, RESCAN)
+        y, _, carry = _solve_block(coefficients, values, carry, lanes, 0 if REVERSE else BLOCK - 1, REVERSE, RARE_PATHS)
         tl.store(out + out_base + steps, y, mask=inside)
 
 
@@ -290,7 +290,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                   FAMILY: tl.constexpr, HAS_NEXT: tl.constexpr, HAS_TERMINATED: tl.constexpr,
                   HAS_TRUNCATED: tl.constexpr, HAS_MASK: tl.constexpr, GAMMA_STEPS: tl.constexpr,
                   LAM_STEPS: tl.constexpr, HAS_OFFSETS: tl.constexpr, HAS_BOOTSTRAP: tl.constexpr,
-                  WIDE: tl.constexpr, BLOCK: tl.constexpr, RESCAN: tl.constexpr):
+                  WIDE: tl.constexpr, BLOCK: tl.constexpr, RARE_PATHS: tl.constexpr):
     """Discounted returns, lambda-returns or V-trace (``FAMILY``) of one row per program, from its last block."""
     row = tl.program_id(0).to(tl.int64)
     lanes = tl.arange(0, BLOCK)
@@ -352,7 +352,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                          * (r + tl.where(ended, 0.0, g * next_value) - v), 0.0)
             coefficient = tl.where(real, tl.where(cut, 0.0, g * lam_t * tl.minimum(rho, _scalar(clip_c, WIDE))), 1.0)
         coefficient = tl.where(last | ~inside, 0.0, coefficient)
-        y, _, entering = _solve_block(coefficient, x, carry, lanes, 0, True, RESCAN)
+        y, _, entering = _solve_block(coefficient, x, carry, lanes, 0, True, RARE_PATHS)
         if FAMILY == 2:
             following_correction = tl.where(last | cut, 0.0, _from_neighbour(y, lanes, carry, True, BLOCK))
             vs_next = next_value + following_correction
@@ -386,7 +386,7 @@ def scan(x, a, *, reverse: bool):
     with on_device(x.device):
         _scan_rows[(rows,)](out, values, coefficients, 0.0 if steps else a, length, *_strides(values),
                             *_strides(coefficients), REVERSE=reverse, STEPS=steps, WIDE=_wide(x.dtype), BLOCK=block,
-                            RESCAN=True, num_warps=_warps(block))
+                            RARE_PATHS=True, num_warps=_warps(block))
     return out
 
 
@@ -503,7 +503,7 @@ def _reverse(family: int, problem, *, following=None, clips=(1.0, 1.0, 1.0)):
             HAS_TRUNCATED=per_step[5] is not None, HAS_MASK=per_step[6] is not None,
             GAMMA_STEPS=per_step[7] is not None, LAM_STEPS=per_step[8] is not None, HAS_OFFSETS=p.offsets is not None,
             HAS_BOOTSTRAP=bootstrap is not None, WIDE=_wide(r.dtype),
-            BLOCK=block, RESCAN=True, num_warps=_warps(block))
+            BLOCK=block, RARE_PATHS=True, num_warps=_warps(block))
     return tuple(fill_invalid(torch, out, valid) for out in (outputs[:1] if family != VTRACE else outputs))
 
 

@@ -352,6 +352,26 @@ def test_a_block_whose_plain_scan_meets_an_inf_behind_a_cut_is_scanned_again_exa
     assert finite[:38].all() and not finite[38:51].any() and finite[51:63].all() and not finite[63]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("chunks", [1, None], ids=["one program a row", "chunks"])
+def test_blocks_without_masked_steps_and_blocks_with_them_share_the_value_chain(dtype, chunks):
+    # blocks of 16 over 100 steps: a trailing padding (steps 90 on), a hole at 37-40 and one at step 15 (the last of
+    # its block), so that blocks of real steps only (read without the chain's scan) and holed ones alternate, and V at
+    # the next real step crosses from each kind into the other; with and without terminated steps
+    case = build(5, (3, 100), {"dones": 0.05})
+    mask = np.ones((3, 100), dtype=bool)
+    mask[:, 90:] = False
+    mask[:, 37:41] = False
+    mask[:, 15] = False
+    mask[1, 47] = False
+    case["mask"] = mask
+    for name in ("rewards", "values"):
+        case[name][~mask] = np.nan  # a masked slot's numbers are never read into a real step's
+    with triton_backend.tuned(block=16, chunks=chunks):
+        check(tensors(case, dtype))
+        check(tensors({name: value for name, value in case.items() if name != "terminated"}, dtype))
+
+
 def test_a_16_bit_row_takes_the_bootstrap_value_unrounded():
     # bfloat16 rows are computed in float32: the bootstrap value enters as a float32, not rounded to bfloat16
     # (1.003 would be 1.0 there, and the last advantage 0 instead of 0.003)
@@ -477,7 +497,7 @@ from triton.compiler import ASTSource
 from gae_xp.backends._triton_gae import gae_kernel as kernel
 options = dict(HAS_NEXT=False, HAS_TERMINATED=True, HAS_TRUNCATED=False, HAS_MASK=True, GAMMA=1, LAM=1, CRITIC=0,
                HAS_CARRY=False, HAS_OFFSETS=False, FILL=False, MODE=int(sys.argv[1]), CONTIGUOUS=True,
-               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RESCAN=True)
+               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RARE_PATHS=True)
 flags, floats = ("terminated", "truncated", "mask"), ("offsets",)
 signature = {}
 for p in kernel.params:

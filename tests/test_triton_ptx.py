@@ -14,7 +14,7 @@ A kernel that moves ``b`` bytes a step at the copy's speed handles
 3.67e12 / b steps a second, so it can spend 33.4e12 / (3.67e12 / b) = 9.1 b
 instructions a step before issue, not memory, bounds it. The static SASS
 count of the path a block of finite numbers takes (``sass_finite``: without
-the exact second scan of a block holding a NaN or an inf) divided by the
+the paths of a block holding a NaN, an inf or a masked step) divided by the
 steps a thread handles per block over-counts the loop (the prologue and the
 per-block carry exchange are in it); the bound allows
 1.5x the budget (the issue's target for the worst shape), so a kernel above

@@ -6,9 +6,10 @@ prints one JSON object per compiled case: its global loads' and stores'
 widths, whether its PTX uses local memory, its static PTX and SASS
 instruction counts, its SASS local loads and stores (spills), the steps
 each thread handles per block and the bytes each step moves. A kernel that
-scans its blocks with ``_triton_parts.solve_block`` (``RESCAN``) is compiled
-again without the exact second scan that only a block holding a NaN or an
-inf runs: ``sass_finite`` counts the path of a block of finite numbers.
+takes ``RARE_PATHS`` is compiled again without the paths that only a block
+holding a NaN or an inf (the exact second scan of
+``_triton_parts.solve_block``) or a masked step (GAE's value chain) runs:
+``sass_finite`` counts the path of a block of finite numbers and real steps.
 ``tests/test_triton_ptx.py`` checks them.
 """
 
@@ -71,11 +72,11 @@ def cases() -> list[dict]:
     scan_ints = ("length", "x_row", "x_time", "a_row", "a_time")
     out = [_case("scan reverse, float coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
                  {"REVERSE": True, "STEPS": False, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1,
-                  "RESCAN": True},
+                  "RARE_PATHS": True},
                  warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=8),
            _case("scan forward, per-step coefficient", scan, _pointers(scan, "*fp32", integers=scan_ints),
                  {"REVERSE": False, "STEPS": True, "WIDE": False, "BLOCK": 1024, "x_time": 1, "a_time": 1,
-                  "RESCAN": True},
+                  "RARE_PATHS": True},
                  warps=8, aligned=("out", "x", "a", "length", "x_row", "a_row"), bytes_per_step=12)]
     adjoint = _triton_scan._adjoint_rows
     rows = [arg for arg in adjoint.arg_names if arg.endswith("_row")]
@@ -101,7 +102,7 @@ def cases() -> list[dict]:
         constexprs = {"FAMILY": family, "HAS_NEXT": family == _triton_scan.LAMBDA, "HAS_TERMINATED": False,
                       "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA_STEPS": False, "LAM_STEPS": False,
                       "HAS_OFFSETS": False, "HAS_BOOTSTRAP": family != _triton_scan.LAMBDA, "WIDE": False,
-                      "BLOCK": 1024, "RESCAN": True, **times, **options}
+                      "BLOCK": 1024, "RARE_PATHS": True, **times, **options}
         pointers = [arg for arg in reverse.arg_names[:13]]
         out.append(_case(name, reverse, _pointers(reverse, "*fp32", flags, ("length", "segments", "search_steps",
                                                                            "bootstrap_segment", *rows)),
@@ -124,7 +125,7 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
                   "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_gae.MAX_CHUNKS,
-                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RESCAN": True,
+                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True,
                   **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
     types = {}
@@ -166,8 +167,8 @@ def describe(case: dict) -> dict:
             "steps_per_thread": case["block"] // (32 * case["warps"]), "bytes_per_step": case["bytes_per_step"],
             "sass": len(code := sass.listing(compiled.asm["cubin"])),
             "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code),
-            "sass_finite": len(code) if "RESCAN" not in case["constexprs"] else
-            len(sass.listing(compile_case({**case, "constexprs": {**case["constexprs"], "RESCAN": False}})
+            "sass_finite": len(code) if "RARE_PATHS" not in case["constexprs"] else
+            len(sass.listing(compile_case({**case, "constexprs": {**case["constexprs"], "RARE_PATHS": False}})
                              .asm["cubin"]))}
 
 

@@ -24,9 +24,10 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
   them (sm_90, launch bounds, ptxas), the Triton kernels as
   ``tests/triton_ptx.py`` does (``triton.compile`` for sm_90 without a GPU),
   with the launch settings the route picks for each shape, and without the
-  exact second scan that only a block holding a NaN or an inf runs
-  (``_triton_parts.solve_block``: ``RESCAN`` False), as on the benchmark's
-  finite numbers.
+  paths that only a block holding a NaN or an inf (the exact second scan,
+  ``_triton_parts.solve_block``) or a masked step (the value chain's scan)
+  runs (``RARE_PATHS`` False), as on the benchmark's finite numbers and
+  all-real mask.
 * **Calibration**: ``bandwidth`` and ``latency`` by linear least squares on the
   measured copies (time = bytes / bandwidth + latency); the ``issue rate`` by
   least squares on the logarithm of the time (relative residuals) over the
@@ -243,7 +244,7 @@ def _triton_case(kind: str, case: str, io: str, block: int, warps: int, stages: 
     pointer = {"float32": "fp32", "bfloat16": "bf16"}[io]
     if kind == "route":
         options = {"HAS_TERMINATED": case != "constant", "HAS_MASK": case == "dones+mask", "MODE": mode,
-                   "CHUNKS": 256 if mode else 1, "RESCAN": False}  # the path of a block of finite numbers
+                   "CHUNKS": 256 if mode else 1, "RARE_PATHS": False}  # finite numbers, real steps
         return triton_ptx._gae_case(f"{case} {io}", options, 0, dtype=pointer, block=block, warps=warps,
                                     stages=stages)
     function = baseline._gae_rows
