@@ -198,11 +198,11 @@ def gae_kernel(
         lo = tl.load(offsets + part).to(length.dtype)
         hi = tl.load(offsets + part + 1).to(length.dtype)
         ends = hi  # the sequence ends at hi
-        boundary = part
+        boundary = part.to(tl.int64)  # it multiplies the bootstrap's (and the carry's) stride
     else:
         # chunks are whole blocks (or the whole row, part 0): with aligned rows, both bounds are aligned too
         lo = tl.multiple_of(part * chunk, ALIGN)
-        hi = tl.multiple_of(tl.minimum(lo + chunk, length), ALIGN)
+        hi = tl.multiple_of(tl.minimum(lo, length - chunk) + chunk, ALIGN)  # min(lo + chunk, length), no overflow
         ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
         boundary = part * 0
     bootstrap_value = tl.load(bootstrap + _offset(outer, inner, b_o, b_i, TWO_AXES) + boundary * b_t).to(DTYPE)
@@ -309,7 +309,7 @@ def gae_kernel(
                 else:  # the instruction counts: the path of a block without masked steps
                     holes = 0
                 if holes == 0:
-                    within = inside & (steps + 1 < tl.minimum(start + BLOCK, hi))
+                    within = inside & (positions < BLOCK - 1) & (steps + 1 < hi)
                     v_next = _values_after(values, v_base, steps, v_t, within, next_value, CONTIGUOUS, DTYPE)
                     next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
                 else:

@@ -372,6 +372,21 @@ def test_blocks_without_masked_steps_and_blocks_with_them_share_the_value_chain(
         check(tensors({name: value for name, value in case.items() if name != "terminated"}, dtype))
 
 
+def test_a_strided_bootstrap_of_packed_sequences_is_addressed_in_64_bits(tmp_path):
+    # the bootstrap values of five packed sequences, 2**29 floats apart in a sparse file (a view, not copied): the
+    # fifth is 2**31 elements past the first, which a 32-bit product of sequence and stride would wrap
+    path = tmp_path / "sparse.bin"
+    count = 4 * 2**29 + 1
+    with open(path, "wb") as file:
+        file.truncate(count * 4)
+    table = torch.from_file(str(path), shared=True, size=count, dtype=torch.float32)
+    bootstrap = table.as_strided((5,), (2**29,))
+    bootstrap[:] = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    advantages, _ = gae_xp.gae(torch.zeros(10), torch.zeros(10), bootstrap_value=bootstrap,
+                               cu_seqlens=[0, 2, 4, 6, 8, 10], gamma=1.0, lam=1.0, backend="triton")
+    assert advantages.tolist() == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0]
+
+
 def test_a_16_bit_row_takes_the_bootstrap_value_unrounded():
     # bfloat16 rows are computed in float32: the bootstrap value enters as a float32, not rounded to bfloat16
     # (1.003 would be 1.0 there, and the last advantage 0 instead of 0.003)
