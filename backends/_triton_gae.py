@@ -99,6 +99,18 @@ def _first_real(far_real, far_value, near_real, near_value):
 
 
 @triton.jit
+def _at(array, base, steps, stride, CONTIGUOUS: tl.constexpr, AHEAD: tl.constexpr = 0):
+    """The address of the element of step ``steps + AHEAD`` in a row starting at ``array + base``: ``steps`` apart
+    where the time axis is contiguous (``AHEAD`` added last, so that the address of the step after shares the
+    step's), else ``steps * stride`` (a 64-bit product: both may be 32-bit, their product not)."""
+    if CONTIGUOUS:
+        address = array + base + steps + AHEAD
+    else:
+        address = array + base + (steps + AHEAD).to(tl.int64) * stride
+    return address
+
+
+@triton.jit
 def _offset(outer, inner, outer_stride, inner_stride, TWO_AXES: tl.constexpr):
     """Where a row starts in an array: ``outer * outer_stride + inner * inner_stride`` (``inner`` alone on one axis:
     an ``outer`` of 0 would fold the sum away, and with it the alignment hint set on it)."""
@@ -114,10 +126,7 @@ def _values_after(values, base, steps, stride, within, fill, CONTIGUOUS: tl.cons
     """V at ``steps + 1`` where ``within``, else ``fill``: the load's fill value where the values are of the compute
     dtype (16-bit values would round it to theirs: a select then)."""
     exact: tl.constexpr = values.dtype.element_ty == DTYPE
-    if CONTIGUOUS:
-        pointer = values + base + steps + 1
-    else:
-        pointer = values + base + (steps + 1).to(tl.int64) * stride
+    pointer = _at(values, base, steps, stride, CONTIGUOUS, 1)
     if exact:
         out = tl.load(pointer, mask=within, other=fill).to(DTYPE)
     else:
@@ -132,12 +141,8 @@ def _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside, h
     real, V_{t+1}) from the right, entered by ``next_value`` (the chain after the block); (it, whether a real step
     follows inside the block, the chain entering the block before: V at the first real step from its first)."""
     ahead = inside & (steps + 1 < hi)
-    if CONTIGUOUS:
-        real_ahead = tl.load(mask + m_base + steps + 1, mask=ahead, other=0) != 0
-        value_ahead = tl.load(values + v_base + steps + 1, mask=ahead & real_ahead, other=0.0)
-    else:
-        real_ahead = tl.load(mask + m_base + (steps + 1).to(tl.int64) * m_t, mask=ahead, other=0) != 0
-        value_ahead = tl.load(values + v_base + (steps + 1).to(tl.int64) * v_t, mask=ahead & real_ahead, other=0.0)
+    real_ahead = tl.load(_at(mask, m_base, steps, m_t, CONTIGUOUS, 1), mask=ahead, other=0) != 0
+    value_ahead = tl.load(_at(values, v_base, steps, v_t, CONTIGUOUS, 1), mask=ahead & real_ahead, other=0.0)
     found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
                                        reverse=True)
     v_next = tl.where(found != 0, first, next_value)
@@ -153,10 +158,7 @@ def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr
     elif KIND == 2:
         return tl.load(pointer + base).to(DTYPE)
     else:
-        if CONTIGUOUS:
-            return tl.load(pointer + base + steps, mask=inside, other=0.0).to(DTYPE)
-        else:
-            return tl.load(pointer + base + steps.to(tl.int64) * stride, mask=inside, other=0.0).to(DTYPE)
+        return tl.load(_at(pointer, base, steps, stride, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
 
 
 @triton.jit(do_not_specialize=_RUNTIME)
@@ -276,24 +278,14 @@ def gae_kernel(
         start = (last_block - i) * BLOCK
         steps = tl.multiple_of(start, BLOCK) + positions
         inside = (steps >= lo) & (steps < hi)
-        if CONTIGUOUS:
-            r = tl.load(rewards + r_base + steps, mask=inside, other=0.0).to(DTYPE)
-            v = tl.load(values + v_base + steps, mask=inside, other=0.0).to(DTYPE)
-        else:
-            r = tl.load(rewards + r_base + steps.to(tl.int64) * r_t, mask=inside, other=0.0).to(DTYPE)
-            v = tl.load(values + v_base + steps.to(tl.int64) * v_t, mask=inside, other=0.0).to(DTYPE)
+        r = tl.load(_at(rewards, r_base, steps, r_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
+        v = tl.load(_at(values, v_base, steps, v_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
         g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS)
         lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS)
         if HAS_MASK:
-            if CONTIGUOUS:
-                real = tl.load(mask + m_base + steps, mask=inside, other=0) != 0
-            else:
-                real = tl.load(mask + m_base + steps.to(tl.int64) * m_t, mask=inside, other=0) != 0
+            real = tl.load(_at(mask, m_base, steps, m_t, CONTIGUOUS), mask=inside, other=0) != 0
         if HAS_NEXT:
-            if CONTIGUOUS:
-                v_next = tl.load(next_values + nv_base + steps, mask=inside, other=0.0).to(DTYPE)
-            else:
-                v_next = tl.load(next_values + nv_base + steps.to(tl.int64) * nv_t, mask=inside, other=0.0).to(DTYPE)
+            v_next = tl.load(_at(next_values, nv_base, steps, nv_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
         elif VALUE_CHAIN:  # V at the next real step of the sequence
             if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
                 v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside,
@@ -319,10 +311,7 @@ def gae_kernel(
             v_next = _values_after(values, v_base, steps, v_t, inside & (steps + 1 < stop), bootstrap_value,
                                    CONTIGUOUS, DTYPE)
         if HAS_TERMINATED:
-            if CONTIGUOUS:
-                ended = tl.load(terminated + te_base + steps, mask=inside, other=0) != 0
-            else:
-                ended = tl.load(terminated + te_base + steps.to(tl.int64) * te_t, mask=inside, other=0) != 0
+            ended = tl.load(_at(terminated, te_base, steps, te_t, CONTIGUOUS), mask=inside, other=0) != 0
             delta = r + tl.where(ended, 0.0, g * v_next) - v
             cut = ended
             if MODE == 1 and VALUE_CHAIN:
@@ -331,10 +320,7 @@ def gae_kernel(
             delta = r + g * v_next - v
             cut = steps < 0
         if HAS_TRUNCATED:
-            if CONTIGUOUS:
-                cut = cut | (tl.load(truncated + tr_base + steps, mask=inside, other=0) != 0)
-            else:
-                cut = cut | (tl.load(truncated + tr_base + steps.to(tl.int64) * tr_t, mask=inside, other=0) != 0)
+            cut = cut | (tl.load(_at(truncated, tr_base, steps, tr_t, CONTIGUOUS), mask=inside, other=0) != 0)
         coefficient = tl.where(cut, 0.0, g * lam_t)
         if HAS_MASK:
             delta = tl.where(real, delta, 0.0)
