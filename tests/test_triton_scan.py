@@ -108,6 +108,34 @@ def test_scan_reads_strided_views_in_place():
                                reference.discounted_cumsum_loop(x.T, 0.7, reverse=False), **TOLERANCE)
 
 
+def sparse_floats(path, count: int):
+    """``count`` float64 zeros in a sparse file (no memory is taken until written): views far apart, not copied."""
+    with open(path, "wb") as file:
+        file.truncate(count * 8)
+    return torch.from_file(str(path), shared=True, size=count, dtype=torch.float64)
+
+
+def test_scan_addresses_a_time_stride_past_2_to_the_31_in_64_bits(tmp_path):
+    # two rows of five steps 2**29 apart: the last step is 2**31 elements past the first, which a 32-bit product of
+    # step and time stride would wrap (to an address before the array)
+    table = sparse_floats(tmp_path / "sparse.bin", 4 * 2**29 + 2)
+    view = table.as_strided((2, 5), (1, 2**29))
+    x = np.random.default_rng(3).normal(size=(2, 5))
+    view.copy_(torch.from_numpy(x))
+    np.testing.assert_allclose(kernels.scan(view, 0.7, reverse=True).numpy(),
+                               reference.discounted_cumsum_loop(x, 0.7), **TOLERANCE)
+
+
+def test_packed_bootstrap_values_2_to_the_29_apart_are_addressed_in_64_bits(tmp_path):
+    # the bootstrap values of five packed sequences 2**29 apart (a view): the fifth is 2**31 elements past the first
+    bootstrap = sparse_floats(tmp_path / "sparse.bin", 4 * 2**29 + 1).as_strided((5,), (2**29,))
+    bootstrap.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0], dtype=torch.float64))
+    call = prepare(torch.zeros(10, dtype=torch.float64), lam=1.0, gamma=1.0, needs_values=False, backend="xp",
+                   cu_seqlens=[0, 2, 4, 6, 8, 10], bootstrap_value=bootstrap)
+    out = call.restore(kernels.solve_discounted_returns(call.problem))
+    assert out.tolist() == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0, 5.0, 5.0]
+
+
 # --- the estimators ------------------------------------------------------------------------------------------------
 
 #: Options of the estimators: which of the random inputs a case passes.
