@@ -65,7 +65,7 @@ import torch
 import triton
 
 from gae_xp import _plans, _problem
-from gae_xp._compat import torch_is_recorded
+from gae_xp._compat import is_torch_array, torch_is_recorded
 
 from . import _triton_gae, _triton_launch
 from . import triton as triton_backend
@@ -125,6 +125,8 @@ def make(call, arguments: dict):
     """The plan of a checked call solved by the Triton kernels (``arguments``: ``gae()``'s own), or None when the
     call is not one that it serves (see the module)."""
     p = call.problem
+    if not is_torch_array(p.rewards):
+        return None  # CuPy arrays: each call goes through torch views of them (``_triton_cupy``)
     if torch_is_recorded(p.rewards):
         return None  # traced (fake tensors, a recording mode): launched through wrap_triton, never kept
     if (p.offsets is not None or p.carry is not None or p.extra or p.values is None or call.offsets_valid is not None

@@ -39,10 +39,12 @@ Arrays served: torch CUDA tensors that record no autograd history
 served through Triton's interpreter, for tests on a machine without a GPU;
 under the interpreter this backend serves only calls that name it
 (``backend="triton"``), CUDA tensors included: ``auto`` never chooses it then.
-CuPy arrays are not served (the numba-CUDA route serves them): Triton 3.9
-reads the current stream from torch, and without torch it launches on the
-device's default stream, not the caller's CuPy stream; importing torch for a
-CuPy caller is what this package avoids.
+CuPy arrays are served through torch tensors over the same memory
+(DLPack, no copy), launched on CuPy's current stream
+(``gae_xp.backends._triton_cupy``): with ``backend="triton"``, which imports
+torch, and with ``auto`` where torch is imported already (elsewhere ``auto``
+takes the numba-CUDA route for them: this package imports no framework that
+the caller's arrays do not need).
 
 The scan (``discounted_cumsum``), the adjoint that autograd's backward runs
 (``gae_backward``) and the other estimators (``discounted_returns``,
@@ -59,6 +61,8 @@ import os
 import threading
 
 from gae_xp._compat import has_tangent, is_torch_array, values_are_readable
+
+from . import _triton_cupy
 
 NAME = "triton"
 
@@ -128,11 +132,12 @@ class TritonBackend:
     narrow_floats = True
 
     def unavailable_reason(self, xp, arrays, *, forced=False):
-        # The arrays are asked first, triton last: NumPy, JAX, Dask or CuPy arrays never make triton load.
+        # The arrays are asked first, triton last: NumPy, JAX or Dask arrays never make triton load.
+        if _triton_cupy.serves(arrays):
+            return _triton_cupy.unavailable_reason(forced=forced, interpreted=interpreted()) or _not_installed()
         for a in arrays:
             if not is_torch_array(a):
-                return ("the Triton kernels take torch tensors (CuPy arrays: the numba-CUDA route; without torch "
-                        "Triton launches on the default stream, not CuPy's current one)")
+                return "the Triton kernels take torch tensors and CuPy arrays"
             if a.device.type != "cuda" and not (a.device.type == "cpu" and interpreted()):
                 return "the Triton kernels take torch CUDA tensors (CPU tensors only under TRITON_INTERPRET=1)"
             if a.requires_grad:
@@ -145,6 +150,8 @@ class TritonBackend:
 
     def gae(self, problem, *, chunk_size=None):
         """(advantages, returns) of a problem (``gae_xp._problem.GaeProblem``), in its per-step dtype."""
+        if _triton_cupy.serves([problem.rewards]):
+            return _triton_cupy.solve(self.gae, problem, chunk_size=chunk_size)
         if problem.carry is not None and problem.critic_lam is not None:
             raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
                              "own")
@@ -164,6 +171,8 @@ class TritonBackend:
         """``y_t = x_t + a_t y_{t+1}`` (reverse) or ``y_{t-1}`` (forward) along the last axis; x is never written."""
         from ._triton_scan import scan
 
+        if _triton_cupy.serves([x]):
+            return _triton_cupy.scan(lambda x, a: scan(_resolved_tensor(x), a, reverse=reverse), x, a)
         return scan(_resolved_tensor(x), _resolved_tensor(a), reverse=reverse)
 
     def gae_backward(self, problem, grad_advantages, grad_returns) -> dict:
@@ -176,18 +185,25 @@ class TritonBackend:
         """``gae_xp.discounted_returns`` of a prepared problem (``_triton_scan.solve_discounted_returns``)."""
         from ._triton_scan import solve_discounted_returns
 
+        if _triton_cupy.serves([problem.rewards]):
+            return _triton_cupy.solve(self.solve_discounted_returns, problem)
         return solve_discounted_returns(_resolved(problem))
 
     def solve_lambda_returns(self, problem):
         """``gae_xp.lambda_returns`` of a prepared problem (``_triton_scan.solve_lambda_returns``)."""
         from ._triton_scan import solve_lambda_returns
 
+        if _triton_cupy.serves([problem.rewards]):
+            return _triton_cupy.solve(self.solve_lambda_returns, problem)
         return solve_lambda_returns(_resolved(problem))
 
     def solve_vtrace(self, problem, *, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold):
         """``gae_xp.vtrace`` of a prepared problem: (vs, pg) (``_triton_scan.solve_vtrace``)."""
         from ._triton_scan import solve_vtrace
 
+        if _triton_cupy.serves([problem.rewards]):
+            return _triton_cupy.solve(self.solve_vtrace, problem, clip_rho_threshold=clip_rho_threshold,
+                                      clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
         return solve_vtrace(_resolved(problem), clip_rho_threshold=clip_rho_threshold,
                             clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
 

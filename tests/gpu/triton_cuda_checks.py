@@ -13,7 +13,10 @@ one line per case and "checked N cases"; the first mismatch raises.
 * layouts: time on axis 0, a 3-D batch, strided rows, time-strided inputs,
   NaN and inf in masked slots;
 * compiling: a new T (of one row of the heuristic's table and one alignment)
-  and a new B add no entry to the kernel's compile cache.
+  and a new B add no entry to the kernel's compile cache;
+* cupy: CuPy arrays (torch views of their memory, on CuPy's current stream),
+  ``auto`` choosing the route where torch is imported, a call on a busy
+  non-blocking stream returning at once and queued behind the stream's work.
 """
 
 from __future__ import annotations
@@ -140,8 +143,66 @@ def compiling_part() -> int:
     return 4
 
 
+def cupy_part() -> int:
+    """CuPy arrays through torch views on CuPy's current stream (``gae_xp.backends._triton_cupy``): the results are
+    CuPy arrays on the arrays' device, equal to the loop; ``auto`` takes the route (torch is imported here); a call
+    on a busy non-blocking stream returns before the stream is done and its kernels run after the stream's work."""
+    import cupy
+
+    from gae_xp import backends
+
+    def on_cupy(case: dict) -> dict:
+        return {name: cupy.asarray(value) if isinstance(value, np.ndarray) else value for name, value in case.items()}
+
+    def check_cupy(label, case, backend):
+        given = on_cupy(case)
+        advantages, returns = gae_xp.gae(**given, backend=backend)
+        want = reference.gae_loop(**case)
+        for got, expected in zip((advantages, returns), want):
+            assert type(got) is cupy.ndarray and got.device.id == given["rewards"].device.id, label
+            np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=2e-4, atol=2e-4, err_msg=label)
+        print("ok", label, flush=True)
+
+    count = 0
+    for name in ("plain", "dones+next_values", "holes+fill", "coefficients", "everything"):
+        for backend in ("triton", "auto"):
+            case = build(count, (300, 129), OPTIONS[name])
+            case = {k: v.astype(np.float32) if isinstance(v, np.ndarray) and v.dtype == np.float64 else v
+                    for k, v in case.items()}
+            check_cupy(f"cupy {name} {backend}", case, backend)
+            count += 1
+    arrays = on_cupy(build(99, (8, 64), OPTIONS["plain"]))
+    chosen = backends.select("auto", cupy, [arrays["rewards"], arrays["values"]])
+    assert chosen.name == "triton", f"auto chose {chosen.name} for CuPy arrays with torch imported"
+    reversed_case = build(98, (4, 1000), OPTIONS["dones"])
+    reversed_case["rewards"] = reversed_case["rewards"][:, ::-1]
+    check_cupy("cupy negative strides", reversed_case, "triton")
+    x = np.random.default_rng(97).standard_normal((5, 3000))
+    got = gae_xp.discounted_cumsum(cupy.asarray(x), 0.97, backend="triton")
+    np.testing.assert_allclose(cupy.asnumpy(got), reference.discounted_cumsum_loop(x, 0.97), rtol=1e-10)
+    case = build(96, (8, 100_000), {"dones": 0.01, "holes": 0.1})
+    spin = cupy.ElementwiseKernel("int64 n", "int64 y", "long long x = 0; for (long long i = 0; i < n; ++i) "
+                                  "{ x += i ^ (x >> 3); } y = x;", "gae_xp_spin")
+    busy = cupy.empty(1, dtype=cupy.int64)
+    spin(cupy.int64(1), busy)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        given = on_cupy({k: np.zeros_like(v) if k == "rewards" else v for k, v in case.items()})
+        gae_xp.gae(**given, backend="triton")  # compiled and planned here, not below
+        stream.synchronize()
+        spin(cupy.int64(1 << 28), busy)  # keeps the stream busy
+        given["rewards"][...] = cupy.asarray(case["rewards"])  # queued behind the spin: the kernels must wait
+        advantages, _ = gae_xp.gae(**given, backend="triton")
+        assert not stream.done, "gae() waited for CuPy's stream (a host synchronization)"
+    stream.synchronize()
+    np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**case)[0], rtol=1e-10, atol=1e-10)
+    print("ok cupy stream", flush=True)
+    return count + 4
+
+
 if __name__ == "__main__":
     part = sys.argv[1]
-    count = {"options": options_part, "layouts": layouts_part, "compiling": compiling_part}[part]()
+    count = {"options": options_part, "layouts": layouts_part, "compiling": compiling_part,
+             "cupy": cupy_part}[part]()
     torch.cuda.synchronize()
     print(f"checked {count} cases")

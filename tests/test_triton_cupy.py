@@ -1,0 +1,164 @@
+"""CuPy arrays on the Triton route (``gae_xp.backends._triton_cupy``), proven on a CPU with a NumPy stand-in.
+
+CuPy needs a GPU. The route's own logic (which arrays it takes, torch views
+of the caller's memory through DLPack, a copy only for negative strides, the
+results handed back in the caller's library, packed offsets on the device)
+does not: here NumPy arrays stand in for CuPy's (``CALLER`` replaced), torch
+CPU views of them go through Triton's interpreter, and every result is
+checked against the float64 per-step loops of ``gae_xp.reference``. What only
+a GPU shows (CuPy's current stream, DLPack on the device) is checked by
+``tests/gpu/test_triton_cuda.py`` in the GPU check.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from tritoninterp import require_interpreter
+
+from gae_xp import reference
+from gae_xp.testing import make_case, option_grid
+
+torch = require_interpreter()
+
+import gae_xp  # noqa: E402
+from gae_xp import _plans  # noqa: E402
+from gae_xp.backends import _triton_cupy, _triton_launch  # noqa: E402
+
+TOLERANCE = {"rtol": 1e-10, "atol": 1e-10}
+
+
+class NumPyCaller(_triton_cupy.CuPy):
+    """NumPy in CuPy's place: its arrays, no stream of its own (torch's current one), NumPy's DLPack import."""
+
+    is_array = staticmethod(lambda a: isinstance(a, np.ndarray))
+    stream = staticmethod(lambda array: None)
+    from_torch = staticmethod(np.from_dlpack)
+    contiguous = staticmethod(np.ascontiguousarray)
+
+
+@pytest.fixture(autouse=True)
+def numpy_for_cupy(monkeypatch):
+    monkeypatch.setattr(_triton_cupy, "CALLER", NumPyCaller)
+    _plans.PLANS.clear()
+    yield
+    _plans.PLANS.clear()
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The problems that reach the GAE kernels' launch."""
+    seen = []
+    solve = _triton_launch.solve
+
+    def recording(problem, settings):
+        seen.append(problem)
+        return solve(problem, settings)
+
+    monkeypatch.setattr(_triton_launch, "solve", recording)
+    return seen
+
+
+def assert_own_memory(outputs, inputs):
+    for out in outputs:
+        assert type(out) is np.ndarray
+        for given in inputs:
+            assert not np.shares_memory(out, given)
+
+
+@pytest.mark.parametrize("name", ["plain", "dones+next_values", "holes+fill", "coefficients", "critic_lam",
+                                  "everything"])
+def test_gae_equals_the_loop_and_reads_the_callers_memory(name, launched):
+    case = make_case(np.random.default_rng(4), (3, 50), **option_grid(dones=0.2)[name])
+    before = {key: value.copy() for key, value in case.items() if isinstance(value, np.ndarray)}
+    advantages, returns = gae_xp.gae(**case, backend="triton")
+    want = reference.gae_loop(**case)
+    np.testing.assert_allclose(advantages, want[0], **TOLERANCE)
+    np.testing.assert_allclose(returns, want[1], **TOLERANCE)
+    assert_own_memory([advantages, returns], [v for v in case.values() if isinstance(v, np.ndarray)])
+    for key, value in before.items():
+        np.testing.assert_array_equal(case[key], value)
+    (problem,) = launched
+    assert torch.is_tensor(problem.rewards)
+    assert problem.rewards.data_ptr() == case["rewards"].ctypes.data  # a view of the caller's array, not a copy
+
+
+def test_packed_sequences_with_offsets_on_the_device():
+    rng = np.random.default_rng(5)
+    rewards, values = rng.normal(size=(2, 30)), rng.normal(size=(2, 30))
+    offsets = np.array([0, 7, 7, 19, 30])
+    bootstrap = rng.normal(size=(2, 4))
+    advantages, returns = gae_xp.gae(rewards, values, bootstrap_value=bootstrap, cu_seqlens=offsets,
+                                     gamma=0.9, lam=0.8, backend="triton")
+    for k, (start, end) in enumerate(zip(offsets[:-1], offsets[1:])):
+        want = reference.gae_loop(rewards[:, start:end], values[:, start:end], bootstrap_value=bootstrap[:, k],
+                                  gamma=0.9, lam=0.8)
+        np.testing.assert_allclose(advantages[:, start:end], want[0], **TOLERANCE)
+        np.testing.assert_allclose(returns[:, start:end], want[1], **TOLERANCE)
+
+
+def test_an_array_with_negative_strides_is_copied_for_torch(launched):
+    case = make_case(np.random.default_rng(6), (2, 40), **option_grid()["dones"])
+    reversed_rewards = case["rewards"][:, ::-1]
+    advantages, _ = gae_xp.gae(reversed_rewards, case["values"], terminated=case["terminated"], backend="triton")
+    np.testing.assert_allclose(advantages, reference.gae_loop(np.ascontiguousarray(reversed_rewards), case["values"],
+                                                              terminated=case["terminated"])[0], **TOLERANCE)
+    (problem,) = launched
+    assert problem.rewards.stride()[-1] == 1 and problem.values.data_ptr() == case["values"].ctypes.data
+
+
+@pytest.mark.parametrize("reverse", [True, False])
+def test_discounted_cumsum(reverse):
+    x = np.random.default_rng(7).normal(size=(3, 45))
+    gamma = np.random.default_rng(8).uniform(0.5, 1.0, size=(3, 45))
+    got = gae_xp.discounted_cumsum(x, gamma, reverse=reverse, backend="triton")
+    assert type(got) is np.ndarray and not np.shares_memory(got, x)
+    np.testing.assert_allclose(got, reference.discounted_cumsum_loop(x, gamma, reverse=reverse), **TOLERANCE)
+
+
+def test_the_estimators():
+    rng = np.random.default_rng(9)
+    rewards, values, following = (rng.normal(size=(2, 33)) for _ in range(3))
+    log_rhos = rng.normal(scale=0.5, size=(2, 33))
+    terminated = rng.random((2, 33)) < 0.1
+    np.testing.assert_allclose(gae_xp.discounted_returns(rewards, terminated=terminated, backend="triton"),
+                               reference.discounted_returns_loop(rewards, terminated=terminated), **TOLERANCE)
+    np.testing.assert_allclose(gae_xp.lambda_returns(rewards, following, terminated=terminated, backend="triton"),
+                               reference.lambda_returns_loop(rewards, following, terminated=terminated), **TOLERANCE)
+    got = gae_xp.vtrace(log_rhos, rewards, values, terminated=terminated, backend="triton")
+    want = reference.vtrace_loop(log_rhos, rewards, values, terminated=terminated)
+    for g, w in zip(got, want):
+        assert type(g) is np.ndarray
+        np.testing.assert_allclose(g, w, **TOLERANCE)
+
+
+def test_auto_imports_no_torch_for_cupy_arrays():
+    # a process without torch imported: auto leaves CuPy arrays to the numba-CUDA route rather than import torch;
+    # backend="triton" (forced) takes them, importing torch
+    script = """
+import sys
+import numpy as np
+from gae_xp.backends import _triton_cupy, triton
+_triton_cupy.CALLER = type("NumPyCaller", (_triton_cupy.CuPy,), {"is_array": staticmethod(
+    lambda a: isinstance(a, np.ndarray))})
+print(triton.BACKEND.unavailable_reason(None, [np.zeros(3)], forced=False))
+print("torch" in sys.modules)
+triton.BACKEND.unavailable_reason(None, [np.zeros(3)], forced=True)
+print("torch" in sys.modules)
+"""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    lines = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env=env).stdout.splitlines()
+    assert "'auto' takes that route where torch is imported already" in lines[0]
+    assert lines[1:] == ["False", "True"]
+
+
+def test_cupy_itself_is_refused_under_the_interpreter(monkeypatch):
+    monkeypatch.setattr(_triton_cupy, "CALLER", _triton_cupy.CuPy)
+    monkeypatch.setattr(_triton_cupy.CuPy, "is_array", staticmethod(lambda a: isinstance(a, np.ndarray)))
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1 the kernels take torch CPU tensors, not CuPy"):
+        gae_xp.gae(np.zeros((1, 4)), np.zeros((1, 4)), backend="triton")
