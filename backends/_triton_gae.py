@@ -24,15 +24,19 @@ next step's value (and the carry after the block's last step); a block with
 masked steps scans (is the next step real, its value) from the right.
 
 ``RARE_PATHS`` False compiles the kernel without what only such blocks run
-(the exact second scan, a holed block's value chain): only the instruction
-counts do that (``tools.cost_model``, ``tests/triton_ptx.py``), to count the
-path of a block of finite numbers and real steps.
+(the exact second scan, a holed block's value chain), and without what
+only a chunk's last blocks run in ``SUMMARY`` (the scan of how much of "V
+after the chunk" reaches them, ``_reach``): only the instruction counts do
+that (``tools.cost_model``, ``tests/triton_ptx.py``), to count the path of
+every other block of finite numbers and real steps.
 
 Few long rows: the row is cut into chunks of whole blocks, and two launches
 solve it. ``SUMMARY`` writes each chunk's map (``MAP`` fields: its local
 advantage at its first step with nothing entering and the product of its
 coefficients, per chain; with the value chain also how much of "V after the
-chunk" reaches that advantage, and the chunk's first real value); ``FINAL``
+chunk" reaches that advantage, and the chunk's first real value: only the
+blocks walked before the chunk's last real step is found scan for it);
+``FINAL``
 composes the maps of the chunks to its right (scans of at most
 ``MAX_CHUNKS`` entries) into the state entering its last step and walks its
 chunk again, writing the outputs. The inputs are read twice and the outputs
@@ -147,6 +151,23 @@ def _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside, h
                                        reverse=True)
     v_next = tl.where(found != 0, first, next_value)
     return v_next, found, _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+
+
+@triton.jit
+def _reach(coefficient, reached, products, block_product, reach, steps, start, unknown_before,
+           RARE_PATHS: tl.constexpr, DTYPE: tl.constexpr):
+    """How much of "V after the chunk" reaches the first step of this block (the chunks' first pass, with the value
+    chain): ``reached`` (gamma at the real steps that see it) scanned with the block's coefficients, plus what
+    reached the block after this one (``reach``) times the block's product. Only blocks walked while no real step
+    after them in the chunk is known (``unknown_before``: the chunk's last blocks, up to its last real step) have
+    such steps; the others pass ``reach`` on through their product, with no scan (``RARE_PATHS`` False: the
+    instruction counts take that path, the one of every other block)."""
+    if RARE_PATHS and unknown_before:
+        _, reach_local = tl.associative_scan((coefficient, reached), 0, _compose, reverse=True)
+        out = _lane(reach_local + tl.where(products == 0, 0.0, products * reach), steps, start).to(DTYPE)
+    else:
+        out = tl.where(block_product == 0, 0.0, block_product * reach)
+    return out
 
 
 @triton.jit
@@ -287,26 +308,29 @@ def gae_kernel(
         if HAS_NEXT:
             v_next = tl.load(_at(next_values, nv_base, steps, nv_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
         elif VALUE_CHAIN:  # V at the next real step of the sequence
-            if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
-                v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside,
-                                                         hi, real, v, next_value, CONTIGUOUS, DTYPE)
-                unknown = (found == 0) & (known == 0) & real & inside
-                known = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, known)
+            # a block whose steps are all real (a trailing padding's are, but for one block) needs no scan: V_{t+1}
+            # is the next step's value, and after the block's last step the chain's; the chain entering the block
+            # before is V at its first step (every block walked holds a step of the program's, chunks being whole
+            # blocks: without chunks, the first step's value is read only for blocks before it, which none is)
+            if RARE_PATHS:
+                holes = tl.sum(tl.where(inside & (real == 0), 1, 0), axis=0)
+            else:  # the instruction counts: the path of a block without masked steps
+                holes = 0
+            if holes == 0:
+                within = inside & (positions < BLOCK - 1) & (steps + 1 < hi)
+                v_next = _values_after(values, v_base, steps, v_t, within, next_value, CONTIGUOUS, DTYPE)
+                next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
+                found = within.to(tl.int32)
+                seen = tl.full((), 1, tl.int32)
             else:
-                # a block whose steps are all real (a trailing padding's are, but for one block) needs no scan: V_{t+1}
-                # is the next step's value, and after the block's last step the chain's; the chain entering the block
-                # before is V at its first step
-                if RARE_PATHS:
-                    holes = tl.sum(tl.where(inside & (real == 0), 1, 0), axis=0)
-                else:  # the instruction counts: the path of a block without masked steps
-                    holes = 0
-                if holes == 0:
-                    within = inside & (positions < BLOCK - 1) & (steps + 1 < hi)
-                    v_next = _values_after(values, v_base, steps, v_t, within, next_value, CONTIGUOUS, DTYPE)
-                    next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
-                else:
-                    v_next, _, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start,
+                v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start,
                                                          inside, hi, real, v, next_value, CONTIGUOUS, DTYPE)
+                if MODE == 1:
+                    seen = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, 0)
+            if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
+                unknown = (found == 0) & (known == 0) & real & inside
+                unknown_before = known == 0
+                known = tl.where(seen != 0, 1, known)
         else:  # V_{t+1}, or the bootstrap value after the sequence's last step
             v_next = _values_after(values, v_base, steps, v_t, inside & (steps + 1 < stop), bootstrap_value,
                                    CONTIGUOUS, DTYPE)
@@ -330,10 +354,12 @@ def gae_kernel(
         coefficient = tl.where(inside, coefficient, 1.0)
         advantage, products, following = _solve_block(coefficient, delta, following, steps, start, True, RARE_PATHS)
         following = following.to(DTYPE)
+        if MODE == 1:
+            block_product = _lane(products, steps, start).to(DTYPE)
         if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
             reached = tl.where(unknown, g, 0.0)
-            _, reach_local = tl.associative_scan((coefficient, reached), 0, _compose, reverse=True)
-            reach = _lane(reach_local + tl.where(products == 0, 0.0, products * reach), steps, start).to(DTYPE)
+            reach = _reach(coefficient, reached, products, block_product, reach, steps, start, unknown_before,
+                           RARE_PATHS, DTYPE)
         if CRITIC != 0:
             critic_lam_t = _coefficient(critic_lam, cl_base, steps, cl_t, inside, critic_scalar, CRITIC, DTYPE,
                                         CONTIGUOUS)
@@ -344,16 +370,17 @@ def gae_kernel(
             critic, critic_products, critic_following = _solve_block(critic_coefficient, delta, critic_following,
                                                                      steps, start, True, RARE_PATHS)
             critic_following = critic_following.to(DTYPE)
+            if MODE == 1:
+                critic_block_product = _lane(critic_products, steps, start).to(DTYPE)
             if MODE == 1 and VALUE_CHAIN:
-                _, reach_local = tl.associative_scan((critic_coefficient, reached), 0, _compose, reverse=True)
-                critic_reach = _lane(reach_local + tl.where(critic_products == 0, 0.0, critic_products * critic_reach),
-                                     steps, start).to(DTYPE)
+                critic_reach = _reach(critic_coefficient, reached, critic_products, critic_block_product, critic_reach,
+                                      steps, start, unknown_before, RARE_PATHS, DTYPE)
         else:
             critic = advantage
         if MODE == 1:
-            product = product * _lane(products, steps, start).to(DTYPE)
+            product = product * block_product
             if CRITIC != 0:
-                critic_product = critic_product * _lane(critic_products, steps, start).to(DTYPE)
+                critic_product = critic_product * critic_block_product
         else:
             returned = critic + v
             if HAS_MASK:

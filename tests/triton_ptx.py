@@ -8,7 +8,8 @@ instruction counts, its SASS local loads and stores (spills), the steps
 each thread handles per block and the bytes each step moves. A kernel that
 takes ``RARE_PATHS`` is compiled again without the paths that only a block
 holding a NaN or an inf (the exact second scan of
-``_triton_parts.solve_block``) or a masked step (GAE's value chain) runs:
+``_triton_parts.solve_block``) or a masked step (GAE's value chain) runs, or
+only a chunk's last blocks in GAE's chunk maps (``_triton_gae._reach``):
 ``sass_finite`` counts the path of a block of finite numbers and real steps.
 ``tests/test_triton_ptx.py`` checks them.
 """

@@ -26,8 +26,9 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
   with the launch settings the route picks for each shape, and without the
   paths that only a block holding a NaN or an inf (the exact second scan,
   ``_triton_parts.solve_block``) or a masked step (the value chain's scan)
-  runs (``RARE_PATHS`` False), as on the benchmark's finite numbers and
-  all-real mask.
+  runs, or only a chunk's last blocks in the chunks' maps (``_reach``)
+  (``RARE_PATHS`` False), as on the benchmark's finite numbers and all-real
+  mask.
 * **Calibration**: ``bandwidth`` and ``latency`` by linear least squares on the
   measured copies (time = bytes / bandwidth + latency); the ``issue rate`` by
   least squares on the logarithm of the time (relative residuals) over the
