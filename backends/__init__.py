@@ -30,6 +30,7 @@ import numpy as np
 from gae_xp._compat import (
     carries_tangents,
     device_of,
+    is_cupy_array,
     is_dask_namespace,
     is_jax_namespace,
     is_torch_namespace,
@@ -345,9 +346,11 @@ def is_single_threaded() -> bool:
 
 
 def _kind(xp, arrays):
-    """What auto's choice depends on: the namespace, the arrays' types, the first one's device (tensors that record
-    autograd history never get here: ``select`` routes them first)."""
+    """What auto's choice depends on: the namespace, the arrays' types, the first one's device and, for CuPy, its
+    memory's kind (device or managed: the Triton route takes device memory only) (tensors that record autograd
+    history never get here: ``select`` routes them first)."""
     types = tuple(map(type, arrays))
     if all(kind is np.ndarray for kind in types):  # the common case: NumPy arrays live on the CPU
         return xp, types
-    return xp, types, str(device_of(arrays[0]))
+    first = arrays[0]
+    return xp, types, str(device_of(first)), first.__dlpack_device__()[0] if is_cupy_array(first) else None

@@ -2,16 +2,28 @@
 
 The Triton kernels and their host side take torch tensors. A CuPy call is
 handed to them as ``torch.from_dlpack`` of each array, a tensor over the same
-device memory (no copy); torch's current stream is set, for the call, to the
-stream CuPy has current on the arrays' device (``torch.cuda.ExternalStream``),
-so the kernels queue behind the caller's work on that stream, with no
-synchronisation; the outputs go back as ``cupy.from_dlpack`` of torch's
-(no copy), taken on that same stream. Their memory stays in torch's caching
-allocator, which reuses it once CuPy drops them.
+device memory (no copy). Torch's current stream is set, for the whole call
+(the arrays' exchange included), to the stream CuPy has current on the
+arrays' device (``torch.cuda.ExternalStream``; CuPy's null stream is torch's
+default stream, the same legacy stream): the exchange finds both libraries on
+one stream and orders nothing, and the kernels queue behind the caller's work
+on it, with no synchronisation. The outputs go back to CuPy through DLPack
+(no copy), exported as on that one stream: torch refuses to export to CuPy's
+per-thread default stream by name, which needs no ordering here either.
+Their memory stays in torch's caching allocator, which reuses it once CuPy
+drops them (CuPy's pool cannot free it; ``torch.cuda.empty_cache`` returns
+it to the device).
+
+Arrays served: CuPy arrays in device memory. Managed memory (DLPack's
+``kDLCUDAManaged``, which torch does not import) takes the numba-CUDA route;
+an array with a negative stride (torch has none) is copied first, on CuPy's
+stream.
 
 Torch is imported only where the caller allows it: ``backend="triton"``
 imports it; ``auto`` takes this route for CuPy arrays only where torch is
 imported already (a process that imports both), else the numba-CUDA route.
+Like every choice of ``auto``, that one is made at a kind of call's first call
+(``gae_xp.backends.select``).
 
 ``CALLER`` is the caller's library (CuPy); the tests put a NumPy stand-in in
 its place to run this module under Triton's interpreter on a CPU.
@@ -31,20 +43,21 @@ class CuPy:
     is_array = staticmethod(is_cupy_array)
 
     @staticmethod
-    def stream(array):
-        """The torch stream for ``array``'s device that is CuPy's current stream there."""
+    def on_stream(array):
+        """A context in which torch's current stream is CuPy's current stream on ``array``'s device."""
         import cupy
+        import torch
 
         device = array.device.id
         with cupy.cuda.Device(device):
             pointer = cupy.cuda.get_current_stream().ptr
-        return _torch_stream(pointer, device)
+        return torch.cuda.stream(_torch_stream(pointer, device))
 
     @staticmethod
-    def from_torch(tensor):
+    def from_dlpack(exported):
         import cupy
 
-        return cupy.from_dlpack(tensor)
+        return cupy.from_dlpack(exported)
 
     @staticmethod
     def contiguous(array):
@@ -52,17 +65,45 @@ class CuPy:
 
         return cupy.ascontiguousarray(array)
 
+    @staticmethod
+    def in_device_memory(array) -> bool:
+        """True for an array in device memory (DLPack's kDLCUDA), False for managed memory."""
+        return array.__dlpack_device__()[0] == _KDL_CUDA
+
     @classmethod
     def to_torch(cls, array):
         """A tensor over ``array``'s memory; an array with a negative stride (torch has none) is copied first."""
         import torch
 
+        if not cls.in_device_memory(array):  # a call mixing managed memory into device memory (auto saw the first)
+            raise TypeError("the Triton kernels take CuPy arrays in device memory, not managed memory: "
+                            "backend='numba-cuda' takes these arrays")
         if any(stride < 0 for stride in array.strides):
             array = cls.contiguous(array)
         return torch.from_dlpack(array)
 
+    @classmethod
+    def from_torch(cls, tensor):
+        """An array of the caller's library over ``tensor``'s memory (made on the stream both are on)."""
+        return cls.from_dlpack(_OnThisStream(tensor))
+
 
 CALLER = CuPy
+_KDL_CUDA = 2
+
+
+class _OnThisStream:
+    """A torch tensor offered to a DLPack consumer on the producer's own current stream: exported without a stream
+    (nothing to order: ``solve`` runs both libraries on one stream), whichever stream the consumer names."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, *, stream=None, **options):
+        return self.tensor.__dlpack__(**options)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
 
 
 @functools.lru_cache(maxsize=64)
@@ -79,11 +120,13 @@ def serves(arrays) -> bool:
     return bool(arrays) and all(CALLER.is_array(a) for a in arrays)
 
 
-def unavailable_reason(*, forced: bool, interpreted: bool) -> str | None:
-    """None when this route can take CuPy arrays now, else why not (one line); ``interpreted``: Triton's interpreter
-    is on (it runs kernels on CPU tensors only)."""
+def unavailable_reason(arrays, *, forced: bool, interpreted: bool) -> str | None:
+    """None when this route can take these CuPy arrays now, else why not (one line); ``interpreted``: Triton's
+    interpreter is on (it runs kernels on CPU tensors only)."""
     if interpreted and CALLER is CuPy:
         return "under TRITON_INTERPRET=1 the kernels take torch CPU tensors, not CuPy arrays"
+    if not all(CALLER.in_device_memory(a) for a in arrays):
+        return "the Triton kernels take CuPy arrays in device memory (torch imports no managed memory)"
     if not forced and "torch" not in sys.modules:
         return ("CuPy arrays reach the Triton kernels through torch: 'auto' takes that route where torch is imported "
                 "already, backend='triton' imports it")
@@ -99,21 +142,17 @@ def unavailable_reason(*, forced: bool, interpreted: bool) -> str | None:
 def solve(method, problem, *args, **kwargs):
     """``method(problem, *args, **kwargs)`` (a Triton backend's solver) on ``problem``'s arrays as torch tensors, on
     CuPy's current stream; its array results as CuPy arrays (a tuple's too, None kept)."""
-    import torch
-
-    tensors = problem.map_steps(lambda name, array: CALLER.to_torch(array))
-    tensors = tensors.replace(xp=array_namespace(tensors.rewards), bootstrap=_to_torch(problem.bootstrap),
-                              carry=_to_torch(problem.carry), offsets=_to_torch(problem.offsets))
-    with torch.cuda.stream(CALLER.stream(problem.rewards)):
+    with CALLER.on_stream(problem.rewards):
+        tensors = problem.map_steps(lambda name, array: CALLER.to_torch(array))
+        tensors = tensors.replace(xp=array_namespace(tensors.rewards), bootstrap=_to_torch(problem.bootstrap),
+                                  carry=_to_torch(problem.carry), offsets=_to_torch(problem.offsets))
         return _to_caller(method(tensors, *args, **kwargs))
 
 
 def scan(method, x, a):
     """``method(x, a)`` (the backend's scan) on torch views of CuPy's ``x`` and ``a`` (an array or a float), on
     CuPy's current stream; the result as a CuPy array."""
-    import torch
-
-    with torch.cuda.stream(CALLER.stream(x)):
+    with CALLER.on_stream(x):
         return _to_caller(method(CALLER.to_torch(x), _to_torch(a)))
 
 

@@ -134,7 +134,8 @@ class TritonBackend:
     def unavailable_reason(self, xp, arrays, *, forced=False):
         # The arrays are asked first, triton last: NumPy, JAX or Dask arrays never make triton load.
         if _triton_cupy.serves(arrays):
-            return _triton_cupy.unavailable_reason(forced=forced, interpreted=interpreted()) or _not_installed()
+            return (_triton_cupy.unavailable_reason(arrays, forced=forced, interpreted=interpreted())
+                    or _not_installed())
         for a in arrays:
             if not is_torch_array(a):
                 return "the Triton kernels take torch tensors and CuPy arrays"

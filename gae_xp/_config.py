@@ -27,7 +27,7 @@ PACKAGES = ("numpy", "array-api-compat", "numba", "llvmlite", "numba-cuda", "num
 
 #: What each route serves, in words.
 SERVES = {
-    "triton": "torch CUDA tensors (Triton kernels; CuPy arrays take numba-cuda)",
+    "triton": "torch CUDA tensors, and CuPy arrays through torch (Triton kernels)",
     "numba-cuda": "CuPy arrays and torch CUDA tensors (numba-CUDA kernels)",
     "numba": "NumPy arrays and torch CPU tensors (numba kernels)",
     "jax": "JAX arrays on a CPU (lax.scan)",

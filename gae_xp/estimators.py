@@ -100,7 +100,7 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     backend : str, default "auto"
         "auto" (the fastest installed path for these arrays) or a name from
         ``gae_xp.backends.names()``: "xp" (the generic scan), "numba",
-        "triton" (torch CUDA tensors), "numba-cuda", "jax", "dask". A forced
+        "triton" (torch CUDA tensors, CuPy arrays), "numba-cuda", "jax", "dask". A forced
         backend that cannot serve the arrays raises ValueError.
     fill_masked : bool, default False
         What a masked step gets: 0 in both outputs, or (True, verl's

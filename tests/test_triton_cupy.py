@@ -12,6 +12,7 @@ a GPU shows (CuPy's current stream, DLPack on the device) is checked by
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -27,18 +28,45 @@ torch = require_interpreter()
 
 import gae_xp  # noqa: E402
 from gae_xp import _plans  # noqa: E402
+from gae_xp._prepare import prepare  # noqa: E402
 from gae_xp.backends import _triton_cupy, _triton_launch  # noqa: E402
+from gae_xp.backends import triton as triton_backend  # noqa: E402
 
 TOLERANCE = {"rtol": 1e-10, "atol": 1e-10}
 
 
-class NumPyCaller(_triton_cupy.CuPy):
-    """NumPy in CuPy's place: its arrays, no stream of its own (torch's current one), NumPy's DLPack import."""
+class Managed(np.ndarray):
+    """A NumPy array standing for a CuPy array in managed memory."""
 
+
+class NumPyCaller(_triton_cupy.CuPy):
+    """NumPy in CuPy's place: its arrays (``Managed`` ones in managed memory), a stream context that the
+    exchange of arrays must happen inside (``entered``), NumPy's DLPack import."""
+
+    entered = 0
     is_array = staticmethod(lambda a: isinstance(a, np.ndarray))
-    stream = staticmethod(lambda array: None)
-    from_torch = staticmethod(np.from_dlpack)
+    from_dlpack = staticmethod(np.from_dlpack)
     contiguous = staticmethod(np.ascontiguousarray)
+    in_device_memory = staticmethod(lambda a: not isinstance(a, Managed))
+
+    @staticmethod
+    @contextlib.contextmanager
+    def on_stream(array):
+        NumPyCaller.entered += 1
+        try:
+            yield
+        finally:
+            NumPyCaller.entered -= 1
+
+    @classmethod
+    def to_torch(cls, array):
+        assert cls.entered == 1, "an array passed to torch outside the caller's stream"
+        return super().to_torch(array)
+
+    @classmethod
+    def from_torch(cls, tensor):
+        assert cls.entered == 1, "a result passed back outside the caller's stream"
+        return super().from_torch(tensor)
 
 
 @pytest.fixture(autouse=True)
@@ -143,8 +171,8 @@ def test_auto_imports_no_torch_for_cupy_arrays():
 import sys
 import numpy as np
 from gae_xp.backends import _triton_cupy, triton
-_triton_cupy.CALLER = type("NumPyCaller", (_triton_cupy.CuPy,), {"is_array": staticmethod(
-    lambda a: isinstance(a, np.ndarray))})
+_triton_cupy.CALLER = type("NumPyCaller", (_triton_cupy.CuPy,), {
+    "is_array": staticmethod(lambda a: isinstance(a, np.ndarray)), "in_device_memory": staticmethod(lambda a: True)})
 print(triton.BACKEND.unavailable_reason(None, [np.zeros(3)], forced=False))
 print("torch" in sys.modules)
 triton.BACKEND.unavailable_reason(None, [np.zeros(3)], forced=True)
@@ -162,3 +190,28 @@ def test_cupy_itself_is_refused_under_the_interpreter(monkeypatch):
     monkeypatch.setattr(_triton_cupy.CuPy, "is_array", staticmethod(lambda a: isinstance(a, np.ndarray)))
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1 the kernels take torch CPU tensors, not CuPy"):
         gae_xp.gae(np.zeros((1, 4)), np.zeros((1, 4)), backend="triton")
+
+
+def test_managed_memory_is_refused_and_named():
+    rewards, values = np.zeros((1, 4)), np.zeros((1, 4))
+    with pytest.raises(ValueError, match="CuPy arrays in device memory"):
+        gae_xp.gae(rewards, values.view(Managed), backend="triton")
+    with NumPyCaller.on_stream(rewards), pytest.raises(TypeError, match="backend='numba-cuda' takes these arrays"):
+        NumPyCaller.to_torch(values.view(Managed))
+
+
+def test_a_piece_with_an_incoming_carry():
+    # a problem with a carry per row (a rank's shard, a Dask block): the carry too is read through torch
+    rng = np.random.default_rng(10)
+    rewards, values, carry, bootstrap = (rng.normal(size=shape) for shape in ((2, 30), (2, 30), (2, 1), (2, 1)))
+    call = prepare(rewards, values, gamma=0.9, lam=0.8, bootstrap_value=bootstrap[:, 0], backend="triton")
+    problem = call.problem.replace(carry=carry)
+    advantages, returns = triton_backend.BACKEND.gae(problem)
+    want, following = np.zeros((2, 30)), carry[:, 0]
+    for t in reversed(range(30)):  # the per-step loop, entered by the carry after the last step
+        after = values[:, t + 1] if t + 1 < 30 else bootstrap[:, 0]
+        following = rewards[:, t] + 0.9 * after - values[:, t] + 0.9 * 0.8 * following
+        want[:, t] = following
+    assert type(advantages) is np.ndarray and type(returns) is np.ndarray
+    np.testing.assert_allclose(advantages, want, **TOLERANCE)
+    np.testing.assert_allclose(returns, want + values, **TOLERANCE)

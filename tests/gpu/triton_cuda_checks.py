@@ -175,8 +175,29 @@ def cupy_part() -> int:
     chosen = backends.select("auto", cupy, [arrays["rewards"], arrays["values"]])
     assert chosen.name == "triton", f"auto chose {chosen.name} for CuPy arrays with torch imported"
     reversed_case = build(98, (4, 1000), OPTIONS["dones"])
-    reversed_case["rewards"] = reversed_case["rewards"][:, ::-1]
-    check_cupy("cupy negative strides", reversed_case, "triton")
+    given = on_cupy(reversed_case)
+    given["rewards"] = given["rewards"][:, ::-1]  # a view with a negative stride, on the device
+    advantages, _ = gae_xp.gae(**given, backend="triton")
+    want = reference.gae_loop(**{**reversed_case, "rewards": reversed_case["rewards"][:, ::-1]})[0]
+    np.testing.assert_allclose(cupy.asnumpy(advantages), want, rtol=1e-10, atol=1e-10)
+    print("ok cupy negative strides", flush=True)
+    with cupy.cuda.Stream.ptds:  # CuPy's per-thread default stream, which torch exports to by no name
+        check_cupy("cupy per-thread default stream", build(95, (64, 300), OPTIONS["everything"]), "triton")
+    managed_case = build(94, (16, 500), OPTIONS["dones"])
+    managed = {}
+    for name, value in managed_case.items():
+        if isinstance(value, np.ndarray):
+            memory = cupy.cuda.malloc_managed(value.nbytes)
+            managed[name] = cupy.ndarray(value.shape, value.dtype, memptr=memory)
+            managed[name][...] = cupy.asarray(value)
+        else:
+            managed[name] = value
+    chosen = backends.select("auto", cupy, [managed["rewards"], managed["values"]])
+    assert chosen.name != "triton", "auto chose the Triton route for CuPy arrays in managed memory"
+    advantages, _ = gae_xp.gae(**managed, backend="auto")
+    np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**managed_case)[0], rtol=1e-10,
+                               atol=1e-10)
+    print(f"ok cupy managed memory ({chosen.name})", flush=True)
     x = np.random.default_rng(97).standard_normal((5, 3000))
     got = gae_xp.discounted_cumsum(cupy.asarray(x), 0.97, backend="triton")
     np.testing.assert_allclose(cupy.asnumpy(got), reference.discounted_cumsum_loop(x, 0.97), rtol=1e-10)
@@ -194,10 +215,11 @@ def cupy_part() -> int:
         given["rewards"][...] = cupy.asarray(case["rewards"])  # queued behind the spin: the kernels must wait
         advantages, _ = gae_xp.gae(**given, backend="triton")
         assert not stream.done, "gae() waited for CuPy's stream (a host synchronization)"
+        assert torch.cuda.default_stream().query(), "torch's default stream was made to wait for CuPy's"
     stream.synchronize()
     np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**case)[0], rtol=1e-10, atol=1e-10)
     print("ok cupy stream", flush=True)
-    return count + 4
+    return count + 7
 
 
 if __name__ == "__main__":
