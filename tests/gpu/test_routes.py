@@ -6,7 +6,8 @@ enough for the multi-block structures, the other estimators, the backward pass,
 float32 and the common structures in float16, bfloat16 and float64); no host
 synchronisation on a repeated call; a CUDA graph's replay equal to the eager
 call; the launches on the caller's busy stream. A route that this gae_xp does
-not have, or that says it cannot run here, is skipped with its reason.
+not have, or that says it cannot run here, is skipped with its reason. Last,
+CuPy arrays on the Triton route (``triton_cuda_checks.py cupy``).
 ``tests/gpu/check.sh`` runs this file first among the GPU tests.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from triton_process import run_checks, unavailable
 
 import gae_xp
 
@@ -126,3 +128,14 @@ def test_launches_on_the_callers_busy_stream(route):
 
 def _arrays() -> dict:
     return CALLS.Library(dry_run=False).convert(CALLS.inputs(np.random.default_rng(7), (3, 3000)), "float32")
+
+
+def test_cupy_arrays_take_the_triton_route():
+    """CuPy arrays through torch views of their memory on CuPy's stream, in a process of its own: equal to float64,
+    CuPy results, ``auto``'s choice, no synchronisation, negative strides, CuPy's per-thread default stream, managed
+    memory left to another route. Last in this file: it compiles some kernels of its own."""
+    pytest.importorskip("cupy")
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    run_checks("triton_cuda_checks.py", "cupy")

@@ -1,7 +1,8 @@
 """backend="triton" on torch CUDA tensors, compiled (not interpreted), against ``gae_xp.reference`` in float64.
 
-Run by ``test_triton_cuda.py`` in a process without ``TRITON_INTERPRET``:
-``python triton_cuda_checks.py options|layouts|compiling``. Each part prints
+Run by ``test_triton_cuda.py`` (and its cupy part by ``test_routes.py``) in a
+process without ``TRITON_INTERPRET``:
+``python triton_cuda_checks.py options|layouts|compiling|cupy``. Each part prints
 one line per case and "checked N cases"; the first mismatch raises.
 
 * options: every option alone and together (``tests/test_triton.py``'s grid)
