@@ -346,11 +346,15 @@ def is_single_threaded() -> bool:
 
 
 def _kind(xp, arrays):
-    """What auto's choice depends on: the namespace, the arrays' types, the first one's device and, for CuPy, its
-    memory's kind (device or managed: the Triton route takes device memory only) (tensors that record autograd
-    history never get here: ``select`` routes them first)."""
+    """What auto's choice depends on: the namespace, the arrays' types, the first one's device and, for CuPy, each
+    array's kind of memory (device or managed: the Triton route takes device memory only) (tensors that record
+    autograd history never get here: ``select`` routes them first)."""
     types = tuple(map(type, arrays))
     if all(kind is np.ndarray for kind in types):  # the common case: NumPy arrays live on the CPU
         return xp, types
     first = arrays[0]
-    return xp, types, str(device_of(first)), first.__dlpack_device__()[0] if is_cupy_array(first) else None
+    if is_cupy_array(first):
+        from ._triton_cupy import memory_kind
+
+        return xp, types, str(device_of(first)), tuple(memory_kind(a) if is_cupy_array(a) else None for a in arrays)
+    return xp, types, str(device_of(first))

@@ -67,15 +67,16 @@ class CuPy:
 
     @staticmethod
     def in_device_memory(array) -> bool:
-        """True for an array in device memory (DLPack's kDLCUDA), False for managed memory."""
-        return array.__dlpack_device__()[0] == _KDL_CUDA
+        """True for an array in device memory (DLPack's kDLCUDA), False for managed memory (an empty array holds
+        none: True)."""
+        return memory_kind(array) == _KDL_CUDA
 
     @classmethod
     def to_torch(cls, array):
         """A tensor over ``array``'s memory; an array with a negative stride (torch has none) is copied first."""
         import torch
 
-        if not cls.in_device_memory(array):  # a call mixing managed memory into device memory (auto saw the first)
+        if not cls.in_device_memory(array):  # one that auto's choice never saw: made for the call by CuPy's allocator
             raise TypeError("the Triton kernels take CuPy arrays in device memory, not managed memory: "
                             "backend='numba-cuda' takes these arrays")
         if any(stride < 0 for stride in array.strides):
@@ -100,7 +101,7 @@ class _OnThisStream:
         self.tensor = tensor
 
     def __dlpack__(self, *, stream=None, **options):
-        return self.tensor.__dlpack__(**options)
+        return self.tensor.__dlpack__(stream=-1, **options)  # -1: no synchronisation (torch's default varied)
 
     def __dlpack_device__(self):
         return self.tensor.__dlpack_device__()
@@ -113,6 +114,12 @@ def _torch_stream(pointer: int, device: int):
     if pointer == 0:  # CuPy's null stream is the legacy default stream, torch's default stream too
         return torch.cuda.default_stream(device)
     return torch.cuda.ExternalStream(pointer, device=torch.device("cuda", device))
+
+
+def memory_kind(array) -> int:
+    """DLPack's device type of a CuPy array's memory: kDLCUDA (2), or kDLCUDAManaged (13) for managed memory (an
+    empty array, whose pointer may be null: kDLCUDA)."""
+    return _KDL_CUDA if array.size == 0 else array.__dlpack_device__()[0]
 
 
 def serves(arrays) -> bool:

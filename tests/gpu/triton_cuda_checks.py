@@ -199,6 +199,16 @@ def cupy_part() -> int:
     np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**managed_case)[0], rtol=1e-10,
                                atol=1e-10)
     print(f"ok cupy managed memory ({chosen.name})", flush=True)
+    mixed = dict(on_cupy(managed_case), values=managed["values"])  # device memory first, managed memory second
+    gae_xp.gae(**on_cupy(managed_case), backend="auto")  # auto's choice for all-device arrays of this kind first
+    chosen = backends.select("auto", cupy, [mixed["rewards"], mixed["values"]])
+    assert chosen.name != "triton", "auto chose the Triton route for a call holding managed memory"
+    advantages, _ = gae_xp.gae(**mixed, backend="auto")
+    np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**managed_case)[0], rtol=1e-10,
+                               atol=1e-10)
+    empty_a, empty_r = gae_xp.gae(cupy.zeros((3, 0)), cupy.zeros((3, 0)), backend="triton")
+    assert type(empty_a) is cupy.ndarray and empty_a.shape == empty_r.shape == (3, 0)
+    print("ok cupy managed memory after device memory, empty arrays", flush=True)
     x = np.random.default_rng(97).standard_normal((5, 3000))
     got = gae_xp.discounted_cumsum(cupy.asarray(x), 0.97, backend="triton")
     np.testing.assert_allclose(cupy.asnumpy(got), reference.discounted_cumsum_loop(x, 0.97), rtol=1e-10)
@@ -220,7 +230,7 @@ def cupy_part() -> int:
     stream.synchronize()
     np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**case)[0], rtol=1e-10, atol=1e-10)
     print("ok cupy stream", flush=True)
-    return count + 7
+    return count + 8
 
 
 if __name__ == "__main__":
