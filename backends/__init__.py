@@ -43,6 +43,7 @@ from . import _fallback
 # The two traceable routes are imported with the registry: neither imports a framework.
 from . import jax as _lax_scan
 from . import xp as _generic
+from ._triton_cupy import memory_kind  # what auto's kind of call asks of CuPy arrays (it imports no framework)
 
 
 class Backend(Protocol):
@@ -354,7 +355,5 @@ def _kind(xp, arrays):
         return xp, types
     first = arrays[0]
     if is_cupy_array(first):
-        from ._triton_cupy import memory_kind
-
         return xp, types, str(device_of(first)), tuple(memory_kind(a) if is_cupy_array(a) else None for a in arrays)
     return xp, types, str(device_of(first))

@@ -62,6 +62,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ._triton_parts import at as _at
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
 from ._triton_parts import solve_block as _solve_block
@@ -100,18 +101,6 @@ def _entering_chain(map_row, chain, later, values_after, lanes, VALUE_CHAIN: tl.
 def _first_real(far_real, far_value, near_real, near_value):
     """The value at the first real step of two neighbouring runs (``far`` later in time), and whether there is one."""
     return far_real | near_real, tl.where(near_real != 0, near_value, far_value)
-
-
-@triton.jit
-def _at(array, base, steps, stride, CONTIGUOUS: tl.constexpr, AHEAD: tl.constexpr = 0):
-    """The address of the element of step ``steps + AHEAD`` in a row starting at ``array + base``: ``steps`` apart
-    where the time axis is contiguous (``AHEAD`` added last, so that the address of the step after shares the
-    step's), else ``steps * stride`` (a 64-bit product: both may be 32-bit, their product not)."""
-    if CONTIGUOUS:
-        address = array + base + steps + AHEAD
-    else:
-        address = array + base + (steps + AHEAD).to(tl.int64) * stride
-    return address
 
 
 @triton.jit

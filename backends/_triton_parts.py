@@ -36,6 +36,18 @@ def affine(first_coefficient, first_value, second_coefficient, second_value):
 
 
 @triton.jit
+def at(array, base, steps, stride, CONTIGUOUS: tl.constexpr, AHEAD: tl.constexpr = 0):
+    """The address of the element of step ``steps + AHEAD`` in a row starting at ``array + base``: ``steps`` apart
+    where the time axis is contiguous (``AHEAD`` added last, so that the address of the step after shares the
+    step's), else ``steps * stride`` (a 64-bit product: both may be 32-bit, their product not)."""
+    if CONTIGUOUS:
+        address = array + base + steps + AHEAD
+    else:
+        address = array + base + (steps + AHEAD).to(tl.int64) * stride
+    return address
+
+
+@triton.jit
 def lane(x, lanes, position):
     """The value of ``x`` in the lane at ``position`` (a scalar), reading no other lane's value."""
     return tl.sum(tl.where(lanes == position, x, 0.0), axis=0)

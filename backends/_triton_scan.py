@@ -67,6 +67,7 @@ from gae_xp._prepare import guarded_offsets
 from gae_xp._problem import fill_invalid
 
 from ._triton_launch import on_device
+from ._triton_parts import at as _at
 from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
 from ._triton_parts import solve_block as _solve_block
@@ -127,22 +128,15 @@ def _zero(WIDE: tl.constexpr):
 
 
 @triton.jit
-def _step(pointer, base, time_stride, steps):
-    """The address of each step's element in a row starting at ``pointer + base``: ``steps * time_stride`` is a
-    64-bit product (both may be 32-bit, their product not: a (T, B) array read as B rows of stride B)."""
-    return pointer + base + steps.to(tl.int64) * time_stride
-
-
-@triton.jit
 def _floats(pointer, base, time_stride, steps, inside, WIDE: tl.constexpr):
-    return _compute(tl.load(_step(pointer, base, time_stride, steps), mask=inside, other=0.0), WIDE)
+    return _compute(tl.load(_at(pointer, base, steps, time_stride, False), mask=inside, other=0.0), WIDE)
 
 
 @triton.jit
 def _flags(pointer, base, time_stride, steps, inside, PRESENT: tl.constexpr):
     """A bool flag per step (read as bytes); False where absent."""
     if PRESENT:
-        out = tl.load(_step(pointer, base, time_stride, steps), mask=inside, other=0) != 0
+        out = tl.load(_at(pointer, base, steps, time_stride, False), mask=inside, other=0) != 0
     else:
         out = steps < 0
     return out
@@ -318,7 +312,7 @@ def _reverse_rows(first_out, second_out, rewards, values, following, log_rhos, t
                          WIDE)
         r = tl.where(real, _floats(rewards, row * rewards_row, rewards_time, steps, inside, WIDE), 0.0)
         if HAS_BOOTSTRAP:
-            boundary = _compute(tl.load(_step(bootstrap, row * bootstrap_row, bootstrap_segment, segment),
+            boundary = _compute(tl.load(_at(bootstrap, row * bootstrap_row, segment, bootstrap_segment, False),
                                         mask=last & inside, other=0.0), WIDE)
         else:
             boundary = tl.zeros_like(r)

@@ -122,6 +122,19 @@ def _not_installed() -> str | None:
     return None
 
 
+def _through_torch(method):
+    """A solver of a problem, which serves a problem of CuPy arrays through torch views of them on CuPy's stream
+    (``_triton_cupy.solve``) and a problem of torch tensors as it is."""
+
+    @functools.wraps(method)
+    def solve(self, problem, *args, **kwargs):
+        if _triton_cupy.serves([problem.rewards]):
+            return _triton_cupy.solve(functools.partial(method, self), problem, *args, **kwargs)
+        return method(self, problem, *args, **kwargs)
+
+    return solve
+
+
 class TritonBackend:
     name = NAME
     segments = True
@@ -149,10 +162,9 @@ class TritonBackend:
             return "under TRITON_INTERPRET=1 the kernels serve only backend='triton', never 'auto'"
         return _not_installed()
 
+    @_through_torch
     def gae(self, problem, *, chunk_size=None):
         """(advantages, returns) of a problem (``gae_xp._problem.GaeProblem``), in its per-step dtype."""
-        if _triton_cupy.serves([problem.rewards]):
-            return _triton_cupy.solve(self.gae, problem, chunk_size=chunk_size)
         if problem.carry is not None and problem.critic_lam is not None:
             raise ValueError("a carry enters one advantage chain: solve critic_lam's returns as a problem of their "
                              "own")
@@ -182,29 +194,25 @@ class TritonBackend:
 
         return gae_backward(_resolved(problem), _resolved_tensor(grad_advantages), _resolved_tensor(grad_returns))
 
+    @_through_torch
     def solve_discounted_returns(self, problem):
         """``gae_xp.discounted_returns`` of a prepared problem (``_triton_scan.solve_discounted_returns``)."""
         from ._triton_scan import solve_discounted_returns
 
-        if _triton_cupy.serves([problem.rewards]):
-            return _triton_cupy.solve(self.solve_discounted_returns, problem)
         return solve_discounted_returns(_resolved(problem))
 
+    @_through_torch
     def solve_lambda_returns(self, problem):
         """``gae_xp.lambda_returns`` of a prepared problem (``_triton_scan.solve_lambda_returns``)."""
         from ._triton_scan import solve_lambda_returns
 
-        if _triton_cupy.serves([problem.rewards]):
-            return _triton_cupy.solve(self.solve_lambda_returns, problem)
         return solve_lambda_returns(_resolved(problem))
 
+    @_through_torch
     def solve_vtrace(self, problem, *, clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold):
         """``gae_xp.vtrace`` of a prepared problem: (vs, pg) (``_triton_scan.solve_vtrace``)."""
         from ._triton_scan import solve_vtrace
 
-        if _triton_cupy.serves([problem.rewards]):
-            return _triton_cupy.solve(self.solve_vtrace, problem, clip_rho_threshold=clip_rho_threshold,
-                                      clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
         return solve_vtrace(_resolved(problem), clip_rho_threshold=clip_rho_threshold,
                             clip_c_threshold=clip_c_threshold, clip_pg_rho_threshold=clip_pg_rho_threshold)
 
