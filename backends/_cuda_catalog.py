@@ -92,6 +92,9 @@ def lean_structures(io: str):
             _lean("final", ["gamma", "lam"]),
             _lean("final", [], chunked=True),
             _lean("maps", []),
+            # the GPU benchmark's dones+mask case in chunked rows: a mask and terminated, the value chain
+            _lean("final", ["terminated", "mask"], chunked=True),
+            _lean("maps", ["terminated", "mask"]),
         ]
     return every
 

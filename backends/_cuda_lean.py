@@ -88,6 +88,10 @@ from ._cuda_plan import SIMULATED, lean_items
 
 #: The per-step arrays a lean kernel may read besides rewards and values, in argument order.
 OPTIONAL_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
+#: A tile's first step masked with this plus an in-tile index below 2**32 is provably >= 0 to the compiler, which
+#: then drops the negative-index wrap-around that numba's cache-hint loads and stores (``cuda.ldcs``, ``cuda.stcs``)
+#: put in every address (no array has 2**62 elements: the mask changes no index).
+INDEX_BITS = np.uint64(2**62 - 1)
 #: Bits of a step's flag byte.
 TERMINATED, TRUNCATED, MASKED = 1, 2, 4
 #: Launch bounds: at least this many blocks of LEAN_THREADS per SM, float32 compute (at most 128 registers a thread:
@@ -168,9 +172,10 @@ def lean_kernel(io: str, s: LeanStructure):
     zero, one, dtype = c.zero, c.one, c.dtype
     scale0, times = products(io).scale0, products(io).times
     to_compute, to_io = conversions(io)
-    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel
+    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel (a power of two)
     final = s.phase == "final"
     chunked = s.chunked
+    one_chunk = final and not chunked  # a row is one chunk (the plan's chunks is 1)
     load = load_once if final else load_again  # the maps launch reads what the final launch reads again
     has_next = "next_values" in s.inputs
     has_mask = "mask" in s.inputs
@@ -194,14 +199,26 @@ def lean_kernel(io: str, s: LeanStructure):
     last_size = 3 * THREADS if open_chain else 1  # per group: the chunk's last real step (r - V, c, g)
 
     # in-tile indices are unsigned: no sign fix-ups in shifts, no negative-index wrap-around in shared arrays
-    u_zero, u_one, u_two, u_three, u_items, u_threads, u_shift = (np.uint64(n) for n in (0, 1, 2, 3, items, THREADS,
-                                                                                          shift))
+    u_zero, u_one, u_two, u_three, u_items, u_threads, u_shift, u_item_bits = (
+        np.uint64(n) for n in (0, 1, 2, 3, items, THREADS, shift, items.bit_length() - 1))
 
     @cuda.jit(device=True)
     def pad(i):
         """The shared slot of a tile's i-th step (unsigned): blocked reads of items consecutive steps hit distinct
         banks."""
         return i + (i >> u_shift)
+
+    if one_chunk or not value_chain:
+        @cuda.jit(device=True)
+        def step(start, i):
+            """The index of a tile's i-th step (``i`` < 2**32), provably >= 0 to the compiler (``INDEX_BITS``)."""
+            return (np.uint64(start) & INDEX_BITS) + np.uint64(np.uint32(i))
+    else:
+        @cuda.jit(device=True)
+        def step(start, i):
+            """The index of a tile's i-th step, wrap-around kept: with the value chain, the launches of chunked rows
+            are at the register bound, and rematerialise these addresses where the cheaper ones spill."""
+            return np.uint64(start) + i
 
     @cuda.jit(device=True)
     def compose(near_c, near_d, far_c, far_d):
@@ -249,25 +266,33 @@ def lean_kernel(io: str, s: LeanStructure):
 
     def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
                maps, advantages, returns):
-        rows, length, chunks, chunk_steps, groups = geometry
+        rows, length, chunks, chunk_steps, group_bits = geometry
+        # powers of two: the group's place and size by shifts and masks, not divisions
+        bits = np.uint64(group_bits)
         tid = np.uint64(cuda.threadIdx.x)
-        group = np.uint64(cuda.blockDim.x) // np.uint64(groups)
-        g = tid // group
-        lt = tid - g * group  # this thread's place in its group
-        lead = g * group  # the group's first thread
+        group = u_one << bits
+        g = tid >> bits
+        lt = tid & (group - u_one)  # this thread's place in its group
+        lead = g << bits  # the group's first thread
         base = lead * u_items + g  # the group's first shared slot (one more per group: the value after its tile)
         first = base + lt * u_items  # this thread's first shared slot
-        work = tile_id() * groups + np.int64(g)
-        row = work // chunks
-        chunk = work - row * chunks
+        work = tile_id() * np.int64(u_threads >> bits) + np.int64(g)
+        if one_chunk:  # a row is one chunk: no division
+            row, chunk = work, np.int64(0)
+        else:
+            row = work // chunks
+            chunk = work - row * chunks
         live = row < rows
         lo = chunk * chunk_steps
         hi = min(lo + chunk_steps, length)
         if not live:
             lo, hi = np.int64(0), np.int64(0)
-        at = min(row, rows - 1)  # the row whose views the group takes (an idle group never reads them)
+        # the row whose views the group takes (an idle group never reads them), unsigned: its views skip numba's
+        # negative-index wrap-around, as the steps' indices do (``INDEX_BITS``)
+        at = np.uint64(min(row, rows - 1))
         tile = np.int64(group * u_items)
-        tiles = (chunk_steps + tile - 1) // tile  # the same for every group of a block: barriers match
+        # the same for every group of a block: barriers match
+        tiles = np.int64((np.uint64(chunk_steps) + np.uint64(tile - 1)) >> (bits + u_item_bits))
         s_r = cuda.shared.array(padded, dtype)
         s_v = cuda.shared.array(padded, dtype)
         s_n = cuda.shared.array(next_size, dtype)
@@ -322,7 +347,7 @@ def lean_kernel(io: str, s: LeanStructure):
             if steps > u_zero:
                 for k in range(items):
                     i = min(np.uint64(k) * group + lt, steps - u_one)
-                    t = start + np.int64(i)
+                    t = step(start, i)
                     slot = pad(base + i)
                     s_r[slot] = to_compute(load(rewards[at], t))
                     s_v[slot] = to_compute(load(values[at], t))
@@ -432,8 +457,9 @@ def lean_kernel(io: str, s: LeanStructure):
                     i = np.uint64(k) * group + lt
                     if i < steps:
                         slot = pad(base + i)
-                        store_once(advantages[at], start + np.int64(i), to_io(s_r[slot]))
-                        store_once(returns[at], start + np.int64(i), to_io(s_v[slot]))
+                        t = step(start, i)
+                        store_once(advantages[at], t, to_io(s_r[slot]))
+                        store_once(returns[at], t, to_io(s_v[slot]))
             else:
                 map_c, map_d = compose(tile_c, tile_d, map_c, map_d)
             cuda.syncthreads()

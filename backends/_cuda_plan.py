@@ -164,8 +164,9 @@ class LeanPlan:
     grid: tuple[int, int]
 
     def geometry(self) -> tuple[int, int, int, int, int]:
-        """The lean kernels' ``geometry`` argument: (rows, T, chunks per row, steps per chunk, groups per block)."""
-        return (self.rows, self.length, self.chunks, self.chunk_steps, self.groups)
+        """The lean kernels' ``geometry`` argument: (rows, T, chunks per row, steps per chunk, log2 of a group's
+        threads)."""
+        return (self.rows, self.length, self.chunks, self.chunk_steps, (self.threads // self.groups).bit_length() - 1)
 
 
 def lean_plan(rows: int, length: int, *, threads: int = LEAN_THREADS, items: int = LEAN_ITEMS,

@@ -117,6 +117,7 @@ def test_lean_work_items_cover_every_step_once(rows, length):
     assert covered == [1] * (rows * length)
     group = p.threads // p.groups
     assert group & (group - 1) == 0 and group * 8 >= min(length, p.threads * 8)
+    assert p.geometry() == (rows, length, p.chunks, p.chunk_steps, group.bit_length() - 1)  # the kernels shift by it
     assert p.chunks == 1 or p.chunk_steps % (p.threads * 8) == 0  # chunks of whole tiles
 
 

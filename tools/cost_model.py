@@ -228,8 +228,8 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
             continue
         loops = _numba_loops(io, kernel)
         if kernel.name.startswith("lean"):
-            _, _, _, chunk_steps, groups = dict(arguments)["geometry"]
-            group = threads // groups
+            _, _, _, chunk_steps, group_bits = dict(arguments)["geometry"]
+            group = 1 << group_bits
             walks = -(-chunk_steps // (group * _cuda_plan.lean_items(io)))
             per_thread = sass.per_thread(loops, walks, group.bit_length() - 1)
         else:
