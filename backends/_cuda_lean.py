@@ -172,7 +172,9 @@ def lean_kernel(io: str, s: LeanStructure):
     zero, one, dtype = c.zero, c.one, c.dtype
     scale0, times = products(io).scale0, products(io).times
     to_compute, to_io = conversions(io)
-    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel (a power of two)
+    items = lean_items(io)  # steps per thread in a tile: a compile-time constant of the kernel
+    if items & (items - 1):
+        raise ValueError(f"the lean kernels shift by log2 of their steps per thread: {items} is no power of two")
     final = s.phase == "final"
     chunked = s.chunked
     one_chunk = final and not chunked  # a row is one chunk (the plan's chunks is 1)
@@ -268,15 +270,15 @@ def lean_kernel(io: str, s: LeanStructure):
                maps, advantages, returns):
         rows, length, chunks, chunk_steps, group_bits = geometry
         # powers of two: the group's place and size by shifts and masks, not divisions
-        bits = np.uint64(group_bits)
+        group_shift = np.uint64(group_bits)
         tid = np.uint64(cuda.threadIdx.x)
-        group = u_one << bits
-        g = tid >> bits
+        group = u_one << group_shift
+        g = tid >> group_shift
         lt = tid & (group - u_one)  # this thread's place in its group
-        lead = g << bits  # the group's first thread
+        lead = g << group_shift  # the group's first thread
         base = lead * u_items + g  # the group's first shared slot (one more per group: the value after its tile)
         first = base + lt * u_items  # this thread's first shared slot
-        work = tile_id() * np.int64(u_threads >> bits) + np.int64(g)
+        work = tile_id() * np.int64(u_threads >> group_shift) + np.int64(g)
         if one_chunk:  # a row is one chunk: no division
             row, chunk = work, np.int64(0)
         else:
@@ -292,7 +294,7 @@ def lean_kernel(io: str, s: LeanStructure):
         at = np.uint64(min(row, rows - 1))
         tile = np.int64(group * u_items)
         # the same for every group of a block: barriers match
-        tiles = np.int64((np.uint64(chunk_steps) + np.uint64(tile - 1)) >> (bits + u_item_bits))
+        tiles = np.int64((np.uint64(chunk_steps) + np.uint64(tile - 1)) >> (group_shift + u_item_bits))
         s_r = cuda.shared.array(padded, dtype)
         s_v = cuda.shared.array(padded, dtype)
         s_n = cuda.shared.array(next_size, dtype)

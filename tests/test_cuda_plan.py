@@ -117,7 +117,10 @@ def test_lean_work_items_cover_every_step_once(rows, length):
     assert covered == [1] * (rows * length)
     group = p.threads // p.groups
     assert group & (group - 1) == 0 and group * 8 >= min(length, p.threads * 8)
-    assert p.geometry() == (rows, length, p.chunks, p.chunk_steps, group.bit_length() - 1)  # the kernels shift by it
+    # the kernels take a group's size and the block's groups by shifting by the geometry's last number
+    rows_, length_, chunks, chunk_steps, shift = p.geometry()
+    assert (rows_, length_, chunks, chunk_steps) == (rows, length, p.chunks, p.chunk_steps)
+    assert 1 << shift == group and p.threads >> shift == p.groups
     assert p.chunks == 1 or p.chunk_steps % (p.threads * 8) == 0  # chunks of whole tiles
 
 
