@@ -229,9 +229,8 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
         loops = _numba_loops(io, kernel)
         if kernel.name.startswith("lean"):
             _, _, _, chunk_steps, group_bits = dict(arguments)["geometry"]
-            group = 1 << group_bits
-            walks = -(-chunk_steps // (group * _cuda_plan.lean_items(io)))
-            per_thread = sass.per_thread(loops, walks, group.bit_length() - 1)
+            walks = -(-chunk_steps // ((1 << group_bits) * _cuda_plan.lean_items(io)))
+            per_thread = sass.per_thread(loops, walks, group_bits)
         else:
             per_thread = sass.per_thread(loops, 1, threads.bit_length() - 1)
         launches.append(Launch(kernel.name, streamed + per_tile, blocks * threads * per_thread))
