@@ -16,7 +16,11 @@ A masked step is skipped (the identity map; outputs 0, or with
 ``fill_masked`` the advantage passing through it and that plus its own V), and without
 ``next_values`` Vnext_t is V at the next real step: a value chain scanned
 before the advantage, each thread's leftmost real value composed "the first
-known, near before far", carried from tile to tile like the advantage.
+known, near before far", carried from tile to tile like the advantage. Its
+scan runs only in a tile where a thread holding steps of it holds no real
+one (a run of masked steps, padding): elsewhere each thread's own leftmost
+real value is already its composite, and the block knows it from a vote at
+the scan's first barrier (``syncthreads_or``).
 
 A run of steps acts on the advantage entering it from the right by the
 affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).
@@ -166,8 +170,12 @@ def signature(io: str, s: LeanStructure):
     )
 
 
-def lean_kernel(io: str, s: LeanStructure):
-    """A lean kernel (see the module docstring) for one io dtype, as ``_cuda_kernels.KernelSpec``."""
+def lean_kernel(io: str, s: LeanStructure, *, rare_paths: bool = True):
+    """A lean kernel (see the module docstring) for one io dtype, as ``_cuda_kernels.KernelSpec``.
+
+    ``rare_paths`` False compiles it without what only a tile with a thread whose steps are all masked runs (the
+    value chain's scan, ``group_scan``'s ``voted``): only the instruction counts do that (``tools.cost_model``), to
+    count the path of every other tile (of the benchmark's all-real masks, and of all but runs of masked steps)."""
     c = constants(io)
     zero, one, dtype = c.zero, c.one, c.dtype
     scale0, times = products(io).scale0, products(io).times
@@ -240,18 +248,27 @@ def lean_kernel(io: str, s: LeanStructure):
             return near_known, near_value
         return s_known[far], s_value[far]
 
-    def group_scan(combine):
+    def group_scan(combine, voted=False):
         """A Hillis-Steele scan of a group's per-thread pairs from the right (double-buffered in shared memory, a
         barrier per step; the simulator runs it), ``combine(near pair, the two buffers, far index)`` composing two;
-        it returns the buffer holding each thread's composite."""
+        it returns the buffer holding each thread's composite. ``voted``: its first barrier is a vote of the block
+        on ``needed``, and where no thread needs the scan it composes nothing (each pair is its thread's composite
+        already: the value chain's, where every thread holding steps of the tile holds a real one)."""
         @cuda.jit(device=True)
-        def scan(s_a, s_b, a, b, tid, lt, group):
+        def scan(s_a, s_b, a, b, tid, lt, group, needed):
             s_a[tid] = a
             s_b[tid] = b
-            cuda.syncthreads()
+            span = group
+            if not voted:
+                cuda.syncthreads()
+            elif not rare_paths:  # the instruction counts: a tile that needs no scan
+                cuda.syncthreads()
+                span = u_one
+            elif cuda.syncthreads_or(np.int32(1 if needed else 0)) == 0:
+                span = u_one
             buf = u_zero
             step = u_one
-            while step < group:
+            while step < span:
                 if lt + step < group:
                     partner = buf * u_threads + tid + step
                     a, b = combine(a, b, s_a, s_b, partner)
@@ -264,7 +281,7 @@ def lean_kernel(io: str, s: LeanStructure):
 
         return scan
 
-    scan_maps, scan_values = group_scan(compose_at), group_scan(first_known_at)
+    scan_maps, scan_values = group_scan(compose_at), group_scan(first_known_at, voted=True)
 
     def kernel(rewards, values, next_values, gamma, lam, terminated, truncated, mask, bootstrap, scalars, geometry,
                maps, advantages, returns):
@@ -385,7 +402,9 @@ def lean_kernel(io: str, s: LeanStructure):
                     j = np.uint64(items - 1 - i)
                     if lt * u_items + j < steps and (s_f[first + j] & MASKED) == 0:
                         known, value = one, s_v[pad(first + j)]
-                buf = scan_values(s_c, s_d, known, value, tid, lt, group)
+                # the nearest real value to the right of a thread's steps is the next thread's own leftmost one,
+                # unless that thread holds steps of the tile but no real one: only then does the block scan
+                buf = scan_values(s_c, s_d, known, value, tid, lt, group, known == zero and lt * u_items < steps)
                 if lt + u_one < group and s_c[buf * u_threads + tid + u_one] != zero:
                     vnext = s_d[buf * u_threads + tid + u_one]
                 elif open_chain:
@@ -438,7 +457,7 @@ def lean_kernel(io: str, s: LeanStructure):
                     s_k[slot] = coefficient
                 fc, fd = compose(coefficient, delta, fc, fd)
             # the group's maps composed from the right
-            buf = scan_maps(s_c, s_d, fc, fd, tid, lt, group)
+            buf = scan_maps(s_c, s_d, fc, fd, tid, lt, group, False)
             tile_c, tile_d = s_c[buf * u_threads + lead], s_d[buf * u_threads + lead]
             if final:
                 y = x

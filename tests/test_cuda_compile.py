@@ -235,6 +235,29 @@ def test_lean_kernels_issue_fewer_instructions_per_step(io, structure):
     assert lean <= general / 4, (lean, general)
 
 
+@pytest.mark.skipif(sass.cuobjdump() is None, reason="cuobjdump not found (Triton's wheel bundles one)")
+@pytest.mark.parametrize("phase", ["final", "maps"])
+def test_the_value_chain_scan_follows_a_vote_the_count_leaves_out(phase):
+    """A mask without next_values: the value chain's block scan starts at a vote of the block (``BAR.RED.OR``) and
+    runs its loop only where a thread holds no real step; ``rare_paths`` False (what the cost model counts)
+    compiles the kernel without that loop: one barrier loop fewer, fewer instructions a step, the same loads."""
+    from gae_xp.backends._cuda_lean import LeanStructure, lean_kernel
+    from gae_xp.backends._cuda_plan import LEAN_THREADS, lean_items
+
+    structure = LeanStructure(frozenset({"terminated", "mask"}), phase)
+    real, counted = (compile_kernel("float32", lean_kernel("float32", structure, rare_paths=rare), "sm_90")
+                     for rare in (True, False))
+    votes = [sum("BAR.RED.OR" in instruction for _, instruction in result["sass"]) for result in (real, counted)]
+    assert votes == [1, 0], votes
+    loops = [sass.loops(result["sass"]) for result in (real, counted)]
+    assert len(loops[1].scans) == len(loops[0].scans) - 1, loops
+    steps = [sass.per_step(result["sass"], lean_items("float32"), LEAN_THREADS.bit_length() - 1)
+             for result in (real, counted)]
+    assert steps[1] < steps[0], steps
+    loads = [sum("LDG" in instruction for _, instruction in result["sass"]) for result in (real, counted)]
+    assert loads[0] == loads[1], loads
+
+
 #: The per-step arrays a tile kernel's name may list: each is streamed in with ITEMS striped loads per thread.
 STREAMED = {"values", "next_values", "gamma", "lam", "critic_lam", "log_rhos", "terminated", "truncated", "mask",
             "grad_advantages", "grad_returns", "coefficient"}

@@ -129,6 +129,27 @@ def test_whole_chunks_masked(masked, next_values):
     check(case, fill_masked=True)
 
 
+@pytest.mark.parametrize("fill_masked", [False, True])
+@pytest.mark.parametrize("shape", [(6, 2), (5, 3), (4, 8), (4, 21), (1, 37), (2, 17)], ids=str)
+def test_the_value_chain_scans_only_where_a_thread_holds_no_real_step(shape, fill_masked):
+    """The value chain's block scan runs only in a tile where a thread holding steps of it holds no real one (the
+    block votes): masks real everywhere (no scan); single masked steps, at a row's first and last step and inside
+    (no scan: each thread keeps a real step); a run of masked steps over one row's last tile but its last step,
+    and over the middle of a row (threads with no real step: the block scans, its other rows all real)."""
+    rows, length = shape
+    rng = np.random.default_rng(rows * 100 + length)
+    case = make_case(rng, shape, dones=0.1, bootstrap=True)
+    case["mask"] = np.ones(shape, dtype=bool)
+    check(case, fill_masked=fill_masked)
+    tile = _cuda_plan.LEAN_THREADS * _cuda_plan.LEAN_ITEMS
+    for row, masked in [(0, slice(0, 1)), (0, slice(length - 1, length)), (rows // 2, slice(length // 2, None, 3)),
+                        (rows - 1, slice(max(length - tile, 0), length - 1)),
+                        (rows // 2, slice(length // 3, length // 3 + 2 * _cuda_plan.LEAN_ITEMS + 1))]:
+        case["mask"] = np.ones(shape, dtype=bool)
+        case["mask"][row, masked] = False
+        check(case, fill_masked=fill_masked)
+
+
 @pytest.mark.parametrize("shape", [(4, 21), (1, 37)], ids=str)
 def test_masked_steps_hold_nan_and_inf_unread(shape):
     case = make_case(np.random.default_rng(6), shape, holes=0.3, dones=0.1, bootstrap=True)
@@ -197,7 +218,7 @@ def test_a_zero_coefficient_cuts_and_an_underflow_does_not():
 
 @given(rows=st.integers(1, 5), length=st.integers(1, 40), dones=st.sampled_from([0.0, 0.2]),
        next_values=st.booleans(), per_step=st.booleans(), bootstrap=st.booleans(),
-       holes=st.sampled_from([0.0, 0.3, 0.9]), fill_masked=st.booleans(), seed=st.integers(0, 2**16),
+       holes=st.sampled_from([0.0, 0.05, 0.3, 0.9]), fill_masked=st.booleans(), seed=st.integers(0, 2**16),
        dtype=st.sampled_from(["float32", "float64"]))
 def test_property_against_the_float64_loop(rows, length, dones, next_values, per_step, bootstrap, holes, fill_masked,
                                            seed, dtype):

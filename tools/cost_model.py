@@ -28,7 +28,9 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
   ``_triton_parts.solve_block``) or a masked step (the value chain's scan)
   runs, or only a chunk's last blocks in the chunks' maps (``_reach``)
   (``RARE_PATHS`` False), as on the benchmark's finite numbers and all-real
-  mask.
+  mask; likewise the lean numba-CUDA kernels without the value chain's scan,
+  which only a tile holding a masked step runs (``lean_kernel``'s
+  ``rare_paths``).
 * **Calibration**: ``bandwidth`` and ``latency`` by linear least squares on the
   measured copies (time = bytes / bandwidth + latency); the ``issue rate`` by
   least squares on the logarithm of the time (relative residuals) over the
@@ -202,7 +204,7 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
     from types import SimpleNamespace
     from unittest import mock
 
-    from gae_xp.backends import _cuda_plan, numba_cuda
+    from gae_xp.backends import _cuda_lean, _cuda_plan, numba_cuda
     from tools import sass, traffic
 
     problem = _torch_problem(shape, case, io)
@@ -215,8 +217,10 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
         stand_in = SimpleNamespace(**{name: getattr(problem, name, None) for name in fields},
                                    offsets=SimpleNamespace(shape=(2,)))
         moved = numba_cuda.traffic(stand_in)
-    else:
-        recorded = traffic.recorded_launches(problem)
+    else:  # the lean kernels counted on the path of a tile of real steps (``lean_kernel``'s ``rare_paths``)
+        counted = functools.partial(_cuda_lean.lean_kernel, rare_paths=False)
+        with mock.patch.object(_cuda_lean, "lean_kernel", counted):
+            recorded = traffic.recorded_launches(problem)
         moved = numba_cuda.traffic(problem)
     if [kernel.name.split("[")[0].split("_")[-1] for kernel, *_ in recorded] != list(moved):
         raise RuntimeError(f"the launches {[k.name for k, *_ in recorded]} are not the traffic model's {list(moved)}")
