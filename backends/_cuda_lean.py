@@ -18,9 +18,11 @@ A masked step is skipped (the identity map; outputs 0, or with
 before the advantage, each thread's leftmost real value composed "the first
 known, near before far", carried from tile to tile like the advantage. Its
 scan runs only in a tile where a thread holding steps of it holds no real
-one (a run of masked steps, padding): elsewhere each thread's own leftmost
+one (a run of masked steps as long as a thread's steps, or a partial tile's
+last thread holding only masked steps): elsewhere each thread's own leftmost
 real value is already its composite, and the block knows it from a vote at
-the scan's first barrier (``syncthreads_or``).
+the scan's first barrier (``syncthreads_or``). The vote is the block's: with
+short rows (several a block), one row's run makes every group scan.
 
 A run of steps acts on the advantage entering it from the right by the
 affine map ``x -> d + c x``: the state is two numbers (coefficient, delta).

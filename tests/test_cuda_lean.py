@@ -133,9 +133,11 @@ def test_whole_chunks_masked(masked, next_values):
 @pytest.mark.parametrize("shape", [(6, 2), (5, 3), (4, 8), (4, 21), (1, 37), (2, 17)], ids=str)
 def test_the_value_chain_scans_only_where_a_thread_holds_no_real_step(shape, fill_masked):
     """The value chain's block scan runs only in a tile where a thread holding steps of it holds no real one (the
-    block votes): masks real everywhere (no scan); single masked steps, at a row's first and last step and inside
-    (no scan: each thread keeps a real step); a run of masked steps over one row's last tile but its last step,
-    and over the middle of a row (threads with no real step: the block scans, its other rows all real)."""
+    block votes): masks real everywhere (no tile scans); a masked first step, and every third step from the middle
+    (no scan but where a partial tile's or chunk's last thread holds that step alone); a masked last step (a scan
+    where a partial tile's last thread holds it alone); a run of masked steps over one row's last tile but its
+    last step, and over the middle of a row (threads with no real step: the block scans, its other rows all
+    real)."""
     rows, length = shape
     rng = np.random.default_rng(rows * 100 + length)
     case = make_case(rng, shape, dones=0.1, bootstrap=True)

@@ -29,8 +29,8 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
   runs, or only a chunk's last blocks in the chunks' maps (``_reach``)
   (``RARE_PATHS`` False), as on the benchmark's finite numbers and all-real
   mask; likewise the lean numba-CUDA kernels without the value chain's scan,
-  which only a tile holding a masked step runs (``lean_kernel``'s
-  ``rare_paths``).
+  which only a tile where a thread holding steps of it holds no real one
+  runs (``lean_kernel``'s ``rare_paths``).
 * **Calibration**: ``bandwidth`` and ``latency`` by linear least squares on the
   measured copies (time = bytes / bandwidth + latency); the ``issue rate`` by
   least squares on the logarithm of the time (relative residuals) over the
