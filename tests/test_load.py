@@ -8,6 +8,7 @@ import pytest
 from gae_xp.bench import load, small_calls
 
 
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # a worker's pipe left open
 def test_load_prints_every_setting_and_stops_its_processes(capsys):
     argv = ["--targets", "numpy/xp", "--cases", "constant,dones+mask", "--B", "2", "--T", "64", "--repeat", "2",
             "--sample-ms", "1", "--busy", "1"]

@@ -180,9 +180,9 @@ class Worker:
         return json.loads(line)
 
     def close(self):
-        if self.process.poll() is None:
-            self.process.stdin.close()
-            self.process.wait()
+        """Both pipes closed (the worker exits at the end of its input) and the worker waited for."""
+        with self.process:  # Popen's exit closes stdout, then stdin, and waits
+            pass
 
 
 def _niced(nice: int):
