@@ -35,23 +35,27 @@ no packed sequences, no carry, not traced (``torch_is_recorded``), batch axes th
 and no tensor kept negated lazily; other calls keep ``gae_xp._plans``' plans.
 
 Launching (``launch_mode``; ``GAE_XP_TRITON_LAUNCH`` when this module is
-imported): ``"binder"`` (the default) launches through Triton's own
-launcher, ``kernel[grid](...)``, whose argument binder specialises every
-argument again on every call. ``"direct"`` keeps, per plan, the compiled
-kernel that the binder returned on its first launch, and calls its ``run``
-with the grid, the stream, the function handle, the packed metadata and the
-same arguments (the constexprs included), as ``JITFunction.run`` does after
-its binder in Triton 3.6 to 3.9. A plan's first direct launch is checked
-against a launch through the binder into outputs of its own (equal bit for
-bit, NaN where NaN; one host synchronisation per plan). Where that check
-fails or a direct launch raises (every later call then takes the binder; the kernels are not
-kept, so that a direct mode chosen again checks them again),
-where Triton's launch hooks are set (a profiler), where no compiled kernel
-comes back (the interpreter), or where a caller's pointer is not 16-byte
-aligned as it was when the kernel was taken (Triton specialises on that),
-the binder serves, and a ``DirectLaunchWarning`` says why, once per cause.
-A plan whose first direct launch would fall in a CUDA-graph capture takes
-the binder until an eager call takes and checks its kernels.
+imported): ``"direct"`` (the default) keeps, per plan, the compiled kernel
+that Triton's launcher returned on the plan's first launch, and calls its
+``run`` with the grid, the stream, the function handle, the packed metadata
+and the same arguments (the constexprs included), as ``JITFunction.run``
+does after its binder in Triton 3.6 to 3.9; ``"binder"`` launches every call
+through Triton's own launcher, ``kernel[grid](...)``, whose argument binder
+specialises every argument again on every call (on an H100, 108.7 against
+27.6 us of host time per call at 38400x128: ``tests/gpu/profile_host.py``).
+Each compiled kernel is checked once per process, on the first plan that
+takes it: the same call launched directly into outputs of its own equals the
+binder's launch bit for bit, NaN where NaN (one host synchronisation; a
+later plan of the same kernel, another B or T, takes it unchecked). Where
+that check fails or a direct launch raises, every later call takes the
+binder and a ``DirectLaunchWarning`` says why (the kernels are not kept, so
+that a direct mode chosen again checks them again). The binder also serves,
+silently, where Triton's launch hooks are set (a profiler), where no compiled
+kernel comes back (the interpreter), where a caller's pointer is not 16-byte
+aligned as it was when the kernel was taken (Triton specialises on that), and
+a plan's first launch inside a CUDA-graph capture or under torch's sync debug
+mode while its kernel is unchecked (the check synchronises): an eager call
+takes and checks the kernels later.
 """
 
 from __future__ import annotations
@@ -89,18 +93,21 @@ _CONSTEXPRS = tuple(name for name, parameter in inspect.signature(_triton_gae.ga
 
 
 class DirectLaunchWarning(RuntimeWarning):
-    """A direct launch (``GAE_XP_TRITON_LAUNCH=direct``) could not serve, or its check failed: Triton's binder
-    launches instead, with the same results."""
+    """A direct launch raised, or its check against Triton's binder failed: the binder launches every later call
+    instead, with the same results."""
 
 
 def _mode_from_environment() -> str:
-    mode = os.environ.get(LAUNCH_VARIABLE, "").strip().lower() or "binder"
+    mode = os.environ.get(LAUNCH_VARIABLE, "").strip().lower() or "direct"
     if mode not in LAUNCH_MODES:
         raise ValueError(f"{LAUNCH_VARIABLE} must be one of {', '.join(LAUNCH_MODES)}, got {mode!r}")
     return mode
 
 
 _STATE = {"mode": _mode_from_environment(), "refused": None}
+#: The compiled kernels whose direct launch was checked against the binder's in this process, by identity (Triton
+#: keeps a compiled kernel for the process: the same object comes back for every plan of its specialisation).
+_CHECKED: dict[int, object] = {}
 _WARNED: set[str] = set()
 _LOCK = threading.Lock()
 
@@ -250,17 +257,12 @@ class TritonPlan:
         this call cannot (see the module)."""
         runtime = triton.knobs.runtime
         if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
-            _say("Triton's launch hooks are set (a profiler): the binder calls them")
-            return False
+            return False  # a profiler's hooks: the binder calls them
         alignment = _alignment(arguments)
         if self.compiled is None:
-            if self.device_index is not None and torch.cuda.is_current_stream_capturing():
-                return False  # the check synchronises, which a capture forbids: taken on an eager call
             return self._take_compiled(arguments, alignment)
         if alignment != self.alignment:
-            _say("a caller's tensor is not 16-byte aligned as when the compiled kernel was taken (Triton specialises "
-                 "on that): the binder picks the kernel")
-            return False
+            return False  # Triton specialises pointers on 16-byte alignment: the binder picks the kernel
         try:
             self.run_compiled(arguments)
         except Exception as error:  # noqa: BLE001 - any failure: the binder launches the call again, said once
@@ -269,17 +271,24 @@ class TritonPlan:
         return True
 
     def _take_compiled(self, arguments: tuple, alignment: tuple) -> bool:
-        """The plan's first direct launch: the binder launches ``arguments`` and returns the compiled kernels, which
-        then launch the same call into outputs of their own; kept when both give the same results."""
+        """The plan's first launch: the binder launches ``arguments`` and returns the compiled kernels, kept for
+        the plan's later calls; a kernel not yet checked in this process first launches the same call into
+        outputs of its own, which must equal the binder's. Inside a CUDA-graph capture or under torch's sync debug
+        mode, an unchecked kernel is not kept (the check synchronises): a later eager call takes it."""
         launcher = _triton_launch.gae_kernel[self.grid]
         compiled = [launcher(*arguments, **keywords) for keywords in self.keywords]
         if not all(hasattr(kernel, "run") and hasattr(kernel, "packed_metadata") for kernel in compiled):
-            _say("Triton's launcher returned no compiled kernel (the interpreter): the binder launches")
-            return True
+            return True  # the interpreter returns no compiled kernel: the binder launched, and launches
         self.compiled = [(kernel.run, kernel.function, kernel.packed_metadata,
                           tuple(mode if name == "MODE" else self.options[name] for name in _CONSTEXPRS))
                          for mode, kernel in zip(self.modes, compiled)]
         self.alignment = alignment
+        if all(id(kernel) in _CHECKED for kernel in compiled):
+            return True
+        if self.device_index is not None and (torch.cuda.is_current_stream_capturing()
+                                              or torch.cuda.get_sync_debug_mode() != 0):
+            self.compiled = self.alignment = None
+            return True
         mine = list(arguments)
         for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
             mine[slot] = torch.empty_like(arguments[slot])
@@ -293,6 +302,8 @@ class TritonPlan:
         if not same:
             self.compiled = self.alignment = None
             _refuse("a direct launch gave other results than the binder's launch of the same arguments")
+            return True
+        _CHECKED.update((id(kernel), kernel) for kernel in compiled)
         return True
 
     def run_compiled(self, arguments: tuple) -> None:
@@ -325,15 +336,11 @@ def _same(a, b) -> bool:
 
 
 def _refuse(cause: str) -> None:
-    """Stop direct launches for the process, and say why."""
+    """Stop direct launches for the process, and say why (once per cause)."""
     _STATE["refused"] = cause
-    _say(cause)
-
-
-def _say(cause: str) -> None:
     with _LOCK:
         if cause in _WARNED:
             return
         _WARNED.add(cause)
-    warnings.warn(f"gae_xp: {LAUNCH_VARIABLE}=direct: {cause}; Triton's binder launches instead (the same results)",
-                  DirectLaunchWarning, stacklevel=2)
+    warnings.warn(f"gae_xp: the Triton route's direct launch: {cause}; Triton's binder launches every later call "
+                  "instead (the same results)", DirectLaunchWarning, stacklevel=3)

@@ -40,7 +40,8 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "asv", "_ext"]  # docs/asv/ is asv's published site, copied as it is
+# docs/asv/ is asv's published site, copied as it is; docs/gpu_runs/ holds the GPU check's raw files
+exclude_patterns = ["_build", "asv", "_ext", "gpu_runs"]
 
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath"]

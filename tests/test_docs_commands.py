@@ -124,6 +124,8 @@ COMMANDS: dict[str, Run] = {
                                                    "tests/test_cost_model.py regenerates them and checks they match"),
     "python -m tools.cost_model": its_help("python -m tools.cost_model", "tests/test_cost_model.py fits the model "
                                            "and checks the page (it needs triton and the CUDA toolkit wheels)"),
+    "python tests/gpu/report_check.py summary docs/gpu_runs/2026-12-06-h100":
+        as_written("python tests/gpu/report_check.py summary docs/gpu_runs/2026-12-06-h100"),
     "python tests/gpu/report_check.py docs $OUT --write docs/gpu.md":
         its_help("python tests/gpu/report_check.py", "reads a GPU check's outputs ($OUT): tests/test_gpu_check.py "
                  "runs it on a dry run's"),

@@ -108,11 +108,12 @@ def test_the_declared_budgets_add_up_to_at_most_eight_minutes():
 
 
 def test_the_gpu_test_files_run_in_an_order_that_reaches_every_file():
-    line = next(line for line in CHECK.read_text().splitlines() if line.startswith("FILES=("))
+    text = CHECK.read_text()
+    line = text[text.index("\nFILES=(") + 1:].split(")", 1)[0]  # the array may continue on a second line
     files = re.findall(r"'?([\w*.]+)=(\d+)'?", line)
     names = [name for name, _ in files]
     assert names[0] == "test_routes.py"  # both routes, every structure, first
-    assert names[1:3] == ["test_sync_and_graphs.py", "test_devices_and_streams.py"]  # never reached on the H200
+    assert names[1:3] == ["test_triton_cuda.py", "test_triton_op_cuda.py"]  # never reached on a GPU yet
     assert names[-1] == "test_cuda.py"  # the longest last: the others run whatever it leaves
     assert all(any(fnmatch.fnmatch(path.name, name) for name in names) for path in GPU_DIR.glob("*.py")
                if path.name.startswith("test_"))
@@ -142,16 +143,16 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     assert "DRY RUN" in check and "Stub GPU" in check and "numpy " in check
     # the parts' own outputs
     assert [m.group(1) for m in re.finditer(r'testsuite name="(\w+)"', (out / "gpu-tests.xml").read_text())][:3] == \
-        ["test_routes", "test_sync_and_graphs", "test_devices_and_streams"]
+        ["test_routes", "test_triton_cuda", "test_triton_op_cuda"]
     sanitizer = (out / "sanitizer.txt").read_text()
     assert "== memcheck: exit 0" in sanitizer and "== racecheck: exit 0" in sanitizer
     assert sanitizer.count("0 failed call(s)") == 2 and "FAILED" not in sanitizer
     memcheck, racecheck = sanitizer.split("== racecheck\n")
     assert memcheck.split("== memcheck\n")[1].startswith("ok triton ") and racecheck.startswith("ok numba-cuda ")
     profile = (out / "host-profile.txt").read_text()
-    assert len(re.findall(r"^== (triton|triton-direct|numba-cuda) at ", profile, re.M)) == 3
+    assert len(re.findall(r"^== (triton|triton-direct|numba-cuda|cupy-auto) at ", profile, re.M)) == 4
     assert "== triton-direct at 4x16 (dry run: the generic path on NumPy): 20 calls" in profile
-    assert profile.count("-- top 15 by tottime") == profile.count("-- top 15 by cumtime") == 3
+    assert profile.count("-- top 15 by tottime") == profile.count("-- top 15 by cumtime") == 4
     bench = json.loads((out / "bench_gpu.json").read_text())
     assert bench["dry_run"] and bench["rows"] and bench["new_t"]
     measured = {row["path"] for row in bench["rows"] if not row["failed"]}
@@ -324,14 +325,25 @@ def test_the_docs_section_says_nothing_is_measured_until_a_run_fills_it(report, 
     report.write_section(document, report.section(out))
     text = document.read_text()
     assert text.count(report.BEGIN) == 1 and text.startswith("# GPU\n\ntext\n") and text.rstrip().endswith("## After")
-    assert "### The last run" in text and "DRY RUN" in text and "| bench | 180 |" in text
+    assert "### The last run" in text and "DRY RUN" in text and "| bench | 160 |" in text
     assert "- Triton route, device time over the copy at 16x524288: NOT MEASURED" in text
     assert "ERROR SUMMARY: 0 errors" in text and "numpy " in text
 
 
+def test_the_readme_holds_the_summary_of_the_run_it_names(report):
+    """README.md's GPU table is ``report_check.py summary`` of the run its marker names, as the script prints it."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    marker = re.search(r"<!-- gpu:summary \(python tests/gpu/report_check.py summary (\S+)\) -->\n(.*?)\n"
+                       r"<!-- gpu:summary end -->", readme, re.S)
+    assert marker, "README.md has no gpu:summary markers"
+    assert marker.group(2) == report.summary(Path(__file__).parent.parent / marker.group(1))
+
+
 def test_docs_gpu_md_holds_the_section_as_the_script_writes_it(report):
-    document = Path(__file__).parent.parent / "docs" / "gpu.md"
-    assert report.section(None) in document.read_text()
+    """docs/gpu.md's section is the script's, written from the newest run kept in docs/gpu_runs (its raw files)."""
+    docs = Path(__file__).parent.parent / "docs"
+    runs = sorted(path for path in (docs / "gpu_runs").iterdir() if (path / "check.md").is_file())
+    assert report.section(runs[-1] if runs else None) in (docs / "gpu.md").read_text()
 
 
 # ------------------------------------------------------------------------------------ the sanitizer's calls (sim)
@@ -368,7 +380,7 @@ def test_gpu_test_files_past_the_parts_budget_are_listed_as_not_finished(tmp_pat
     out = tmp_path / "out"
     assert part_rows(out)["tests"] == (8, 124, "stopped at its budget")
     suites = re.findall(r'<testsuite name="(\w+)" tests="0" incomplete="1"', (out / "gpu-tests.xml").read_text())
-    assert suites[:3] == ["test_routes", "test_sync_and_graphs", "test_devices_and_streams"]
+    assert suites[:3] == ["test_routes", "test_triton_cuda", "test_triton_op_cuda"]
     assert suites[-1] == "test_cuda"
     with tarfile.open(out / "logs.tar") as archive:
         log = archive.extractfile("tests.log").read().decode()
@@ -394,3 +406,24 @@ def test_the_sanitizers_torch_calls_run_on_torch_cpu_tensors():
     assert sum(line.startswith("backward (terminated, mask): max rel. error") for line in lines) == 2
     assert {line.split()[3] for line in lines if line.startswith("ok ")} == {"float32", "float64", "float16",
                                                                               "bfloat16"}
+
+
+def test_the_sanitizers_backward_takes_the_routes_own_adjoint():
+    """The backward line of a route with backward kernels comes from the route's own ``gae_backward`` (here the
+    Triton route's, under Triton's interpreter on CPU tensors) against autograd in float64: a forced route refuses
+    tensors that require grad, which broke the line on the first H100 run."""
+    import importlib.util
+
+    import numpy as np
+    from tritoninterp import require_interpreter
+
+    import gae_xp
+
+    require_interpreter()
+    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
+    calls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calls)
+    library = calls.Library(dry_run=False, device="cpu")
+    given = library.convert(calls.inputs(np.random.default_rng(3), calls.SHORT), "float32")
+    lines = calls.backward(gae_xp, library, given, "triton")
+    assert len(lines) == 1 and lines[0].startswith("backward (terminated, mask): max rel. error"), lines

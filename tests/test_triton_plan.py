@@ -9,6 +9,8 @@ its own); ``tests/test_triton.py`` has the kernels' own tests.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -346,17 +348,23 @@ def compiled_kernels(monkeypatch):
     """The kernel's launcher returns a compiled kernel (as Triton's does on a GPU) whose run is the interpreter's."""
     kernel = _triton_launch.gae_kernel
 
+    kept = {}
+
     class Binder:
         def __getitem__(self, grid):
             def launch(*args, num_warps, num_stages, **constexprs):
                 kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **constexprs)
-                return Compiled(kernel, {"num_warps": num_warps, "num_stages": num_stages})
+                options = {"num_warps": num_warps, "num_stages": num_stages}
+                # one compiled kernel per specialisation, kept for the process, as Triton's launcher keeps them
+                key = (tuple(sorted(constexprs.items())), num_warps, num_stages, _triton_plan._alignment(args))
+                return kept.setdefault(key, Compiled(kernel, options))
             return launch
 
     monkeypatch.setattr(_triton_launch, "gae_kernel", Binder())
     monkeypatch.setattr(Compiled, "runs", 0)
     monkeypatch.setattr(Compiled, "wrong", False)
     monkeypatch.setattr(_triton_plan, "_WARNED", set())
+    monkeypatch.setattr(_triton_plan, "_CHECKED", {})
     return Compiled
 
 
@@ -404,9 +412,25 @@ def test_kernels_that_failed_their_check_are_not_kept_for_a_later_direct_mode(co
     assert "other results" in _triton_plan.direct_refused()
 
 
+def test_a_compiled_kernel_is_checked_once_per_process(compiled_kernels, small_blocks):
+    """A second plan of the same kernel (another B, the same specialisation) launches it directly without a check
+    of its own: its first call runs the binder and the kernel once, not the kernel twice."""
+    _triton_plan.launch_mode("direct")
+    first, second = case(1, (9, 30), "dones", torch.float32), case(2, (11, 30), "dones", torch.float32)
+    for call in (first, second):
+        solve(call)  # the full path, which makes the shape's plan
+    assert compiled_kernels.runs == 0
+    assert_loop(first, solve(first), torch.float32)
+    assert compiled_kernels.runs == 1  # the plan's first call: the binder's launch, and the kernel's check
+    assert_loop(second, solve(second), torch.float32)
+    assert compiled_kernels.runs == 1  # the binder's launch, the kernel taken without a check
+    assert_loop(second, solve(second), torch.float32)
+    assert compiled_kernels.runs == 2 and _triton_plan.direct_refused() is None
+
+
 def test_a_misaligned_pointer_is_launched_by_the_binder(compiled_kernels):
     """Triton specialises pointers on 16-byte alignment: a call whose rewards start 8 bytes in is not launched on
-    the kernel taken for aligned ones."""
+    the kernel taken for aligned ones (silently: the binder picks the kernel)."""
     _triton_plan.launch_mode("direct")
     storage = torch.randn(2 * 20 + 1, dtype=torch.float64)
     aligned = {"rewards": storage[:40].view(2, 20), "values": torch.randn(2, 20, dtype=torch.float64)}
@@ -414,25 +438,30 @@ def test_a_misaligned_pointer_is_launched_by_the_binder(compiled_kernels):
     solve(aligned)
     solve(aligned)
     runs = compiled_kernels.runs
-    with pytest.warns(_triton_plan.DirectLaunchWarning, match="not 16-byte aligned"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert_loop(shifted, solve(shifted), torch.float64)
     assert compiled_kernels.runs == runs and _triton_plan.direct_refused() is None
 
 
-def test_without_a_compiled_kernel_the_binder_launches_and_says_so(monkeypatch):
-    """Triton's interpreter returns no compiled kernel: the direct mode steps aside."""
+def test_without_a_compiled_kernel_the_binder_launches_silently(monkeypatch):
+    """Triton's interpreter returns no compiled kernel: the direct mode (the default) steps aside without a word."""
     monkeypatch.setattr(_triton_plan, "_WARNED", set())
     _triton_plan.launch_mode("direct")
     given = case(2, (2, 12), "plain", torch.float32)
-    solve(given)
-    with pytest.warns(_triton_plan.DirectLaunchWarning, match="no compiled kernel"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        solve(given)
         assert_loop(given, solve(given), torch.float32)
+    assert _triton_plan.direct_refused() is None
 
 
 def test_the_launch_mode_is_checked(monkeypatch):
     monkeypatch.setenv(_triton_plan.LAUNCH_VARIABLE, "Direct ")
     assert _triton_plan._mode_from_environment() == "direct"
     monkeypatch.setenv(_triton_plan.LAUNCH_VARIABLE, "")
+    assert _triton_plan._mode_from_environment() == "direct"
+    monkeypatch.setenv(_triton_plan.LAUNCH_VARIABLE, "binder")
     assert _triton_plan._mode_from_environment() == "binder"
     monkeypatch.setenv(_triton_plan.LAUNCH_VARIABLE, "fast")
     with pytest.raises(ValueError, match="GAE_XP_TRITON_LAUNCH must be one of binder, direct, got 'fast'"):

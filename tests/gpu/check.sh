@@ -21,7 +21,9 @@
 # GAE_XP_CHECK_DRY_RUN=1 runs every part on the CPU with tiny stand-in work and the checkout's own environment
 # (no install): tests/test_gpu_check.py checks the script that way. PYTHON, NVIDIA_SMI and COMPUTE_SANITIZER name
 # the programs used; GAE_XP_BUDGET_<PART> (e.g. GAE_XP_BUDGET_BENCH=60) shortens a part's budget; GAE_XP_COMMIT
-# names the commit measured where the copy has no .git (`GAE_XP_COMMIT=$(git rev-parse --short HEAD)` here).
+# names the commit measured where the copy has no .git (`GAE_XP_COMMIT=$(git rev-parse --short HEAD)` here);
+# GAE_XP_CHECK_FILES replaces FILES (the same "pattern=cap" words), for a rerun that picks the files a first run
+# did not reach.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 here=$repo/tests/gpu
@@ -37,12 +39,15 @@ export TRITON_INTERPRET=0
 
 # Seconds per part, install included; with GRACE (the seconds a part stopped at its budget has to exit before it
 # is killed) after each, they fit in the 8 minutes (480 s) the check may take.
-BUDGETS=(install=30 tests=115 sanitizer=76 profile=40 bench=180 verdicts=10)
+# The first H100 run (docs/gpu_runs/2026-12-06-h100) spent its tests' 115 s compiling on a fresh machine, before
+# 4 of the 6 files ran, and its profile and benchmark 9 and 119 of their 40 and 180: the tests take from them.
+BUDGETS=(install=30 tests=150 sanitizer=66 profile=25 bench=160 verdicts=10)
 GRACE=2
 # The GPU test files, in the order they run: both routes' every structure, sync-free calls, graphs and streams
-# (test_routes.py), the two files the first H200 run never reached, then any other file (a Triton route's own,
-# say), the long test_cuda.py last; each gets at most its cap out of what is left.
-FILES=(test_routes.py=40 test_sync_and_graphs.py=40 test_devices_and_streams.py=15 'test_*.py=30' test_cuda.py=115)
+# (test_routes.py), the Triton route's own two that no run has reached yet, sync and graphs, devices and streams,
+# then any other file, the long test_cuda.py last; each gets at most its cap out of what is left.
+FILES=(test_routes.py=45 test_triton_cuda.py=30 test_triton_op_cuda.py=25 test_sync_and_graphs.py=25
+       test_devices_and_streams.py=10 'test_*.py=30' test_cuda.py=115)
 
 budget_of() {  # the budget of part $1: GAE_XP_BUDGET_<PART> if set, else BUDGETS'
   local entry override
@@ -186,7 +191,7 @@ verdicts() {
   "$python" "$here/report_check.py" verdicts "$out"
 }
 
-FILES_LIST="${FILES[*]}"
+FILES_LIST="${GAE_XP_CHECK_FILES:-${FILES[*]}}"
 export repo here site out python dry_run logs FILES_LIST GRACE
 export -f install run_tests sanitize profile bench verdicts
 [[ $dry_run == 1 ]] || export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"

@@ -1,10 +1,12 @@
 """Where the host's microseconds go: cProfile of 2,000 eager ``gae()`` calls per route and shape.
 
 For each route (``backend="triton"`` launched through Triton's binder,
-the same with ``GAE_XP_TRITON_LAUNCH=direct``'s launch, ``backend="numba-cuda"``)
-and shape (38400x128, 4096x32), on torch CUDA float32 tensors (constant
-case): 20 calls to warm up, 2,000 calls timed without the profiler (host time
-per call: the device is left to queue), then 2,000 under cProfile, and the
+the same with the direct launch (the default), ``backend="numba-cuda"``, and
+``backend="auto"`` on CuPy arrays in a process that imported torch, the
+Triton route's CuPy bridge) and shape (38400x128, 4096x32), on CUDA float32
+arrays (torch tensors but for the CuPy route; constant case): 20 calls to
+warm up, 2,000 calls timed without the profiler (host time per call: the
+device is left to queue), then 2,000 under cProfile, and the
 top 15 functions by own time (tottime) and by cumulative time. The direct
 launch (``gae_xp.backends._triton_plan``) is first checked: its call's
 results must equal the binder's on the same inputs (bit for bit), and its
@@ -28,15 +30,16 @@ import time
 import warnings
 from pathlib import Path
 
-ROUTES = ("triton", "triton-direct", "numba-cuda")
-#: route -> (the backend named, the Triton launch mode; None: not the Triton route)
-BACKENDS = {"triton": ("triton", "binder"), "triton-direct": ("triton", "direct"), "numba-cuda": ("numba-cuda", None)}
+ROUTES = ("triton", "triton-direct", "numba-cuda", "cupy-auto")
+#: route -> (the backend named, the Triton launch mode; None: left as it is)
+BACKENDS = {"triton": ("triton", "binder"), "triton-direct": ("triton", "direct"), "numba-cuda": ("numba-cuda", None),
+            "cupy-auto": ("auto", None)}
 SHAPES = [(38400, 128), (4096, 32)]
 CALLS, WARMUP, TOP = 2000, 20, 15
 DRY_RUN_SHAPES, DRY_RUN_CALLS = [(4, 16)], 20
 
 
-def arrays(shape, dry_run: bool):
+def arrays(shape, dry_run: bool, route: str):
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -45,6 +48,10 @@ def arrays(shape, dry_run: bool):
         return r, v
     import torch
 
+    if route.startswith("cupy"):
+        import cupy
+
+        return cupy.asarray(r), cupy.asarray(v)
     return torch.as_tensor(r, device="cuda"), torch.as_tensor(v, device="cuda")
 
 
@@ -52,14 +59,14 @@ def synchronize(dry_run: bool):
     if not dry_run:
         import torch
 
-        torch.cuda.synchronize()
+        torch.cuda.synchronize()  # the device: every stream, CuPy's too
 
 
 def profile(route: str, shape, calls: int, dry_run: bool) -> str:
     """The report of one route at one shape: host us per call, then the two top-15 tables."""
     import gae_xp
 
-    rewards, values = arrays(shape, dry_run)
+    rewards, values = arrays(shape, dry_run, route)
     backend, launch = BACKENDS[route]
     stand_in = "xp" if dry_run else backend
 
@@ -145,7 +152,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true")
     options = parser.parse_args(argv)
     out = Path(options.out)
-    out.write_text("# Host profile: cProfile of eager gae() calls, torch CUDA float32, constant case\n\n")
+    out.write_text("# Host profile: cProfile of eager gae() calls, CUDA float32, constant case\n\n")
     failed = 0
     for route in options.routes.split(","):
         for shape in DRY_RUN_SHAPES if options.dry_run else SHAPES:

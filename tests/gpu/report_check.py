@@ -13,7 +13,10 @@
   MEASURED with its figure, written to ``OUT/verdicts.md``;
 * ``docs OUT [--write docs/gpu.md]``: the section "The GPU check" built from a
   run's files (date, machine, packages, verdicts, tables), printed or written
-  between docs/gpu.md's markers.
+  between docs/gpu.md's markers;
+* ``summary OUT``: the README's table of a run (both routes, the baseline and
+  the copy at four shapes; the host time per eager call), from its
+  ``bench_gpu.json``, ``host-profile.txt`` and ``check.md``.
 
 Standard library only: it runs where the check's other parts failed.
 """
@@ -278,6 +281,48 @@ def write_verdicts(out: Path) -> str:
     return text
 
 
+# ------------------------------------------------------------------------------------------------------ summary
+
+SUMMARY_SHAPES = [TRAINER, (8192, 1024), (256, 131072), FEW_LONG_ROWS]
+SUMMARY_PATHS = [("Triton route", TRITON), ("numba-CUDA route", NUMBA),
+                 ("triton_gae.py", "triton_gae.py, program per row")]
+
+
+def summary(out: Path) -> str:
+    """The README's table of a run: device us (and x the copy) per route at four shapes, float32 and bfloat16,
+    the constant and dones+mask cases; then the host time per eager call that the profile measured."""
+    bench = json.loads((out / "bench_gpu.json").read_text())
+    rows = _rows(bench)
+    check = (out / "check.md").read_text()
+    started = re.search(r"started: (\S+) .*commit (\w+)", check)
+    gpu = re.search(r"- GPU: ([^,\n]+)", check)
+    lines = [f"Measured on an {gpu.group(1) if gpu else 'unknown GPU'} by the GPU check of "
+             f"{started.group(1) if started else '?'} (commit {started.group(2) if started else '?'}); device us "
+             "per call, and x the device copy of the case's floor bytes:", "",
+             "| shape | dtype | case | copy | " + " | ".join(name for name, _ in SUMMARY_PATHS) + " |",
+             "|---|---|---|---|" + "---|" * len(SUMMARY_PATHS)]
+    for shape in SUMMARY_SHAPES:
+        for dtype in DTYPES:
+            for case in ("constant", "dones+mask"):
+                copy = rows.get((shape, dtype, case, "copy"))
+                if copy is None:
+                    continue
+                cells = []
+                for _, path in SUMMARY_PATHS:
+                    row = rows.get((shape, dtype, case, path))
+                    cells.append("–" if row is None else
+                                 f"{1e3 * row['device_ms']:.1f} ({row['device_ms'] / copy['device_ms']:.2f}x)")
+                lines.append(f"| {_where(shape, dtype, case).replace(' ', ' | ')} | {1e3 * copy['device_ms']:.1f} | "
+                             + " | ".join(cells) + " |")
+    profile = out / "host-profile.txt"
+    hosts = re.findall(r"^== (\S+) at (\S+): \d+ calls, ([\d.]+) us host per call", profile.read_text(), re.M) \
+        if profile.is_file() else []
+    if hosts:
+        lines += ["", "Host time per eager call (float32, constant case; `tests/gpu/profile_host.py`): "
+                  + "; ".join(f"{route} {shape} {us} us" for route, shape, us in hosts) + "."]
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------------------- docs
 
 NO_RUN = """No run of this check is recorded here yet: **no figure in this section is measured**. A run adds "The
@@ -286,8 +331,9 @@ line per target, bench_gpu.md's tables, the host time per eager call and the san
 `python tests/gpu/report_check.py docs $OUT --write docs/gpu.md` from the run's files."""
 #: What each part of check.sh does, in its order.
 PARTS = {"install": "the carried wheels and the checkout, installed without a registry; the versions",
-         "tests": "tests/gpu file by file (test_routes.py, test_sync_and_graphs.py, test_devices_and_streams.py, "
-                  "any other, test_cuda.py), 3 hypothesis examples per property",
+         "tests": "tests/gpu file by file (test_routes.py, test_triton_cuda.py, test_triton_op_cuda.py, "
+                  "test_sync_and_graphs.py, test_devices_and_streams.py, any other, test_cuda.py), 3 hypothesis "
+                  "examples per property",
          "sanitizer": "`tests/gpu/sanitize_calls.py` under memcheck, then racecheck",
          "profile": "`tests/gpu/profile_host.py`",
          "bench": "`tests/gpu/bench_gpu.py`, no new shape in its last 40 s",
@@ -380,6 +426,7 @@ def main(argv=None) -> int:
     docs = commands.add_parser("docs")
     docs.add_argument("out", type=Path, nargs="?")
     docs.add_argument("--write", type=Path, default=None, help="the document whose section is replaced")
+    commands.add_parser("summary").add_argument("out", type=Path)
     options = parser.parse_args(argv)
     if options.command == "environment":
         print(environment())
@@ -388,6 +435,8 @@ def main(argv=None) -> int:
         print(f"GPU tests so far: {totals}")
     elif options.command == "verdicts":
         print(write_verdicts(options.out), end="")
+    elif options.command == "summary":
+        print(summary(options.out))
     else:
         text = section(options.out)
         if options.write:

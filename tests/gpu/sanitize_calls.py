@@ -121,13 +121,27 @@ class Library:
 
 
 def backward(gae_xp, library: Library, a: dict, backend: str) -> list[str]:
-    """The adjoint: gradients of sum(A) + sum(R) to rewards and values against the generic path's (torch only)."""
+    """The adjoint: gradients of sum(A) + sum(R) to rewards and values, the route's own backward kernels
+    (``gae_backward``, what the custom operator launches) against torch autograd through the generic path on
+    float64 host copies (torch only). A route without backward kernels (``"xp"``, the stand-in of a CPU run)
+    takes autograd itself: tensors that require grad reach a route only through ``backend="auto"``."""
     if library.dry_run:
         return ["backward: skipped in a dry run (NumPy has no autograd)"]
+    from gae_xp import _prepare, backends
+
     got = []
     for route, given in ((backend, a), ("xp", library.widen(a))):
+        flags = {"terminated": given["terminated"], "mask": given["mask"]}
+        kernels = backends.load(route)
+        if hasattr(kernels, "gae_backward"):
+            problem = _prepare.prepare(given["rewards"], given["values"], **flags, backend=route).problem
+            ones = library.torch.ones_like(given["rewards"])
+            gradients = kernels.gae_backward(problem, ones, ones)
+            got.append(tuple(library.to_numpy(gradients[k]).reshape(given["rewards"].shape)
+                             for k in ("rewards", "values")))
+            continue
         r, v = (given[k].detach().clone().requires_grad_() for k in ("rewards", "values"))
-        advantages, returns = gae_xp.gae(r, v, terminated=given["terminated"], mask=given["mask"], backend=route)
+        advantages, returns = gae_xp.gae(r, v, **flags, backend=route)
         (advantages.sum() + returns.sum()).backward()
         got.append((library.to_numpy(r.grad), library.to_numpy(v.grad)))
     error = max(relative_error(x, y) for x, y in zip(*got))

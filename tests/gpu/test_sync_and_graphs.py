@@ -61,14 +61,17 @@ def _calls(torch):
         "gae, host numpy cu_seqlens": lambda: gae_xp.gae(**pieces_case, cu_seqlens=offsets, backend=BACKEND),
         "summarize": lambda: (kernels.summarize(problem(offsets)),),
         "pieces and finish": finish,
-        "vtrace": lambda: gae_xp.vtrace(log_rhos, arrays["rewards"], arrays["values"], **flags, backend=BACKEND),
+        "vtrace": lambda: gae_xp.vtrace(log_rhos, arrays["rewards"], arrays["values"], **flags,
+                                        truncated_bootstrap=arrays["truncated_bootstrap"], backend=BACKEND),
         "lambda_returns": lambda: (gae_xp.lambda_returns(arrays["rewards"], arrays["values"], **flags,
                                                          backend=BACKEND),),
         "discounted_returns": lambda: (gae_xp.discounted_returns(arrays["rewards"], **flags, backend=BACKEND),),
         "discounted_cumsum, reverse": lambda: (gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend=BACKEND),),
         "discounted_cumsum, forward": lambda: (gae_xp.discounted_cumsum(arrays["rewards"], 0.9, reverse=False,
                                                                         backend=BACKEND),),
-        "gae_backward": lambda: tuple(kernels.gae_backward(problem(None), upstream, upstream).values()),
+        "gae_backward": lambda: tuple(gradient for gradient in kernels.gae_backward(problem(None), upstream,
+                                                                                    upstream).values()
+                                      if gradient is not None),  # no bootstrap value: no gradient to it
     }
 
 
