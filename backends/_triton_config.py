@@ -18,3 +18,17 @@ INTERPRETER_MULTIPROCESSORS = 4
 FEW_ROWS = 1
 #: ... and for this many programs per multiprocessor.
 PROGRAMS_PER_MULTIPROCESSOR = 4
+
+
+def warm_shapes(multiprocessors: int) -> list[tuple[int, int]]:
+    """(rows, T) whose calls together launch every kernel the heuristic can choose for one layout, dtype and set of
+    options (``gae_xp.warm_up(device=...)``): per row of ``HEURISTIC``, T at its bound (four blocks for the last,
+    unbounded row), a multiple of 16 bytes of every float, and one step less (rows that do not start 16 bytes
+    apart); each with one program per row (``FEW_ROWS * multiprocessors`` rows) and with one row, which is cut
+    into chunks wherever a row of that T can be."""
+    shapes = []
+    for bound, block, _, _ in HEURISTIC:
+        length = int(bound) if bound != math.inf else 4 * block
+        for steps in (length, length - 1):
+            shapes += [(FEW_ROWS * multiprocessors, steps), (1, steps)]
+    return shapes

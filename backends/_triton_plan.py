@@ -35,27 +35,30 @@ no packed sequences, no carry, not traced (``torch_is_recorded``), batch axes th
 and no tensor kept negated lazily; other calls keep ``gae_xp._plans``' plans.
 
 Launching (``launch_mode``; ``GAE_XP_TRITON_LAUNCH`` when this module is
-imported): ``"direct"`` (the default) keeps, per plan, the compiled kernel
-that Triton's launcher returned on the plan's first launch, and calls its
-``run`` with the grid, the stream, the function handle, the packed metadata
-and the same arguments (the constexprs included), as ``JITFunction.run``
-does after its binder in Triton 3.6 to 3.9; ``"binder"`` launches every call
-through Triton's own launcher, ``kernel[grid](...)``, whose argument binder
-specialises every argument again on every call (on an H100, 108.7 against
-27.6 us of host time per call at 38400x128: ``tests/gpu/profile_host.py``).
-Each compiled kernel is checked once per process, on the first plan that
-takes it: the same call launched directly into outputs of its own equals the
-binder's launch bit for bit, NaN where NaN (one host synchronisation; a
-later plan of the same kernel, another B or T, takes it unchecked). Where
-that check fails or a direct launch raises, every later call takes the
-binder and a ``DirectLaunchWarning`` says why (the kernels are not kept, so
-that a direct mode chosen again checks them again). The binder also serves,
-silently, where Triton's launch hooks are set (a profiler), where no compiled
-kernel comes back (the interpreter), where a caller's pointer is not 16-byte
-aligned as it was when the kernel was taken (Triton specialises on that), and
-a plan's first launch inside a CUDA-graph capture or under torch's sync debug
-mode while its kernel is unchecked (the check synchronises): an eager call
-takes and checks the kernels later.
+imported): ``"direct"`` (the default) keeps, per plan and per 16-byte
+alignment of the caller's pointers (Triton specialises on it), the compiled
+kernels that Triton's launcher returned on the first launch of that
+alignment, and calls their ``run`` with the grid, the stream, the function
+handle, the packed metadata and the same arguments (the constexprs
+included), as ``JITFunction.run`` does after its binder in Triton 3.6 to
+3.9; ``"binder"`` launches every call through Triton's own launcher,
+``kernel[grid](...)``, whose argument binder specialises every argument again
+on every call (on an H100, 108.7 against 27.6 us of host time per call at
+38400x128: ``tests/gpu/profile_host.py``). Each compiled kernel is checked
+once per process, on the first plan that takes it: the same call launched
+directly into outputs of its own equals the binder's launch (equal numbers,
+NaN where NaN; one host synchronisation; a later plan of the same kernel,
+another B or T, takes it unchecked). Where that check fails or a direct
+launch raises, every later call takes the binder and a
+``DirectLaunchWarning`` says why (the kernels are dropped, so that a direct
+mode chosen again takes and checks them again). The binder also serves,
+silently, where it would pick or run another kernel than the one taken
+(launch hooks: a profiler; the kernel's pre-run hooks; Triton's debug mode,
+stage inspection or instrumentation), where no compiled kernel comes back
+(the interpreter), and a first launch of unchecked kernels inside a
+CUDA-graph capture or under torch's sync debug mode (the check
+synchronises): an eager call takes and checks the kernels later; a process
+that keeps sync debug mode on keeps the binder.
 """
 
 from __future__ import annotations
@@ -182,10 +185,10 @@ class TritonPlan:
         self.tuned = tuned
         self.cast = cast  # the compute dtype a tensor bootstrap value is cast to per call (bfloat16 ones), or None
         self.constant = None  # (value, stream, one-element tensor) of the last Python-number bootstrap value
-        #: direct launches: per mode (run, function, packed metadata, constexprs), and the caller's pointers'
-        #: 16-byte alignment when the compiled kernels were taken; None until then
-        self.compiled = None
-        self.alignment = None
+        #: direct launches: per 16-byte alignment of the caller's pointers (Triton specialises on it), the compiled
+        #: kernels and, per launch mode, (run, function, packed metadata, constexprs); an entry is published whole,
+        #: once its kernels are checked, so that another thread sees it complete or not at all
+        self.kernels: dict[tuple, tuple[list, list]] = {}
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
                  critic_lam, views=None):
@@ -255,63 +258,73 @@ class TritonPlan:
     def _direct(self, arguments: tuple) -> bool:
         """Launch ``arguments`` through the compiled kernels themselves; False (the binder then launches) where
         this call cannot (see the module)."""
-        runtime = triton.knobs.runtime
-        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
-            return False  # a profiler's hooks: the binder calls them
+        if _binder_needed():
+            return False
         alignment = _alignment(arguments)
-        if self.compiled is None:
+        entry = self.kernels.get(alignment)
+        if entry is None:
             return self._take_compiled(arguments, alignment)
-        if alignment != self.alignment:
-            return False  # Triton specialises pointers on 16-byte alignment: the binder picks the kernel
         try:
-            self.run_compiled(arguments)
+            self.run_compiled(arguments, entry[1])
         except Exception as error:  # noqa: BLE001 - any failure: the binder launches the call again, said once
+            self.kernels.clear()  # never kept, nor taken unchecked: a direct mode chosen again checks them again
+            for kernel in entry[0]:
+                _CHECKED.pop(id(kernel), None)
             _refuse(f"a direct launch raised {type(error).__name__}: {error}")
             return False
         return True
 
     def _take_compiled(self, arguments: tuple, alignment: tuple) -> bool:
-        """The plan's first launch: the binder launches ``arguments`` and returns the compiled kernels, kept for
-        the plan's later calls; a kernel not yet checked in this process first launches the same call into
-        outputs of its own, which must equal the binder's. Inside a CUDA-graph capture or under torch's sync debug
-        mode, an unchecked kernel is not kept (the check synchronises): a later eager call takes it."""
+        """The first launch of the plan at this alignment: the binder launches ``arguments`` and returns the
+        compiled kernels, kept for the plan's later calls; a kernel not yet checked in this process first launches
+        the same call into outputs of its own, which must equal the binder's. Inside a CUDA-graph capture or
+        under torch's sync debug mode, an unchecked kernel is not kept (the check synchronises): a later eager
+        call takes it."""
         launcher = _triton_launch.gae_kernel[self.grid]
-        compiled = [launcher(*arguments, **keywords) for keywords in self.keywords]
-        if not all(hasattr(kernel, "run") and hasattr(kernel, "packed_metadata") for kernel in compiled):
+        kernels = [launcher(*arguments, **keywords) for keywords in self.keywords]
+        if not all(hasattr(kernel, "run") and hasattr(kernel, "packed_metadata") for kernel in kernels):
             return True  # the interpreter returns no compiled kernel: the binder launched, and launches
-        self.compiled = [(kernel.run, kernel.function, kernel.packed_metadata,
-                          tuple(mode if name == "MODE" else self.options[name] for name in _CONSTEXPRS))
-                         for mode, kernel in zip(self.modes, compiled)]
-        self.alignment = alignment
-        if all(id(kernel) in _CHECKED for kernel in compiled):
-            return True
-        if self.device_index is not None and (torch.cuda.is_current_stream_capturing()
-                                              or torch.cuda.get_sync_debug_mode() != 0):
-            self.compiled = self.alignment = None
-            return True
-        mine = list(arguments)
-        for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
-            mine[slot] = torch.empty_like(arguments[slot])
-        try:
-            self.run_compiled(tuple(mine))
-            same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
-        except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
-            self.compiled = self.alignment = None  # never kept: a later direct mode checks again
-            _refuse(f"a direct launch raised {type(error).__name__}: {error}")
-            return True
-        if not same:
-            self.compiled = self.alignment = None
-            _refuse("a direct launch gave other results than the binder's launch of the same arguments")
-            return True
-        _CHECKED.update((id(kernel), kernel) for kernel in compiled)
+        launches = [(kernel.run, kernel.function, kernel.packed_metadata,
+                     tuple(mode if name == "MODE" else self.options[name] for name in _CONSTEXPRS))
+                    for mode, kernel in zip(self.modes, kernels)]
+        if not all(id(kernel) in _CHECKED for kernel in kernels):
+            if self.device_index is not None and (torch.cuda.is_current_stream_capturing()
+                                                  or torch.cuda.get_sync_debug_mode() != 0):
+                return True
+            mine = list(arguments)
+            for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
+                mine[slot] = torch.empty_like(arguments[slot])
+            try:
+                self.run_compiled(tuple(mine), launches)
+                same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
+            except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
+                _refuse(f"a direct launch raised {type(error).__name__}: {error}")
+                return True
+            if not same:
+                _refuse("a direct launch gave other results than the binder's launch of the same arguments")
+                return True
+            _CHECKED.update((id(kernel), kernel) for kernel in kernels)
+        self.kernels[alignment] = (kernels, launches)
         return True
 
-    def run_compiled(self, arguments: tuple) -> None:
-        """Launch ``arguments`` through the compiled kernels kept by the plan's first direct launch."""
+    def run_compiled(self, arguments: tuple, launches: list) -> None:
+        """Launch ``arguments`` through compiled kernels (``launches``: per launch mode, (run, function, packed
+        metadata, constexprs), as ``self.kernels`` keeps them)."""
         stream = _stream(self.device_index)
         grid = self.grid[0]
-        for run, function, metadata, constexprs in self.compiled:
+        for run, function, metadata, constexprs in launches:
             run(grid, 1, 1, stream, function, metadata, None, None, None, *arguments, *constexprs)
+
+
+def _binder_needed() -> bool:
+    """Whether Triton's own launcher must run every call: launch hooks (a profiler), pre-run hooks on the kernel, or
+    a debug mode or instrumentation that picks another compiled kernel than the one taken."""
+    runtime = triton.knobs.runtime
+    kernel = _triton_launch.gae_kernel
+    return (_hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
+            or bool(getattr(kernel, "pre_run_hooks", None)) or bool(getattr(runtime, "debug", False))
+            or getattr(runtime, "add_stages_inspection_hook", None) is not None
+            or getattr(getattr(triton.knobs, "compilation", None), "instrumentation_mode", "") not in ("", None))
 
 
 def _hooked(hook) -> bool:

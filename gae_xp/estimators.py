@@ -219,8 +219,10 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
 
 
 def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[str] = ("constant", "dones+mask"),
-            layouts: str | Sequence[str] = ("time-last", "time-first", "bootstrap column")) -> None:
-    """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases.
+            layouts: str | Sequence[str] = ("time-last", "time-first", "bootstrap column"), *,
+            device: Any = None) -> None:
+    """Compile, or load from numba's disk cache, the numba CPU kernels for these dtypes and cases; with
+    ``device``, the kernels that ``gae()`` takes on torch tensors of that CUDA device.
 
     Each combination of options (whether ``mask`` and ``next_values`` are
     given, any per-step array at all, float or array coefficients) and dtype
@@ -235,10 +237,28 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[st
     cannot import or compile it warns once (``RouteUnavailableWarning``)
     and returns, and ``gae()`` takes the generic path.
 
+    On a CUDA device (``device="cuda"``, ``"cuda:1"``, a ``torch.device``)
+    the Triton route compiles a kernel per class of row length (its launch
+    heuristic's block, warps and stages), per alignment of the rows (T a
+    multiple of 16 bytes of the floats, or not), per structure (one program a
+    row, or few long rows cut into chunks) and per combination of options and
+    dtype: a first call at a new T that falls in a class not met yet in the
+    process compiles (a quarter to half a second each on an H100). With
+    ``device``, ``warm_up`` calls ``gae()`` (``backend="auto"``) on zeros of
+    that device at a T of each class and alignment, with one program a row
+    and cut into chunks, for each dtype, case and layout: afterwards a call of
+    those at any B and T compiles nothing (for B-by-T batches; other batch
+    ranks, array coefficients and other layouts compile on their first
+    call). Triton keeps the compiled kernels on disk (``~/.triton/cache``),
+    so that a later process loads them instead of compiling. Where ``auto``
+    takes the numba-CUDA route, its kernels compile (or load from numba's
+    cache) instead.
+
     Parameters
     ----------
     dtypes : str or sequence of str, default ("float32",)
-        The dtypes of ``rewards`` and ``values``: "float32", "float64".
+        The dtypes of ``rewards`` and ``values``: "float32", "float64"; with
+        ``device`` also "float16", "bfloat16".
     cases : str or sequence of str, default ("constant", "dones+mask")
         "constant" (``gae(rewards, values)``), "dones+mask" (``terminated``
         and ``mask``), "truncated" (``terminated``, ``truncated`` with
@@ -255,6 +275,9 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[st
         call, or ``next_values=values[..., 1:]``). NumPy arrays and torch CPU
         tensors alike. Other layouts (strided time, other slices of the
         per-step arrays) compile a kernel on their first call.
+    device : str or torch.device, optional
+        A CUDA device whose kernels to compile (torch tensors on it); None,
+        the default: the numba CPU kernels.
 
     Returns
     -------
@@ -267,33 +290,82 @@ def warm_up(dtypes: str | Sequence[str] = ("float32",), cases: str | Sequence[st
     Raises
     ------
     TypeError, ValueError
-        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above.
+        ``dtypes``, ``cases`` or ``layouts`` neither a name nor a sequence of names, or a name not listed above;
+        ``device`` not a CUDA device that torch sees.
 
     Examples
     --------
     >>> import gae_xp
     >>> gae_xp.warm_up()  # at start-up: the first rollout's gae() calls then compile nothing
     >>> gae_xp.warm_up(dtypes=("float32", "float64"), cases=("constant", "mask"))
+    >>> gae_xp.warm_up(dtypes=("float32", "bfloat16"), layouts="time-last", device="cuda")  # doctest: +SKIP
     """
     from .backends import _fallback
 
-    dtypes = _names("dtypes", dtypes, ("float32", "float64"))
-    cases = _names("cases", cases, ("constant", "dones", "mask", "dones+mask", "truncated"))
+    floats = ("float32", "float64") if device is None else ("float32", "float64", "float16", "bfloat16")
+    dtypes = _names("dtypes", dtypes, floats)
+    cases = _names("cases", cases, tuple(WARM_CASES))
     layouts = _names("layouts", layouts, tuple(WARM_LAYOUTS))
+    if device is not None:
+        _warm_up_device(_cuda_device(device), dtypes, cases, layouts, "auto")
+        return
     if backends.load("numba").unavailable_reason(None, []) is not None:
         return
     # Rows shorter than the kernels' window have a driver of their own: one call of each length readies both.
     try:
         for dtype, length, case, layout in itertools.product(dtypes, (8, 2048), cases, layouts):
-            a = WARM_LAYOUTS[layout](np.dtype(dtype), length)
-            given = {"constant": {}, "dones": {"terminated": a.flags}, "mask": {"mask": ~a.flags},
-                     "dones+mask": {"terminated": a.flags, "mask": ~a.flags},
-                     "truncated": {"terminated": a.flags, "truncated": a.flags, "mask": ~a.flags,
-                                   "next_values": a.next_values}}[case]
-            bootstrap = None if case == "truncated" else a.bootstrap  # next_values replaces it
-            gae(a.rewards, a.values, bootstrap_value=bootstrap, axis=a.axis, backend="numba", **given)
+            _warm_call(WARM_LAYOUTS[layout](np.zeros, np.dtype(dtype), 2, length), case, "numba")
     except _fallback.RouteUnavailableError:  # numba cannot import or compile: "auto" takes the generic path
         _fallback.warn_once("numba", _fallback.broken("numba"), "xp")
+
+
+def _cuda_device(device):
+    """``device`` as a ``torch.device`` of a CUDA device that torch sees, else a ValueError naming ``device``."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"device={device!r} needs torch (the kernels take torch CUDA tensors)") from None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must name a CUDA device, got {device!r} ({error})") from None
+    if device.type != "cuda" or not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device must be a CUDA device that torch sees, got {str(device)!r} "
+                         f"({torch.cuda.device_count()} visible)")
+    return device
+
+
+def _warm_up_device(device, dtypes, cases, layouts, backend: str) -> None:
+    """``gae()`` on zeros of ``device`` (a ``torch.device``) at the shapes of ``_triton_config.warm_shapes`` for
+    each dtype, case and layout, through ``backend`` ("auto"; "triton" where tests force the interpreter)."""
+    import torch
+
+    from .backends import _triton_config
+
+    processors = (torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda"
+                  else _triton_config.INTERPRETER_MULTIPROCESSORS)
+
+    def zeros(shape, dtype):
+        return torch.zeros(shape, dtype=torch.bool if dtype is bool else getattr(torch, str(dtype)), device=device)
+
+    for dtype, (rows, length), case, layout in itertools.product(
+            dtypes, _triton_config.warm_shapes(processors), cases, layouts):
+        _warm_call(WARM_LAYOUTS[layout](zeros, dtype, rows, length), case, backend)
+
+
+def _warm_call(a: "_Layout", case: str, backend: str) -> None:
+    """One ``gae()`` call of ``case`` on the arrays of a layout."""
+    given = {name: (~a.flags if kind == "real" else a.next_values if kind == "next" else a.flags)
+             for name, kind in WARM_CASES[case].items()}
+    bootstrap = None if "next_values" in given else a.bootstrap  # next_values replaces it
+    gae(a.rewards, a.values, bootstrap_value=bootstrap, axis=a.axis, backend=backend, **given)
+
+
+#: The options of each ``warm_up`` case: the flags (``flags``: all False), the mask (``real``: all True) and
+#: ``next_values`` (``next``).
+WARM_CASES = {"constant": {}, "dones": {"terminated": "flags"}, "mask": {"mask": "real"},
+              "dones+mask": {"terminated": "flags", "mask": "real"},
+              "truncated": {"terminated": "flags", "truncated": "flags", "mask": "real", "next_values": "next"}}
 
 
 class _Layout(NamedTuple):
@@ -308,25 +380,25 @@ class _Layout(NamedTuple):
     axis: int = -1
 
 
-def _time_last(dtype, length: int) -> _Layout:
-    """(B, T) arrays, each its own: ``gae(rewards, values)``."""
-    rewards = np.zeros((2, length), dtype=dtype)
-    return _Layout(rewards, np.zeros_like(rewards), np.zeros((2, length), dtype=bool), np.zeros_like(rewards))
+def _time_last(zeros, dtype, rows: int, length: int) -> _Layout:
+    """(B, T) arrays, each its own: ``gae(rewards, values)``. ``zeros(shape, dtype)`` makes the arrays (NumPy's,
+    or torch's on a device)."""
+    return _Layout(zeros((rows, length), dtype), zeros((rows, length), dtype), zeros((rows, length), bool),
+                   zeros((rows, length), dtype))
 
 
-def _time_first(dtype, length: int) -> _Layout:
+def _time_first(zeros, dtype, rows: int, length: int) -> _Layout:
     """(T, B) arrays with ``axis=0`` (CleanRL's layout): time-last views that are not C-contiguous."""
-    rewards = np.zeros((length, 2), dtype=dtype)
-    return _Layout(rewards, np.zeros_like(rewards), np.zeros((length, 2), dtype=bool), np.zeros_like(rewards),
-                   axis=0)
+    return _Layout(zeros((length, rows), dtype), zeros((length, rows), dtype), zeros((length, rows), bool),
+                   zeros((length, rows), dtype), axis=0)
 
 
-def _bootstrap_column(dtype, length: int) -> _Layout:
+def _bootstrap_column(zeros, dtype, rows: int, length: int) -> _Layout:
     """``values`` holding one more step, the bootstrap: ``gae(r, values[..., :-1], bootstrap_value=values[..., -1])``
     (and ``next_values=values[..., 1:]``)."""
-    values = np.zeros((2, length + 1), dtype=dtype)
-    return _Layout(np.zeros((2, length), dtype=dtype), values[..., :-1], np.zeros((2, length), dtype=bool),
-                   values[..., 1:], bootstrap=values[..., -1])
+    values = zeros((rows, length + 1), dtype)
+    return _Layout(zeros((rows, length), dtype), values[..., :-1], zeros((rows, length), bool), values[..., 1:],
+                   bootstrap=values[..., -1])
 
 
 #: The array layouts ``warm_up`` readies, by name: numba compiles a kernel per layout of its arrays (a C-contiguous

@@ -1,7 +1,7 @@
 """The Triton route's plan (``gae_xp.backends._triton_plan``) under Triton's interpreter: a repeated ``gae()`` call
 served by its layout's plan gives the first call's results and the float64 loop's, a changed layout, dtype or
 option is never served a stale plan, bad input still raises naming the argument, and the direct launch
-(``GAE_XP_TRITON_LAUNCH=direct``) passes the binder's arguments or steps aside, saying why.
+(the default) passes the binder's arguments, checked once per compiled kernel, or steps aside.
 
 ``tests/conftest.py`` sets ``TRITON_INTERPRET=1`` before triton is imported (this module does too, for a run of
 its own); ``tests/test_triton.py`` has the kernels' own tests.
@@ -327,6 +327,8 @@ class Compiled:
 
     runs = 0
     wrong = False
+    last = None  # the kernel that ran last
+    fail = False  # its run raises
 
     def __init__(self, kernel, options):
         self.kernel, self.options = kernel, options
@@ -336,6 +338,9 @@ class Compiled:
         assert (grid_y, grid_z, function, metadata, launch_metadata, enter, leave) == \
             (1, 1, "function", ("metadata",), None, None, None)
         Compiled.runs += 1
+        Compiled.last = self
+        if Compiled.fail:
+            raise RuntimeError("the driver refused the launch")
         names = _triton_plan._CONSTEXPRS
         constexprs = dict(zip(names, arguments[-len(names):]))
         self.kernel[(grid_x,)](*arguments[:-len(names)], **constexprs, **self.options)
@@ -363,6 +368,8 @@ def compiled_kernels(monkeypatch):
     monkeypatch.setattr(_triton_launch, "gae_kernel", Binder())
     monkeypatch.setattr(Compiled, "runs", 0)
     monkeypatch.setattr(Compiled, "wrong", False)
+    monkeypatch.setattr(Compiled, "last", None)
+    monkeypatch.setattr(Compiled, "fail", False)
     monkeypatch.setattr(_triton_plan, "_WARNED", set())
     monkeypatch.setattr(_triton_plan, "_CHECKED", {})
     return Compiled
@@ -428,20 +435,61 @@ def test_a_compiled_kernel_is_checked_once_per_process(compiled_kernels, small_b
     assert compiled_kernels.runs == 2 and _triton_plan.direct_refused() is None
 
 
-def test_a_misaligned_pointer_is_launched_by_the_binder(compiled_kernels):
-    """Triton specialises pointers on 16-byte alignment: a call whose rewards start 8 bytes in is not launched on
-    the kernel taken for aligned ones (silently: the binder picks the kernel)."""
+def test_a_kernel_whose_direct_launch_raised_is_checked_again_before_a_later_direct_mode(compiled_kernels):
+    """A checked kernel whose later direct launch raises: the binder launches that call and every later one (said
+    once), and a direct mode chosen again takes and checks the kernel anew rather than launching it unchecked."""
+    _triton_plan.launch_mode("direct")
+    given = case(4, (2, 20), "dones", torch.float32)
+    solve(given)
+    solve(given)  # taken and checked
+    compiled_kernels.fail = True
+    with pytest.warns(_triton_plan.DirectLaunchWarning, match="raised RuntimeError: the driver refused"):
+        assert_loop(given, solve(given), torch.float32)
+    runs = compiled_kernels.runs
+    assert_loop(given, solve(given), torch.float32)
+    assert compiled_kernels.runs == runs  # refused: the binder serves
+    compiled_kernels.fail = False
+    _triton_plan.launch_mode("direct")
+    assert_loop(given, solve(given), torch.float32)
+    assert compiled_kernels.runs == runs + 1  # the check again (the binder's launch, then one run)
+    assert_loop(given, solve(given), torch.float32)
+    assert compiled_kernels.runs == runs + 2 and _triton_plan.direct_refused() is None
+
+
+def test_tritons_debug_mode_and_pre_run_hooks_take_the_binder(compiled_kernels, monkeypatch):
+    """Settings under which Triton's launcher would pick or run another kernel than the one taken: the binder."""
+    _triton_plan.launch_mode("direct")
+    given = case(5, (2, 20), "plain", torch.float32)
+    solve(given)
+    solve(given)
+    runs = compiled_kernels.runs
+    monkeypatch.setattr(triton.knobs.runtime, "debug", True)
+    assert_loop(given, solve(given), torch.float32)
+    assert compiled_kernels.runs == runs
+    monkeypatch.setattr(triton.knobs.runtime, "debug", False)
+    assert_loop(given, solve(given), torch.float32)
+    assert compiled_kernels.runs == runs + 1
+
+
+def test_a_misaligned_pointer_takes_a_kernel_of_its_own(compiled_kernels):
+    """Triton specialises pointers on 16-byte alignment: a call whose rewards start 8 bytes in launches the kernel
+    compiled for that alignment (taken and checked on its first call, silently), never the one taken for aligned
+    pointers; both stay with the plan."""
     _triton_plan.launch_mode("direct")
     storage = torch.randn(2 * 20 + 1, dtype=torch.float64)
     aligned = {"rewards": storage[:40].view(2, 20), "values": torch.randn(2, 20, dtype=torch.float64)}
     shifted = {"rewards": storage[1:].view(2, 20), "values": aligned["values"]}
     solve(aligned)
     solve(aligned)
-    runs = compiled_kernels.runs
+    kernel_of_aligned = compiled_kernels.last
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert_loop(shifted, solve(shifted), torch.float64)
-    assert compiled_kernels.runs == runs and _triton_plan.direct_refused() is None
+        for _ in range(2):  # taken and checked, then launched directly
+            assert_loop(shifted, solve(shifted), torch.float64)
+            assert compiled_kernels.last is not kernel_of_aligned
+    solve(aligned)
+    assert compiled_kernels.last is kernel_of_aligned
+    assert compiled_kernels.runs == 4 and _triton_plan.direct_refused() is None
 
 
 def test_without_a_compiled_kernel_the_binder_launches_silently(monkeypatch):

@@ -18,8 +18,9 @@ tensor's key takes). The kernel is never run. In its place:
   whose compile returns a stand-in compiled kernel whose ``run`` does
   nothing: Triton's argument binder, specialisation and cache lookup are
   measured, the driver's launch is not;
-* ``direct``: ``GAE_XP_TRITON_LAUNCH=direct``'s launch, the stand-in
-  compiled kernel's ``run`` called with the plan's arguments.
+* ``direct``: the direct launch (the default; ``GAE_XP_TRITON_LAUNCH=binder``
+  turns it off), the stand-in compiled kernel's ``run`` called with the
+  plan's arguments.
 
 Stages, each timed alone on the plan of the case's layout: the key of the
 call (``gae_xp._plans.gae_key``), the plan's lookup (``PLANS.get``), the
@@ -182,6 +183,7 @@ def measure(case: str, shape, stand_ins: StandIns, number: int, repeat: int) -> 
         return gae_xp.gae(**arguments, backend="triton")
 
     _triton_launch.gae_kernel = stand_ins.binder
+    before = _triton_plan.launch_mode("binder")  # the binder's rows time the binder, whatever the default
     call()
     key, _ = _plans.gae_key(*key_arguments)
     plan = _plans.PLANS.get(key)
@@ -199,19 +201,21 @@ def measure(case: str, shape, stand_ins: StandIns, number: int, repeat: int) -> 
              timed(lambda: plan.pack(r, v, b, None, flags["terminated"], None, flags["mask"], *outputs), number,
                    repeat)),
             ("launch: Triton's binder (stand-in driver)", timed(lambda: plan.binder(packed), number, repeat))]
-    before = _triton_plan.launch_mode("direct")
+    _triton_plan.launch_mode("direct")
     try:
         stand_ins.compiled.fill = True
         call()  # the plan's first direct launch: the compiled kernel taken, checked against the binder
         stand_ins.compiled.fill = False
         if _triton_plan.direct_refused() is not None:
             raise RuntimeError(f"the direct launch was refused: {_triton_plan.direct_refused()}")
-        rows.append(("launch: direct (the compiled kernel's run)", timed(lambda: plan.run_compiled(packed), number,
-                                                                         repeat)))
+        launches = next(iter(plan.kernels.values()))[1]
+        rows.append(("launch: direct (the compiled kernel's run)",
+                     timed(lambda: plan.run_compiled(packed, launches), number, repeat)))
         rows.append(("whole call, direct launch", timed(call, number, repeat)))
+        _triton_plan.launch_mode("binder")
+        rows.append(("whole call, Triton's binder", timed(call, number, repeat)))
     finally:
         _triton_plan.launch_mode(before)
-    rows.append(("whole call, Triton's binder", timed(call, number, repeat)))
     _triton_launch.gae_kernel = stand_ins.noop
     rows.append(("whole call, launch a no-op (the project's own part)", timed(call, number, repeat)))
     return rows

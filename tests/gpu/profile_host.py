@@ -120,7 +120,7 @@ def launch_mode(mode: str | None):
 
 def direct_check(call, dry_run: bool) -> str:
     """A call launched through Triton's binder and one launched directly, on the same inputs: what they say (the
-    direct launch's own check, once per plan, and the two results compared here)."""
+    direct launch's own check, once per compiled kernel, and the two results compared here)."""
     if dry_run:
         return "direct launch: not run (dry run)"
     import torch

@@ -71,7 +71,7 @@ def _calls(torch):
                                                                         backend=BACKEND),),
         "gae_backward": lambda: tuple(gradient for gradient in kernels.gae_backward(problem(None), upstream,
                                                                                     upstream).values()
-                                      if gradient is not None),  # no bootstrap value: no gradient to it
+                                      if gradient is not None),  # none to next_values and carry: not given
     }
 
 
