@@ -149,11 +149,12 @@ def backward(gae_xp, library: Library, a: dict, backend: str) -> list[str]:
         [f"FAILED backward (terminated, mask): max rel. error {error:.1e}"]
 
 
-def run_route(gae_xp, library: Library, backend: str, stand_in: str):
+def run_route(gae_xp, library: Library, backend: str, stand_in: str, shapes=(SHORT, LONG)):
     """Every call of ``backend`` (``stand_in`` the backend actually called: "xp" in a dry run), a line each as it
-    ends: every structure in float32 at both shapes, the ``OTHER_DTYPE_CALLS`` in the other dtypes."""
+    ends: every structure in float32 at each of ``shapes`` (both by default; the CPU tests under Triton's
+    interpreter take SHORT alone), the ``OTHER_DTYPE_CALLS`` in the other dtypes."""
     rng = np.random.default_rng(42)
-    for shape in (SHORT, LONG):
+    for shape in shapes:
         arrays = inputs(rng, shape)
         for dtype in DTYPES[shape]:
             if library.dry_run and dtype == "bfloat16":

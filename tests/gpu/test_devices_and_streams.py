@@ -43,11 +43,41 @@ def _two_gpus(name):
         pytest.skip(f"needs two visible GPUs, {count} visible")
 
 
+def _two_gpus_case(shape=(3, 70_000)) -> dict:
+    """The case of the test on another GPU (tests/test_gpu_calls_on_cpu.py: small, on the CPU)."""
+    return make_case(np.random.default_rng(3), shape, holes=0.2, dones=0.01, bootstrap=True)
+
+
+def _gae_and_gradient(arrays: dict):
+    """(advantages, returns) of torch tensors whose rewards require grad, after the backward of their sum: tensors
+    that require grad take ``backend="auto"`` (the custom operator, the kernels' own adjoint; a forced route
+    refuses them)."""
+    arrays["rewards"].requires_grad_()
+    advantages, returns = gae_xp.gae(**arrays, backend="auto")
+    (advantages.sum() + returns.sum()).backward()
+    return advantages, returns
+
+
+def _pieces_problem(library, *, backend="numba-cuda", shape=(4, 200_000)):
+    """(the case, its arrays in ``library``, the prepared problem, zero bootstrap and carry per row in float64) of
+    the test of pieces finished on another stream (tests/test_gpu_calls_on_cpu.py: small, on the CPU)."""
+    import torch
+
+    from gae_xp import _prepare
+
+    case = make_case(np.random.default_rng(4), shape, holes=0.2, dones=0.001)
+    case.pop("truncated_bootstrap"), case.pop("truncated")
+    arrays = converted(library, case)
+    p = _prepare.prepare(**arrays, backend=backend).problem
+    b, c = (torch.zeros((shape[0], 1), dtype=torch.float64, device=arrays["rewards"].device) for _ in range(2))
+    return case, arrays, p, b, c
+
+
 @pytest.mark.parametrize("name", ["cupy", "torch:cuda"])
 def test_an_array_on_another_gpu_than_the_current_one(name):
     _kernels(name)
     _two_gpus(name)
-    case = make_case(np.random.default_rng(3), (3, 70_000), holes=0.2, dones=0.01, bootstrap=True)
+    case = _two_gpus_case()
     want_a, want_r = expected(case)
     if name == "cupy":
         import cupy
@@ -63,10 +93,8 @@ def test_an_array_on_another_gpu_than_the_current_one(name):
         import torch
 
         arrays = {k: torch.from_numpy(v).to("cuda:1") if isinstance(v, np.ndarray) else v for k, v in case.items()}
-        arrays["rewards"].requires_grad_()
         with torch.cuda.device(0):
-            advantages, returns = gae_xp.gae(**arrays, backend="numba-cuda")
-            (advantages.sum() + returns.sum()).backward()
+            advantages, returns = _gae_and_gradient(arrays)
             assert torch.cuda.current_device() == 0
         assert advantages.device == returns.device == arrays["rewards"].grad.device == torch.device("cuda:1")
         got = (advantages.detach().cpu().numpy(), returns.detach().cpu().numpy())
@@ -78,15 +106,10 @@ def test_pieces_finished_on_another_stream_wait_for_the_summary():
     library = _kernels("torch:cuda")
     import torch
 
-    from gae_xp import _prepare, backends
+    from gae_xp import backends
 
-    case = make_case(np.random.default_rng(4), (4, 200_000), holes=0.2, dones=0.001)
-    case.pop("truncated_bootstrap"), case.pop("truncated")
-    arrays = converted(library, case)
-    p = _prepare.prepare(**arrays, backend="numba-cuda").problem
+    case, arrays, p, b, c = _pieces_problem(library)
     kernels = backends.load("numba-cuda")
-    b, c = torch.zeros((4, 1), dtype=torch.float64, device="cuda"), torch.zeros((4, 1), dtype=torch.float64,
-                                                                                  device="cuda")
     want = [w.cpu().numpy() for w in kernels.gae(p.replace(bootstrap=b, carry=c))]
     summarizing, finishing = torch.cuda.Stream(), torch.cuda.Stream()
     for _ in range(3):

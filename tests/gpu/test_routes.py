@@ -126,8 +126,10 @@ def test_launches_on_the_callers_busy_stream(route):
         assert torch.equal(out, exact)
 
 
-def _arrays() -> dict:
-    return CALLS.Library(dry_run=False).convert(CALLS.inputs(np.random.default_rng(7), (3, 3000)), "float32")
+def _arrays(device="cuda", shape=(3, 3000)) -> dict:
+    """The inputs of the calls above, float32 on ``device`` (tests/test_gpu_calls_on_cpu.py: small, on the CPU)."""
+    return CALLS.Library(dry_run=False, device=device).convert(CALLS.inputs(np.random.default_rng(7), shape),
+                                                               "float32")
 
 
 def test_cupy_arrays_take_the_triton_route():

@@ -29,46 +29,48 @@ def torch_cuda():
     return torch
 
 
-def _calls(torch):
-    """(name, call) for every kind of call: each returns its outputs."""
+def _calls(torch, *, device="cuda", backend=BACKEND, shape=(3, 5000), offsets=(0, 10, 10, 2600, 5000)):
+    """(name, call) for every kind of call: each returns its outputs. ``device``, ``backend``, ``shape`` and the
+    packed sequences' ``offsets`` are the GPU run's by default; tests/test_gpu_calls_on_cpu.py runs the table on
+    small torch CPU tensors."""
     from gae_xp import _prepare, backends
 
     rng = np.random.default_rng(29)
-    case = make_case(rng, (3, 5000), holes=0.2, dones=0.01, bootstrap=True)
-    arrays = converted(load_target("torch:cuda/auto").library, case)
+    case = make_case(rng, shape, holes=0.2, dones=0.01, bootstrap=True)
+    arrays = converted(load_target(f"torch:{device}/auto").library, case)
     flags = {k: arrays[k] for k in ("terminated", "truncated", "mask")}
     short = {k: v[:, :100] if k not in ("bootstrap_value",) and hasattr(v, "ndim") and v.ndim == 2 else v
              for k, v in arrays.items()}
-    offsets = np.array([0, 10, 10, 2600, 5000])
-    log_rhos = torch.as_tensor(rng.normal(0, 0.5, (3, 5000)), device="cuda")
-    kernels = backends.load(BACKEND)
+    offsets = np.array(offsets)
+    log_rhos = torch.as_tensor(rng.normal(0, 0.5, shape), device=device)
+    kernels = backends.load(backend)
     pieces_case = {k: v for k, v in arrays.items() if k != "bootstrap_value"}
 
     def problem(cu_seqlens):
-        return _prepare.prepare(**pieces_case, cu_seqlens=cu_seqlens, backend=BACKEND).problem
+        return _prepare.prepare(**pieces_case, cu_seqlens=cu_seqlens, backend=backend).problem
 
     def finish():
         p = problem(offsets)
-        zeros = torch.zeros((3, len(offsets) - 1), dtype=p.rewards.dtype, device="cuda")
+        zeros = torch.zeros((shape[0], len(offsets) - 1), dtype=p.rewards.dtype, device=device)
         return kernels.pieces(p).finish(zeros, zeros)
 
     upstream = torch.ones_like(arrays["rewards"])
     return {
-        "gae, one launch": lambda: gae_xp.gae(**short, backend=BACKEND),
-        "gae, three launches": lambda: gae_xp.gae(**arrays, backend=BACKEND),
-        "gae, float critic_lam": lambda: gae_xp.gae(**arrays, critic_lam=1.0, backend=BACKEND),
-        "gae, host list cu_seqlens": lambda: gae_xp.gae(**pieces_case, cu_seqlens=offsets.tolist(), backend=BACKEND),
-        "gae, host numpy cu_seqlens": lambda: gae_xp.gae(**pieces_case, cu_seqlens=offsets, backend=BACKEND),
+        "gae, one launch": lambda: gae_xp.gae(**short, backend=backend),
+        "gae, three launches": lambda: gae_xp.gae(**arrays, backend=backend),
+        "gae, float critic_lam": lambda: gae_xp.gae(**arrays, critic_lam=1.0, backend=backend),
+        "gae, host list cu_seqlens": lambda: gae_xp.gae(**pieces_case, cu_seqlens=offsets.tolist(), backend=backend),
+        "gae, host numpy cu_seqlens": lambda: gae_xp.gae(**pieces_case, cu_seqlens=offsets, backend=backend),
         "summarize": lambda: (kernels.summarize(problem(offsets)),),
         "pieces and finish": finish,
         "vtrace": lambda: gae_xp.vtrace(log_rhos, arrays["rewards"], arrays["values"], **flags,
-                                        truncated_bootstrap=arrays["truncated_bootstrap"], backend=BACKEND),
+                                        truncated_bootstrap=arrays["truncated_bootstrap"], backend=backend),
         "lambda_returns": lambda: (gae_xp.lambda_returns(arrays["rewards"], arrays["values"], **flags,
-                                                         backend=BACKEND),),
-        "discounted_returns": lambda: (gae_xp.discounted_returns(arrays["rewards"], **flags, backend=BACKEND),),
-        "discounted_cumsum, reverse": lambda: (gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend=BACKEND),),
+                                                         backend=backend),),
+        "discounted_returns": lambda: (gae_xp.discounted_returns(arrays["rewards"], **flags, backend=backend),),
+        "discounted_cumsum, reverse": lambda: (gae_xp.discounted_cumsum(arrays["rewards"], 0.9, backend=backend),),
         "discounted_cumsum, forward": lambda: (gae_xp.discounted_cumsum(arrays["rewards"], 0.9, reverse=False,
-                                                                        backend=BACKEND),),
+                                                                        backend=backend),),
         "gae_backward": lambda: tuple(gradient for gradient in kernels.gae_backward(problem(None), upstream,
                                                                                     upstream).values()
                                       if gradient is not None),  # none to next_values and carry: not given

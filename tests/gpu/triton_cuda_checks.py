@@ -32,8 +32,6 @@ import gae_xp
 from gae_xp import reference
 from gae_xp.testing import make_case, option_grid, xp_assert_close
 
-assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
-
 DEVICE = torch.device("cuda")
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 OPTIONS = option_grid(dones=0.05)
@@ -44,11 +42,13 @@ def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
     return make_case(np.random.default_rng(seed), shape, axis=axis, **options)
 
 
-def on_gpu(case: dict, dtype) -> dict:
+def on_gpu(case: dict, dtype, device=DEVICE) -> dict:
+    """The case's arrays as torch tensors on ``device`` (CPU tensors: tests/test_gpu_calls_on_cpu.py, under Triton's
+    interpreter), the floating ones in ``dtype``."""
     out = {}
     for name, value in case.items():
         if isinstance(value, np.ndarray):
-            value = torch.from_numpy(value.copy()).to(DEVICE)
+            value = torch.from_numpy(value.copy()).to(device)
             if value.is_floating_point():
                 value = value.to(dtype)
         out[name] = value
@@ -68,7 +68,7 @@ def check(label: str, given: dict, *, axis: int = -1, cu_seqlens=None, **options
         want = reference.gae_loop(**case, axis=axis)
     else:
         want = packed_loop(case, np.asarray(cu_seqlens.cpu() if torch.is_tensor(cu_seqlens) else cu_seqlens))
-    like = torch.zeros((), dtype=dtype, device=DEVICE)
+    like = torch.zeros((), dtype=dtype, device=given["rewards"].device)
     xp_assert_close(advantages, want[0], like=like)
     xp_assert_close(returns, want[1], like=like)
     print("ok", label, flush=True)
@@ -88,26 +88,30 @@ def packed_loop(case: dict, offsets: np.ndarray):
     return advantages, returns
 
 
-def options_part() -> int:
+def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), device=DEVICE) -> int:
+    """Every option in float32 at each of ``shapes``; plain and everything in the other dtypes at the first shape,
+    at T = 1 and 31, and packed by ``offsets`` (the last: T). The defaults are the GPU run's; tests/
+    test_gpu_calls_on_cpu.py takes small ones on the CPU."""
     count = 0
     for name, options in OPTIONS.items():
-        for shape in SHAPES:
-            check(f"{name} {shape} float32", on_gpu(build(count, shape, options), torch.float32))
+        for shape in shapes:
+            check(f"{name} {shape} float32", on_gpu(build(count, shape, options), torch.float32, device))
             count += 1
     for name in ("plain", "everything"):
         for dtype in (torch.float64, torch.bfloat16, torch.float16):
-            check(f"{name} (300, 129) {dtype}", on_gpu(build(count, (300, 129), OPTIONS[name]), dtype))
+            check(f"{name} {shapes[0]} {dtype}", on_gpu(build(count, shapes[0], OPTIONS[name]), dtype, device))
             count += 1
         for length in (1, 31):
-            check(f"{name} (3, {length})", on_gpu(build(count, (3, length), OPTIONS[name]), torch.float32))
+            check(f"{name} (3, {length})", on_gpu(build(count, (3, length), OPTIONS[name]), torch.float32, device))
             count += 1
-        offsets = [0, 700, 700, 2100, 2101, 2101, 4000]
-        case = build(count, (2, 4000), OPTIONS[name])
+        offsets = list(offsets)
+        case = build(count, (2, offsets[-1]), OPTIONS[name])
         if "bootstrap_value" in case:
             case["bootstrap_value"] = np.random.default_rng(count).standard_normal((2, len(offsets) - 1))
         for device_offsets in (False, True):
-            cuts = torch.tensor(offsets, device=DEVICE) if device_offsets else offsets
-            check(f"{name} packed device_offsets={device_offsets}", on_gpu(case, torch.float32), cu_seqlens=cuts)
+            cuts = torch.tensor(offsets, device=device) if device_offsets else offsets
+            check(f"{name} packed device_offsets={device_offsets}", on_gpu(case, torch.float32, device),
+                  cu_seqlens=cuts)
             count += 1
     return count
 
@@ -234,6 +238,7 @@ def cupy_part() -> int:
 
 
 if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
     part = sys.argv[1]
     count = {"options": options_part, "layouts": layouts_part, "compiling": compiling_part,
              "cupy": cupy_part}[part]()

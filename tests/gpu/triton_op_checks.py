@@ -26,8 +26,6 @@ import gae_xp
 from gae_xp import reference
 from gae_xp.testing import make_case
 
-assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
-
 DEVICE = torch.device("cuda")
 SHAPE = (64, 300)
 CASES = {
@@ -38,14 +36,16 @@ CASES = {
 }
 
 
-def case(name: str, seed: int = 0):
-    """(keyword arguments as float32 CUDA tensors whose floats require grad, the float64 NumPy arrays, names)."""
+def case(name: str, seed: int = 0, *, device=DEVICE, shape=SHAPE):
+    """(keyword arguments as float32 tensors on ``device`` whose rewards, values and bootstrap values require grad,
+    the float64 NumPy arrays, the names of those that require grad). tests/test_gpu_calls_on_cpu.py builds small
+    cases on the CPU."""
     options, call = CASES[name]
-    arrays = make_case(np.random.default_rng(seed), SHAPE, **options)
+    arrays = make_case(np.random.default_rng(seed), shape, **options)
     kwargs, leaves = dict(call), []
     for key, value in arrays.items():
         if isinstance(value, np.ndarray):
-            tensor = torch.from_numpy(value).to(DEVICE)
+            tensor = torch.from_numpy(value).to(device)
             if tensor.dtype == torch.float64:
                 tensor = tensor.float()
                 if key in ("rewards", "values", "bootstrap_value"):
@@ -140,6 +140,7 @@ def check_graphs() -> int:
 
 
 if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET", "0") in ("0", ""), "run without TRITON_INTERPRET"
     part = sys.argv[1]
     count = {"compile": check_compile, "graphs": check_graphs}[part]()
     print(f"checked {count} cases")
