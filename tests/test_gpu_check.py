@@ -159,7 +159,7 @@ def test_a_dry_run_writes_the_eight_files_part_by_part(dry_run):
     assert {"copy", "gae_xp triton (torch)", "gae_xp numba-cuda (torch)"} <= measured
     verdicts = (out / "verdicts.md").read_text().splitlines()
     judged = [line for line in verdicts if re.search(r": (MET|NOT MET|NOT MEASURED) \(", line)]
-    assert len(judged) == 11 and verdicts[2].startswith("- DRY RUN")
+    assert len(judged) == 12 and verdicts[2].startswith("- DRY RUN")
     assert check.rstrip().splitlines()[-1].startswith("- total: ")
 
 
@@ -251,6 +251,8 @@ def bench_rows(report, *, triton_ratio: float, numba_ratio: float, skip=()) -> d
                                      "host_us": 30.0, "error": 1e-7, "variant": ""})
     new_t = [{"path": path, "shape": [1000, t], "case": case, "first_ms": 0.3, "repeat_ms": 0.1}
              for path in (report.TRITON, report.NUMBA) for t in (77, 1000) for case in report.CASES]
+    new_t += [{"path": f"{report.TRITON}, after warm_up", "shape": [700, t], "case": case, "first_ms": 0.4,
+               "repeat_ms": 0.1, "warm_up_s": 9.5} for t in (77, 1000, 5001) for case in report.CASES]
     return {"rows": rows, "new_t": new_t, "dry_run": False}
 
 
@@ -263,7 +265,7 @@ def verdict(lines: list[str], start: str) -> str:
 
 def test_every_target_met(report):
     lines = report.verdicts(bench_rows(report, triton_ratio=1.1, numba_ratio=1.9), TESTS_PASSED)
-    assert len(lines) == 11 and all(": MET (" in line for line in lines), lines
+    assert len(lines) == 12 and all(": MET (" in line for line in lines), lines
     assert "worst 1.1 x copy at 38400x128 float32 constant; 42 of 42 measured" in lines[0]
 
 
@@ -279,6 +281,8 @@ def test_a_target_missed_is_not_met_with_its_worst_figure(report):
         "- Triton route, device time over the copy at 16x524288: NOT MET (worst 1.7 x copy at 16x524288 bfloat16 "
         "dones+mask; 6 of 6 measured; 1 over 1.6 x copy)")
     assert ": NOT MET (worst 450 ms at gae_xp triton (torch) 1000x77 constant" in verdict(lines, "A first call")
+    assert verdict(lines, "The same after gae_xp.warm_up").endswith(
+        ": MET (worst 0.4 ms at 700x77 constant (warm_up 9.5 s); 9 of 9 measured)")
     assert "NOT MET" in verdict(lines, "No loss of correctness") and "worst 3.0e-04" in verdict(
         lines, "No loss of correctness")
     assert ": MET (" in verdict(lines, "Triton route, device time over the copy at the 7 shapes")
@@ -293,7 +297,7 @@ def test_a_target_partly_measured_is_not_measured(report):
     assert "NOT MEASURED (200 tests, 0 failed, 0 errors, 3 skipped, not finished: test_cuda" in verdict(
         lines, "No loss of correctness")
     nothing = report.verdicts(None, None)
-    assert len(nothing) == 11 and all("NOT MEASURED" in line for line in nothing)
+    assert len(nothing) == 12 and all("NOT MEASURED" in line for line in nothing)
 
 
 def test_rl_triton_absent_compares_with_its_recorded_figures(report):

@@ -23,7 +23,8 @@ Python call without waiting). Medians. ``x copy``: device time over the copy's
 at the same shape, dtype and case. Every output is compared with gae_xp's
 generic path in float64 on the same (rounded) inputs. Then the first call at
 a new T and B, per route: a route that compiles nothing there answers in
-milliseconds.
+milliseconds; and, in a process of its own with an empty Triton cache, the
+same after ``gae_xp.warm_up(device="cuda")`` (its seconds in the entries).
 
 A route or baseline that cannot be imported or built says why in its row; the
 rest runs. Shapes start while the time spent is under ``--budget`` seconds;
@@ -43,8 +44,11 @@ import functools
 import importlib
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -72,6 +76,8 @@ FLAGS = {"constant": (), "terminated": ("terminated",), "dones+mask": ("terminat
 FLOOR_BYTES = {case: 4 * 4 + len(flags) for case, flags in FLAGS.items()}
 #: The first call at a new T and B (after every route ran at ``SHAPES[0]``).
 NEW_T_SHAPES = [(1000, 77), (1000, 1000)]
+#: The first call after ``warm_up`` (a process of its own): T in three of the heuristic's classes, both alignments.
+AFTER_WARM_UP_SHAPES = [(1000, 77), (700, 1000), (96, 5001)]
 SLIME_CHUNKS = (128, 256, 512)
 SPIN_CLOCK_HZ = 2.0e9
 #: --dry-run: tiny shapes on the CPU, the generic path standing in for every gae_xp route.
@@ -482,6 +488,51 @@ def first_calls_at_a_new_t(shapes) -> list[dict]:
     return out
 
 
+#: A fresh process: ``gae_xp.warm_up(device=...)`` timed, then the first call and a repeat per shape and case.
+_AFTER_WARM_UP = """
+import json, sys, time
+import torch, gae_xp
+shapes, cases, dry = json.loads(sys.argv[1])
+device, names = ("cpu" if dry else "cuda"), {"constant": "constant", "terminated": "dones", "dones+mask": "dones+mask"}
+start = time.perf_counter()
+if not dry:
+    gae_xp.warm_up(cases=[names[case] for case in cases], layouts="time-last", device=device)
+warm_up_s, out = time.perf_counter() - start, []
+for shape in shapes:
+    generator = torch.Generator(device=device).manual_seed(2)
+    r, v = (torch.randn(shape, generator=generator, device=device) for _ in range(2))
+    flags = {"terminated": torch.rand(shape, generator=generator, device=device) < 0.01,
+             "mask": torch.rand(shape, generator=generator, device=device) >= 0.2}
+    for case in cases:
+        given = {name: flags[name] for name in {"constant": (), "terminated": ("terminated",),
+                                                "dones+mask": ("terminated", "mask")}[case]}
+        entry = {"shape": list(shape), "case": case, "warm_up_s": warm_up_s}
+        for key in ("first_ms", "repeat_ms"):
+            torch.cuda.synchronize() if not dry else None
+            began = time.perf_counter()
+            gae_xp.gae(r, v, **given, backend="xp" if dry else "auto")
+            torch.cuda.synchronize() if not dry else None
+            entry[key] = (time.perf_counter() - began) * 1e3
+        out.append(entry)
+print(json.dumps(out))
+"""
+
+
+def first_calls_after_warm_up(shapes) -> list[dict]:
+    """The first call at each new (B, T) per case, float32, ``auto`` on torch CUDA tensors, in a new process with an
+    empty Triton cache (``TRITON_CACHE_DIR``) after ``gae_xp.warm_up(device="cuda")``: wall ms, and warm_up's s."""
+    path = f"{TRITON_ROUTE}, after warm_up"
+    with tempfile.TemporaryDirectory() as cache:
+        done = subprocess.run([sys.executable, "-c", _AFTER_WARM_UP, json.dumps([shapes, list(CASES), DEVICE.dry])],
+                              capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "TRITON_CACHE_DIR": cache})
+    if done.returncode != 0:
+        failure = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        return [{"path": path, "shape": list(shape), "case": case, "failed": failure}
+                for shape in shapes for case in CASES]
+    return [{"path": path, **entry} for entry in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
 # ------------------------------------------------------------------------------------------------------ reporting
 
 def line(row: Row) -> str:
@@ -527,15 +578,18 @@ def markdown(rows: list[Row], skipped=(), header: str = "", new_t=()) -> str:
             lines.append(f"| {shape[0]}x{shape[1]} | {dtype} | {row.variant} | {1e3 * row.device_ms:.1f} | "
                          f"{row.copy_ratio:.2f} | {_cell(default and _us(default.device_ms), '.1f')} |")
     if new_t:
-        lines += ["", "The first call at a new B and T (float32, after every route ran at the first shape), ms wall:",
-                  "", "| path | shape | case | first call | repeated |", "|---|---|---|---|---|"]
+        lines += ["", "The first call at a new B and T (float32, after every route ran at the first shape; \"after "
+                  "warm_up\": in a process of its own with an empty Triton cache, after "
+                  "gae_xp.warm_up(device=\"cuda\"), whose seconds are in the note), ms wall:",
+                  "", "| path | shape | case | first call | repeated | note |", "|---|---|---|---|---|---|"]
         for entry in new_t:
             shape = "x".join(map(str, entry["shape"]))
             if "failed" in entry:
-                lines.append(f"| {entry['path']} | {shape} | {entry['case']} | not run: {entry['failed']} | |")
+                lines.append(f"| {entry['path']} | {shape} | {entry['case']} | not run: {entry['failed']} | | |")
             else:
+                note = f"warm_up {entry['warm_up_s']:.1f} s" if "warm_up_s" in entry else ""
                 lines.append(f"| {entry['path']} | {shape} | {entry['case']} | {entry['first_ms']:.2f} | "
-                             f"{entry['repeat_ms']:.2f} |")
+                             f"{entry['repeat_ms']:.2f} | {note} |")
     if skipped:
         lines.append(f"\nNot run (over the time budget): {', '.join(f'{b}x{t}' for b, t in skipped)}.")
     return "\n".join(lines)
@@ -604,6 +658,7 @@ def main(argv=None) -> int:
         rows += run_shape(shape, every_path, report=lambda text: print(text, flush=True))
         if index == 0:
             new_t = first_calls_at_a_new_t(DRY_RUN_NEW_T if options.dry_run else NEW_T_SHAPES)
+            new_t += first_calls_after_warm_up(DRY_RUN_NEW_T if options.dry_run else AFTER_WARM_UP_SHAPES)
         with contextlib.suppress(Exception):  # the caching allocator's blocks back to the driver between shapes
             _torch().cuda.empty_cache()
         print(f"== {shape[0]}x{shape[1]}: {time.perf_counter() - shape_started:.1f} s", flush=True)
