@@ -22,13 +22,20 @@ PROGRAMS_PER_MULTIPROCESSOR = 4
 
 def warm_shapes(multiprocessors: int) -> list[tuple[int, int]]:
     """(rows, T) whose calls together launch every kernel the heuristic can choose for one layout, dtype and set of
-    options (``gae_xp.warm_up(device=...)``): per row of ``HEURISTIC``, T at its bound (four blocks for the last,
-    unbounded row), a multiple of 16 bytes of every float, and one step less (rows that do not start 16 bytes
-    apart); each with one program per row (``FEW_ROWS * multiprocessors`` rows) and with one row, which is cut
-    into chunks wherever a row of that T can be."""
-    shapes = []
+    options (``gae_xp.warm_up(device=...)``). A kernel is chosen by T's row of ``HEURISTIC`` (the block), by
+    whether rows are cut into chunks (fewer rows than ``FEW_ROWS * multiprocessors`` and T over one block), and by
+    the rows' alignment: whether T, the row strides where there are two rows or more, and the pointers a layout
+    offsets by T (a bootstrap column) are multiples of 16 bytes of the floats. So, per row of ``HEURISTIC``: T at
+    its bound (four blocks for the last, unbounded row) and at its block where that falls inside the row (one
+    block: never cut), each as it is (a multiple of 16 bytes of every float) and one step less (of no float); each
+    with one row, two rows and ``FEW_ROWS * multiprocessors`` rows."""
+    shapes, below = [], 0
     for bound, block, _, _ in HEURISTIC:
-        length = int(bound) if bound != math.inf else 4 * block
-        for steps in (length, length - 1):
-            shapes += [(FEW_ROWS * multiprocessors, steps), (1, steps)]
+        longest = int(bound) if bound != math.inf else 4 * block
+        for length in sorted({longest, min(block, longest)}):
+            if length <= below:
+                continue
+            for steps in (length, length - 1):
+                shapes += [(rows, steps) for rows in (1, 2, FEW_ROWS * multiprocessors)]
+        below = bound
     return shapes
