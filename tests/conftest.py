@@ -59,18 +59,20 @@ settings.register_profile("simulator", max_examples=10, **_SETTINGS)
 settings.register_profile("gpu", max_examples=3, **_SETTINGS)
 PROFILE = os.environ.get("GAE_XP_HYPOTHESIS_PROFILE", "default")
 settings.load_profile(PROFILE)
-#: Examples per property on a JAX target in the quick run: eager JAX compiles every operation anew for each shape an
-#: example brings (seconds an example, and most of the quick run's memory); the full matrix draws its 40 there too.
-JAX_QUICK_EXAMPLES = 3
+#: Examples per property on a JAX target, per profile: eager JAX compiles every operation anew for each shape an
+#: example brings (seconds an example, and most of the quick run's memory), so the quick run draws 3 there and the
+#: full matrix 20 (its 40 on every other target check the same algorithm; JAX targets held 12 of its 25 slowest
+#: tests).
+JAX_EXAMPLES = {"default": 3, "full": 20}
 
 
 @pytest.fixture(autouse=True)
-def _fewer_examples_on_jax_in_the_quick_run(request):
-    """A property test on a JAX target draws ``JAX_QUICK_EXAMPLES`` in the quick run (its settings are put back
-    after it: the same test function serves the other targets)."""
+def _fewer_examples_on_jax(request):
+    """A property test on a JAX target draws ``JAX_EXAMPLES`` of the profile (its settings are put back after it:
+    the same test function serves the other targets)."""
     test = request.function
     target = str(getattr(getattr(request.node, "callspec", None), "params", {}).get("target", ""))
-    if PROFILE != "default" or target.partition("/")[0] not in ONE_CASE_LIBRARIES or \
+    if PROFILE not in JAX_EXAMPLES or target.partition("/")[0] not in ONE_CASE_LIBRARIES or \
             getattr(test, "hypothesis", None) is None:
         yield
         return
@@ -79,7 +81,7 @@ def _fewer_examples_on_jax_in_the_quick_run(request):
     attribute = "_hypothesis_internal_use_settings"
     kept = getattr(test, attribute, None)
     now = kept or settings.default
-    setattr(test, attribute, settings(now, max_examples=min(now.max_examples, JAX_QUICK_EXAMPLES)))
+    setattr(test, attribute, settings(now, max_examples=min(now.max_examples, JAX_EXAMPLES[PROFILE])))
     try:
         yield
     finally:
