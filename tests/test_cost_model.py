@@ -87,14 +87,19 @@ def test_loops_are_read_from_backward_branches():
 # ------------------------------------------------------------------------------- the fit on the measured table
 
 @pytest.fixture(scope="module")
-def measured():
-    """Every measured row with its kernels compiled (about two minutes on a shared 2-core machine); skipped where
-    they cannot be compiled, a failure under GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit wheels are in)."""
+def compilable():
+    """Skipped where the kernels cannot be compiled, a failure under GAE_XP_REQUIRE_PTX=1 (CI, once the toolkit
+    wheels are in)."""
     reason = _unavailable()
     if reason is not None:
         if os.environ.get("GAE_XP_REQUIRE_PTX") == "1":
             pytest.fail(f"GAE_XP_REQUIRE_PTX=1, but {reason}")
         pytest.skip(f"{reason}; the model needs triton and {cost_model._needs()}")
+
+
+@pytest.fixture(scope="module")
+def measured(compilable):
+    """Every measured row with its kernels compiled (about two minutes on a shared 2-core machine)."""
     return cost_model.measured_rows()
 
 
@@ -138,7 +143,7 @@ def test_the_general_kernels_are_modelled_by_their_instructions(measured):
 
 
 @pytest.mark.slow  # compiles every route's kernels at every target shape (minutes); CI's full matrix runs it
-def test_committed_page_holds_the_generated_tables(measured):
+def test_committed_page_holds_the_generated_tables(compilable):
     """docs/gpu.md quotes `python -m tools.cost_model --write` of this commit. The tables are made in a process of
     their own without ``TRITON_INTERPRET``, which the test run sets (tests/conftest.py) and under which the
     project's Triton kernels, once imported, are the interpreter's and cannot be compiled (as tests/triton_ptx.py)."""
