@@ -1,5 +1,5 @@
-"""The Triton route's launch heuristic: how the block, warps, stages and chunks are chosen (no imports: the
-backend module and the launch module both read it)."""
+"""The Triton route's launch heuristic: how the block, warps, stages and chunks are chosen (nothing imported at
+load: the backend module, the launch module and ``gae_xp.warm_up`` read it)."""
 
 import math
 
@@ -18,6 +18,15 @@ INTERPRETER_MULTIPROCESSORS = 4
 FEW_ROWS = 1
 #: ... and for this many programs per multiprocessor.
 PROGRAMS_PER_MULTIPROCESSOR = 4
+
+
+def multiprocessors(device) -> int:
+    """The multiprocessors of a torch device: a CUDA device's own, else the interpreter's stand-in."""
+    if device.type != "cuda":
+        return INTERPRETER_MULTIPROCESSORS
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def warm_shapes(multiprocessors: int) -> list[tuple[int, int]]:

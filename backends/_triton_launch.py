@@ -275,11 +275,8 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
     return block, warps, stages, chunk, chunks
 
 
-@functools.cache
-def _multiprocessors(device) -> int:
-    if device.type != "cuda":
-        return heuristic.INTERPRETER_MULTIPROCESSORS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+#: The multiprocessors of a device, asked once per device.
+_multiprocessors = functools.cache(heuristic.multiprocessors)
 
 
 def on_device(device):

@@ -342,14 +342,11 @@ def _warm_up_device(device, dtypes, cases, layouts, backend: str) -> None:
 
     from .backends import _triton_config
 
-    processors = (torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda"
-                  else _triton_config.INTERPRETER_MULTIPROCESSORS)
-
     def zeros(shape, dtype):
-        return torch.zeros(shape, dtype=torch.bool if dtype is bool else getattr(torch, str(dtype)), device=device)
+        return torch.zeros(shape, dtype=torch.bool if dtype is bool else getattr(torch, dtype), device=device)
 
     for dtype, (rows, length), case, layout in itertools.product(
-            dtypes, _triton_config.warm_shapes(processors), cases, layouts):
+            dtypes, _triton_config.warm_shapes(_triton_config.multiprocessors(device)), cases, layouts):
         _warm_call(WARM_LAYOUTS[layout](zeros, dtype, rows, length), case, backend)
 
 

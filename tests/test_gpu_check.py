@@ -410,24 +410,3 @@ def test_the_sanitizers_torch_calls_run_on_torch_cpu_tensors():
     assert sum(line.startswith("backward (terminated, mask): max rel. error") for line in lines) == 2
     assert {line.split()[3] for line in lines if line.startswith("ok ")} == {"float32", "float64", "float16",
                                                                               "bfloat16"}
-
-
-def test_the_sanitizers_backward_takes_the_routes_own_adjoint():
-    """The backward line of a route with backward kernels comes from the route's own ``gae_backward`` (here the
-    Triton route's, under Triton's interpreter on CPU tensors) against autograd in float64: a forced route refuses
-    tensors that require grad, which broke the line on the first H100 run."""
-    import importlib.util
-
-    import numpy as np
-    from tritoninterp import require_interpreter
-
-    import gae_xp
-
-    require_interpreter()
-    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
-    calls = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calls)
-    library = calls.Library(dry_run=False, device="cpu")
-    given = library.convert(calls.inputs(np.random.default_rng(3), calls.SHORT), "float32")
-    lines = calls.backward(gae_xp, library, given, "triton")
-    assert len(lines) == 1 and lines[0].startswith("backward (terminated, mask): max rel. error"), lines

@@ -475,62 +475,61 @@ def first_calls_at_a_new_t(shapes) -> list[dict]:
             for case in CASES:
                 entry = {"path": name, "shape": list(shape), "case": case}
                 try:
-                    call = route(backend)(inputs, case, shape)
-                    for key in ("first_ms", "repeat_ms"):
-                        DEVICE.synchronize()
-                        start = time.perf_counter()
-                        call()
-                        DEVICE.synchronize()
-                        entry[key] = (time.perf_counter() - start) * 1e3
+                    entry.update(_first_and_repeat(route(backend)(inputs, case, shape)))
                 except Exception as error:  # the route cannot run here: said in the entry
                     entry["failed"] = f"{type(error).__name__}: {error}".splitlines()[0][:200]
                 out.append(entry)
     return out
 
 
-#: A fresh process: ``gae_xp.warm_up(device=...)`` timed, then the first call and a repeat per shape and case.
-_AFTER_WARM_UP = """
-import json, sys, time
-import torch, gae_xp
-shapes, cases, dry = json.loads(sys.argv[1])
-device, names = ("cpu" if dry else "cuda"), {"constant": "constant", "terminated": "dones", "dones+mask": "dones+mask"}
-start = time.perf_counter()
-if not dry:
-    gae_xp.warm_up(cases=[names[case] for case in cases], layouts="time-last", device=device)
-warm_up_s, out = time.perf_counter() - start, []
-for shape in shapes:
-    generator = torch.Generator(device=device).manual_seed(2)
-    r, v = (torch.randn(shape, generator=generator, device=device) for _ in range(2))
-    flags = {"terminated": torch.rand(shape, generator=generator, device=device) < 0.01,
-             "mask": torch.rand(shape, generator=generator, device=device) >= 0.2}
-    for case in cases:
-        given = {name: flags[name] for name in {"constant": (), "terminated": ("terminated",),
-                                                "dones+mask": ("terminated", "mask")}[case]}
-        entry = {"shape": list(shape), "case": case, "warm_up_s": warm_up_s}
-        for key in ("first_ms", "repeat_ms"):
-            torch.cuda.synchronize() if not dry else None
-            began = time.perf_counter()
-            gae_xp.gae(r, v, **given, backend="xp" if dry else "auto")
-            torch.cuda.synchronize() if not dry else None
-            entry[key] = (time.perf_counter() - began) * 1e3
-        out.append(entry)
-print(json.dumps(out))
-"""
+def _first_and_repeat(call) -> dict:
+    """The wall ms of ``call``'s first run and of a repeat, the device drained around each."""
+    times = {}
+    for key in ("first_ms", "repeat_ms"):
+        DEVICE.synchronize()
+        start = time.perf_counter()
+        call()
+        DEVICE.synchronize()
+        times[key] = (time.perf_counter() - start) * 1e3
+    return times
+
+
+#: ``warm_up``'s name of each case.
+WARM_UP_CASES = {"constant": "constant", "terminated": "dones", "dones+mask": "dones+mask"}
+AFTER_WARM_UP = f"{TRITON_ROUTE}, after warm_up"
 
 
 def first_calls_after_warm_up(shapes) -> list[dict]:
     """The first call at each new (B, T) per case, float32, ``auto`` on torch CUDA tensors, in a new process with an
-    empty Triton cache (``TRITON_CACHE_DIR``) after ``gae_xp.warm_up(device="cuda")``: wall ms, and warm_up's s."""
-    path = f"{TRITON_ROUTE}, after warm_up"
+    empty Triton cache (``TRITON_CACHE_DIR``) after ``gae_xp.warm_up(device="cuda")``: wall ms, and warm_up's s
+    (``warmed_first_calls`` in that process)."""
+    command = [sys.executable, __file__, "--warmed-first-calls", json.dumps(shapes)] + (
+        ["--dry-run"] if DEVICE.dry else [])
     with tempfile.TemporaryDirectory() as cache:
-        done = subprocess.run([sys.executable, "-c", _AFTER_WARM_UP, json.dumps([shapes, list(CASES), DEVICE.dry])],
-                              capture_output=True, text=True, timeout=120,
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                               env={**os.environ, "TRITON_CACHE_DIR": cache})
     if done.returncode != 0:
         failure = (done.stderr.strip().splitlines() or ["no output"])[-1][:200]
-        return [{"path": path, "shape": list(shape), "case": case, "failed": failure}
+        return [{"path": AFTER_WARM_UP, "shape": list(shape), "case": case, "failed": failure}
                 for shape in shapes for case in CASES]
-    return [{"path": path, **entry} for entry in json.loads(done.stdout.strip().splitlines()[-1])]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def warmed_first_calls(shapes) -> list[dict]:
+    """``gae_xp.warm_up(device="cuda")`` of the cases (time last), timed, then per shape and case the first call
+    of ``auto`` and a repeat (a dry run: no warm-up, the generic path)."""
+    import gae_xp
+
+    start = time.perf_counter()
+    if not DEVICE.dry:
+        gae_xp.warm_up(cases=[WARM_UP_CASES[case] for case in CASES], layouts="time-last", device=DEVICE.name)
+    warm_up_s, out = time.perf_counter() - start, []
+    for shape in shapes:
+        inputs = make_inputs(shape, "float32", seed=1)
+        for case in CASES:
+            out.append({"path": AFTER_WARM_UP, "shape": list(shape), "case": case, "warm_up_s": warm_up_s,
+                        **_first_and_repeat(route("auto")(inputs, case, shape))})
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ reporting
@@ -638,8 +637,14 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=330.0, help="seconds after which no new shape starts")
     parser.add_argument("--out", default=None, help="folder for bench_gpu.json and bench_gpu.md")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU, nothing measured")
+    parser.add_argument("--warmed-first-calls", default=None, metavar="JSON",
+                        help="(the bench's own child process) warm_up, then the first calls at these [B, T]; a JSON "
+                             "line out")
     options = parser.parse_args(argv)
     DEVICE.name = "cpu" if options.dry_run else "cuda"
+    if options.warmed_first_calls is not None:
+        print(json.dumps(warmed_first_calls([tuple(shape) for shape in json.loads(options.warmed_first_calls)])))
+        return 0
     shapes = (DRY_RUN_SHAPES if options.dry_run else SHAPES) if options.shapes == "all" else \
         [tuple(int(n) for n in s.split("x")) for s in options.shapes.split(",")]
     if not options.dry_run and not _torch().cuda.is_available():

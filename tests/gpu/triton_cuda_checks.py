@@ -92,7 +92,7 @@ def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), d
     """Every option in float32 at each of ``shapes``; plain and everything in the other dtypes at the first shape,
     at T = 1 and 31, and packed by ``offsets`` (the last: T). The defaults are the GPU run's; tests/
     test_gpu_calls_on_cpu.py takes small ones on the CPU."""
-    count = 0
+    count, offsets = 0, list(offsets)
     for name, options in OPTIONS.items():
         for shape in shapes:
             check(f"{name} {shape} float32", on_gpu(build(count, shape, options), torch.float32, device))
@@ -104,7 +104,6 @@ def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), d
         for length in (1, 31):
             check(f"{name} (3, {length})", on_gpu(build(count, (3, length), OPTIONS[name]), torch.float32, device))
             count += 1
-        offsets = list(offsets)
         case = build(count, (2, offsets[-1]), OPTIONS[name])
         if "bootstrap_value" in case:
             case["bootstrap_value"] = np.random.default_rng(count).standard_normal((2, len(offsets) - 1))
