@@ -96,6 +96,19 @@ def _fewer_examples_on_jax(request):
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+TRITON_INTERPRET = os.environ.get("TRITON_INTERPRET")
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpret_kept():
+    """A test (or its fixtures) that changes ``TRITON_INTERPRET`` fails: the Triton tests after it in the same
+    worker would find their interpreter off (compile instead in a process of its own, as tests/test_cost_model.py
+    does)."""
+    yield
+    now = os.environ.get("TRITON_INTERPRET")
+    assert now == TRITON_INTERPRET, f"TRITON_INTERPRET was {TRITON_INTERPRET!r} when the run began, {now!r} now"
+
 REQUIRED = {name.strip() for name in os.environ.get("GAE_XP_REQUIRE", "").split(",") if name.strip()}
 #: The CUDA simulator runs Python per thread: tests hand it small arrays only.
 SIMULATOR_MAX_ELEMENTS = 20_000

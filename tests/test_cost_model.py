@@ -6,6 +6,7 @@ import functools
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tools import cost_model, sass
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ------------------------------------------------------------------------------------- the fit, on made-up rows
 
@@ -97,10 +100,24 @@ def compilable():
         pytest.skip(f"{reason}; the model needs triton and {cost_model._needs()}")
 
 
+def compiled_apart(expression: str, *, text: bool):
+    """``expression`` of ``tools.cost_model`` evaluated in a process of its own without ``TRITON_INTERPRET``: the
+    test run sets it (tests/conftest.py), and the kernels the model compiles (``tests/triton_ptx.py`` drops it) would
+    otherwise be imported here as compiled ones, leaving the tests after this one without their interpreter.
+    ``text``: the expression is a str, returned as it is; else its value comes back pickled."""
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    script = ("import json, pickle, sys; from tools import cost_model; value = " + expression + "; "
+              + ("sys.stdout.write(value)" if text else "sys.stdout.buffer.write(pickle.dumps(value))"))
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environment, capture_output=True,
+                          timeout=1800)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return done.stdout.decode() if text else pickle.loads(done.stdout)
+
+
 @pytest.fixture(scope="module")
 def measured(compilable):
     """Every measured row with its kernels compiled (about two minutes on a shared 2-core machine)."""
-    return cost_model.measured_rows()
+    return compiled_apart("cost_model.measured_rows()", text=False)
 
 
 #: asked once per process (it compiles a one-line kernel)
@@ -144,15 +161,8 @@ def test_the_general_kernels_are_modelled_by_their_instructions(measured):
 
 @pytest.mark.slow  # compiles every route's kernels at every target shape (minutes); CI's full matrix runs it
 def test_committed_page_holds_the_generated_tables(compilable):
-    """docs/gpu.md quotes `python -m tools.cost_model --write` of this commit. The tables are made in a process of
-    their own without ``TRITON_INTERPRET``, which the test run sets (tests/conftest.py) and under which the
-    project's Triton kernels, once imported, are the interpreter's and cannot be compiled (as tests/triton_ptx.py)."""
-    root = Path(__file__).resolve().parents[1]
-    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    script = "import json; from tools import cost_model; print(json.dumps(cost_model.pages()))"
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=environment, capture_output=True, text=True,
-                          timeout=1800)
-    assert done.returncode == 0, done.stderr[-3000:]
-    tables = json.loads(done.stdout.splitlines()[-1])
-    text = (root / cost_model.DOCUMENT).read_text()
+    """docs/gpu.md quotes `python -m tools.cost_model --write` of this commit (the tables made apart, as the rows
+    are)."""
+    tables = json.loads(compiled_apart("json.dumps(cost_model.pages())", text=True).splitlines()[-1])
+    text = (ROOT / cost_model.DOCUMENT).read_text()
     assert cost_model.fill(text, tables) == text, "docs/gpu.md is stale: python -m tools.cost_model --write"
