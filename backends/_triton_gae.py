@@ -55,6 +55,13 @@ elements in 16 bytes of the floats) says that every row of every per-step
 array starts at a multiple of that many elements (and T is one), so that the
 compiler issues 16-byte loads and stores: the one property of a layout a
 kernel is compiled for.
+
+``STAGES`` pipelines the walk over the blocks (``tl.range(..., num_stages=STAGES)``):
+the loads of the next ``STAGES - 1`` blocks are issued (``cp.async`` into
+shared memory) while this block is solved, so that a program walking many
+blocks (long rows, chunks) waits on memory once, not once per block; 1 for a
+program that walks one block (nothing to overlap). Without it Triton pipelines
+no load of this loop: none feeds a ``tl.dot``.
 """
 
 from __future__ import annotations
@@ -183,7 +190,7 @@ def gae_kernel(
     GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
     DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr, TWO_AXES: tl.constexpr,
-    RARE_PATHS: tl.constexpr,
+    RARE_PATHS: tl.constexpr, STAGES: tl.constexpr,
 ):
     """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
     VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
@@ -284,7 +291,7 @@ def gae_kernel(
     if MODE == 1:  # SUMMARY: the first chunk's map is never used
         blocks = tl.where(part == 0, 0, blocks)
     positions = tl.arange(0, BLOCK)
-    for i in range(0, blocks):
+    for i in tl.range(0, blocks, num_stages=STAGES):
         start = (last_block - i) * BLOCK
         steps = tl.multiple_of(start, BLOCK) + positions
         inside = (steps >= lo) & (steps < hi)

@@ -139,7 +139,7 @@ class Plan:
             HAS_CARRY=p.carry is not None, HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked),
             CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=MAX_CHUNKS if chunks > 1 else 1,
             ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous), TWO_AXES=len(groups) == 2,
-            RARE_PATHS=True,
+            RARE_PATHS=True, STAGES=stages,
             num_warps=warps, num_stages=stages)
 
     def launch(self, p, advantages, returns, arrays: dict | None = None, traced: bool = False):
@@ -257,7 +257,11 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
     (``_triton_config.HEURISTIC``), overridden by ``tuned()`` (``override``: block, warps, stages and the most
     chunks a row is cut into, None for the heuristic's); chunks of whole blocks for few long rows without
     packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its programs are
-    sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut)."""
+    sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut). The stages
+    pipeline the walk over the blocks: the heuristic's for chunks of several blocks, else 1 (not pipelined). Only
+    the chunks were measured far from the copy (3.2x on the first H100, unpipelined); rows of many blocks on
+    a GPU full of them ran at 1.06-1.28x, and a pipeline costs instructions: the GPU check's stages variants
+    measure it there before it becomes the default."""
     steps = max(1, length // sequences)
     block, warps, stages = next(row[1:] for row in heuristic.HEURISTIC if steps <= row[0])
     block, warps, stages = (mine if mine is not None else default
@@ -272,6 +276,8 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             chunks = -(-length // chunk)
         if chunks < 2:
             chunk, chunks = length, 1
+    if override[2] is None and not (chunks > 1 and chunk > block):
+        stages = 1
     return block, warps, stages, chunk, chunks
 
 

@@ -68,6 +68,8 @@ NAME = "triton"
 
 #: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first. 16 steps
 #: a thread (block2048-w4, block1024-w2) issue the fewest instructions a step by the SASS count (docs/gpu.md).
+#: The stages pipeline a program's walk over its blocks: "stages1" is the walk unpipelined (every block waits on
+#: its loads), "stages2"-"stages4" keep that many blocks' loads in flight, even for a program of one block.
 TUNING_VARIANTS: dict[str, dict] = {
     "default": {"block": None, "num_warps": None, "num_stages": None, "chunks": None},
     "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None, "chunks": None},
@@ -75,10 +77,10 @@ TUNING_VARIANTS: dict[str, dict] = {
     "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None, "chunks": None},
     "block2048-w4": {"block": 2048, "num_warps": 4, "num_stages": None, "chunks": None},
     "block1024-w2": {"block": 1024, "num_warps": 2, "num_stages": None, "chunks": None},
-    "warps2": {"block": None, "num_warps": 2, "num_stages": None, "chunks": None},
-    "warps8": {"block": None, "num_warps": 8, "num_stages": None, "chunks": None},
     "stages1": {"block": None, "num_warps": None, "num_stages": 1, "chunks": None},
+    "stages2": {"block": None, "num_warps": None, "num_stages": 2, "chunks": None},
     "stages3": {"block": None, "num_warps": None, "num_stages": 3, "chunks": None},
+    "stages4": {"block": None, "num_warps": None, "num_stages": 4, "chunks": None},
     "unchunked": {"block": None, "num_warps": None, "num_stages": None, "chunks": 1},
 }
 _SETTINGS = threading.local()

@@ -7,6 +7,10 @@ those float64 arrays, and each library under test gets converted copies.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -14,7 +18,25 @@ from gae_xp import reference
 from gae_xp.testing import make_case, to_numpy, tolerance, xp_assert_close
 
 __all__ = ["make_case", "converted", "expected", "xp_assert_close", "like", "to_numpy", "tolerance", "discount",
-           "gae_cases"]
+           "gae_cases", "GPU_DIR", "load_gpu_module"]
+
+#: The GPU check's files (no package: each runs as a script or a test file on a GPU machine).
+GPU_DIR = Path(__file__).parent / "gpu"
+
+
+def load_gpu_module(name: str):
+    """tests/gpu/<name>.py imported afresh as module ``gpu_<name>`` (registered, as dataclasses and pickling
+    need), with tests/gpu on the path while it imports (its sibling imports: ``triton_process``, say). Afresh:
+    Triton reads ``TRITON_INTERPRET`` when it decorates a kernel, and a test may have set it."""
+    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU_DIR / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, str(GPU_DIR))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(GPU_DIR))
+    return module
 
 
 def converted(library, case: dict, dtype=None) -> dict:

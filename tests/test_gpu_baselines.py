@@ -18,26 +18,16 @@ import importlib.util
 import json
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import load_gpu_module as load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gae_xp import reference
 
-GPU_DIR = Path(__file__).parent / "gpu"
 GAMMA, LAM = 0.99, 0.95
-
-
-def load(name: str):
-    """A module of tests/gpu, imported afresh (Triton reads TRITON_INTERPRET when it decorates a kernel)."""
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def expected(rewards, values, terminated=None):
@@ -96,11 +86,35 @@ def test_triton_per_row_property(triton_gae, rows, length, seed, dones):
     np.testing.assert_allclose(advantages.numpy(), expected(rewards, values, terminated)[0], rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("rows, length, tile", [(1, 1, 16), (5, 16, 64), (7, 37, 256), (3, 200, 1024),
+                                               (2, 2048, 1024)])
+@pytest.mark.parametrize("dones", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_triton_tiles_match_the_loop(triton_gae, rows, length, tile, dones, dtype):
+    """Several rows a program (``tile // block``; a last program with fewer rows than its tile), float32 and
+    bfloat16 stored, float32 computed: against the loop on the rounded inputs."""
+    import torch
+
+    rewards, values, terminated = random_case(rows, length, rows * 1000 + length, dones)
+    rewards_t, values_t = (torch.from_numpy(x).to(getattr(torch, dtype)) for x in (rewards, values))
+    advantages, returns = triton_gae.gae_tiles(rewards_t, values_t, GAMMA, LAM,
+                                               None if terminated is None else torch.from_numpy(terminated), tile)
+    assert advantages.dtype == returns.dtype == rewards_t.dtype
+    want_a, want_r = expected(rewards_t.double().numpy(), values_t.double().numpy(), terminated)
+    tolerance = {"float32": 2e-5, "bfloat16": 2e-2}[dtype] * max(1.0, float(np.abs(want_a).max(initial=0)))
+    np.testing.assert_allclose(advantages.double().numpy(), want_a, rtol=0, atol=tolerance)
+    np.testing.assert_allclose(returns.double().numpy(), want_r, rtol=0, atol=tolerance)
+
+
 def test_triton_refuses_what_it_cannot_read(triton_gae):
     import torch
 
     with pytest.raises(ValueError, match="rewards must be a C-contiguous float32"):
         triton_gae.gae(torch.zeros((2, 4), dtype=torch.float64), torch.zeros((2, 4), dtype=torch.float64))
+    with pytest.raises(ValueError, match="rows of at most 2048 steps, got 2049"):
+        triton_gae.gae_tiles(torch.zeros((2, 2049)), torch.zeros((2, 2049)))
+    with pytest.raises(ValueError, match="C-contiguous float32, bfloat16 or float16"):
+        triton_gae.gae_tiles(torch.zeros((4, 2)).T, torch.zeros((2, 4)))
 
 
 # -------------------------------------------------------------------------------------------- thread per row (sim)
@@ -219,8 +233,14 @@ def test_shapes_are_the_issues(bench):
 
 
 def test_without_a_triton_route_there_are_no_variants_and_its_rows_say_why(on_the_cpu, monkeypatch):
+    from gae_xp.backends import _fallback
+
     bench = on_the_cpu
     monkeypatch.setitem(sys.modules, "gae_xp.backends.triton", None)  # importing it raises ImportError
+    # the route's failure to import is remembered for the process: here, for this test only (the Triton tests
+    # after it in this worker import the real module)
+    monkeypatch.setattr(_fallback, "_BROKEN", {})
+    monkeypatch.setattr(_fallback, "_ERRORS", {})
     assert bench.triton_variants() == {}
     assert not [path for path in bench.paths() if path.variant]
     inputs = bench.make_inputs((2, 8), "float32")

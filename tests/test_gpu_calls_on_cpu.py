@@ -16,12 +16,9 @@ found beside them.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 from helpers import expected, xp_assert_close
+from helpers import load_gpu_module as load
 from tritoninterp import require_interpreter
 
 import gae_xp
@@ -30,7 +27,6 @@ from gae_xp.testing import libraries
 
 torch = require_interpreter()
 
-GPU_DIR = Path(__file__).parent / "gpu"
 #: The shape of the calls: Triton's interpreter takes about 0.15 s a call at 3x40 (11 s at 2x9000).
 SHAPE = (3, 40)
 #: test_sync_and_graphs.py's calls that no CPU route can take, with why.
@@ -38,18 +34,6 @@ GPU_ONLY = {"pieces and finish": "numba-CUDA's own Pieces (launch 3 on the summa
 #: test_sync_and_graphs.py's calls of the route's own interface where the Triton route has none: the CPU route
 #: that implements it (``summarize``: the numba kernel's one pass; the Triton route's is None).
 ROUTE = {"summarize": "numba"}
-
-
-def load(name: str):
-    """tests/gpu/<name>.py as a module of its own, with tests/gpu on the path while it is imported."""
-    spec = importlib.util.spec_from_file_location(f"gpu_{name}", GPU_DIR / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(GPU_DIR))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(GPU_DIR))
-    return module
 
 
 def parametrized(test, argument: str) -> list:

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import GPU_DIR, load_gpu_module
 
-GPU_DIR = Path(__file__).parent / "gpu"
 CHECK = GPU_DIR / "check.sh"
 PARTS = ["install", "tests", "sanitizer", "profile", "bench", "verdicts"]
 OUTPUTS = {"check.md", "gpu-tests.xml", "sanitizer.txt", "host-profile.txt", "bench_gpu.json", "bench_gpu.md",
@@ -219,13 +219,7 @@ def test_a_killed_run_keeps_the_files_of_the_parts_before(tmp_path):
 
 @pytest.fixture(scope="module")
 def report():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_report_check", GPU_DIR / "report_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_gpu_module("report_check")
 
 
 def bench_rows(report, *, triton_ratio: float, numba_ratio: float, skip=()) -> dict:
@@ -357,15 +351,12 @@ def test_docs_gpu_md_holds_the_section_as_the_script_writes_it(report):
 def test_the_sanitizers_calls_run_on_the_numba_cuda_route_and_match_float64():
     """Every call ``sanitize_calls.py`` hands compute-sanitizer is one the numba-CUDA route takes, with the answer
     of the generic path in float64 (the simulator, NumPy arrays, a tiny shape)."""
-    import importlib.util
 
     import numpy as np
 
     import gae_xp
 
-    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
-    calls = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calls)
+    calls = load_gpu_module("sanitize_calls")
     library = calls.Library(dry_run=True)  # NumPy arrays: the simulator's
     given = library.convert(calls.inputs(np.random.default_rng(5), (2, 20)), "float32")
     widened = library.widen(given)
@@ -394,14 +385,11 @@ def test_gpu_test_files_past_the_parts_budget_are_listed_as_not_finished(tmp_pat
 def test_the_sanitizers_torch_calls_run_on_torch_cpu_tensors():
     """sanitize_calls.py's torch code (conversions to every dtype, the float64 reference on the host, the backward
     pass) on torch CPU tensors with the generic path standing in for a GPU route: every call within tolerance."""
-    import importlib.util
 
     import gae_xp
 
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("gpu_sanitize_calls", GPU_DIR / "sanitize_calls.py")
-    calls = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calls)
+    calls = load_gpu_module("sanitize_calls")
     lines = list(calls.run_route(gae_xp, calls.Library(dry_run=False, device="cpu"), "xp", "xp"))
     assert not [line for line in lines if not line.startswith(("ok ", "backward "))], lines
     expected = sum(len(calls.calls(gae_xp, "xp")) if dtype == "float32" else len(calls.OTHER_DTYPE_CALLS)

@@ -512,7 +512,8 @@ from triton.compiler import ASTSource
 from gae_xp.backends._triton_gae import gae_kernel as kernel
 options = dict(HAS_NEXT=False, HAS_TERMINATED=True, HAS_TRUNCATED=False, HAS_MASK=True, GAMMA=1, LAM=1, CRITIC=0,
                HAS_CARRY=False, HAS_OFFSETS=False, FILL=False, MODE=int(sys.argv[1]), CONTIGUOUS=True,
-               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RARE_PATHS=True)
+               DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RARE_PATHS=True,
+               STAGES=int(sys.argv[2]))
 flags, floats = ("terminated", "truncated", "mask"), ("offsets",)
 signature = {}
 for p in kernel.params:
@@ -530,24 +531,33 @@ constants = {(kernel.arg_names.index(name),): value for name, value in options.i
 aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
            if signature[name].startswith("*")}
 compiled = triton.compile(ASTSource(kernel, signature, constants, aligned), target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 4, "num_stages": 3})
+                          options={"num_warps": 4, "num_stages": int(sys.argv[2])})
 print(compiled.asm["ptx"])
 """
 
 
+@pytest.mark.parametrize("stages", [1, 3])
 @pytest.mark.parametrize("mode", [0, 2])
-def test_the_kernels_compile_for_sm90_with_16_byte_accesses(mode):
+def test_the_kernels_compile_for_sm90_with_16_byte_accesses(mode, stages):
     """The kernel as Triton compiles it for an H200 (sm_90), without a GPU (terminated and a holed mask, float32,
-    aligned rows, one launch and the chunks' final pass): 16-byte loads and stores, no local memory."""
+    aligned rows, one launch and the chunks' final pass): 16-byte loads (into registers, or with the walk over
+    the blocks pipelined, ``STAGES`` 3, 16-byte copies into shared memory and no load of the rows into registers)
+    and stores, no local memory."""
+    import re
     import subprocess
     import sys
 
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(mode)], capture_output=True, text=True, env=env,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", PTX_SCRIPT, str(mode), str(stages)], capture_output=True, text=True,
+                          env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ptx = done.stdout
-    assert "ld.global.v4" in ptx and "st.global.v4" in ptx
+    copies = re.findall(r"cp\.async\.cg\.shared\.global\s*\[[^]]*\],\s*\[[^]]*\],\s*0x10", ptx)
+    if stages == 1:
+        assert "ld.global.v4" in ptx and not copies
+    else:
+        assert copies and "ld.global.v4" not in ptx
+    assert "st.global.v4" in ptx
     assert "ld.local" not in ptx and "st.local" not in ptx
 
 

@@ -15,7 +15,7 @@ import contextlib
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tritoninterp import require_interpreter
 
@@ -25,8 +25,9 @@ import gae_xp  # noqa: E402
 from gae_xp import _plans, estimators  # noqa: E402
 from gae_xp.backends import _triton_config, _triton_gae, _triton_launch  # noqa: E402
 
-#: Three classes of rows: up to 8 steps in one 8-step block, up to 32 in 16-step blocks, longer in 32-step blocks.
-SMALL_HEURISTIC = ((8, 8, 1, 1), (32, 16, 1, 1), (math.inf, 32, 1, 1))
+#: Three classes of rows: up to 8 steps in one 8-step block, up to 32 in 16-step blocks, longer in 32-step blocks;
+#: two stages, which chunks of several blocks take (pipelined) and every other launch leaves at 1.
+SMALL_HEURISTIC = ((8, 8, 1, 2), (32, 16, 1, 2), (math.inf, 32, 1, 2))
 
 
 @contextlib.contextmanager
@@ -88,8 +89,11 @@ def keys(calls) -> set:
 
 def test_the_warm_shapes_cover_each_row_class_both_alignments_and_both_structures():
     """Per row of the heuristic, a T inside it that is a multiple of 16 bytes of every float and one that is not, at
-    one row, two rows (row strides count) and one program a row."""
+    one row, two rows (row strides count) and one program a row; and chunks pipelined (several blocks each)."""
     shapes = _triton_config.warm_shapes(132)
+    configs = {_triton_launch._config(length, rows, 1, 132, (None,) * 4) for rows, length in shapes}
+    assert any(chunks > 1 and chunk > block and stages > 1 for block, _, stages, chunk, chunks in configs)
+    assert any(chunks > 1 and chunk == block and stages == 1 for block, _, stages, chunk, chunks in configs)
     lengths = sorted({length for _, length in shapes})
     bounds = [row[0] for row in _triton_config.HEURISTIC]
     for low, high in zip([0, *bounds], bounds):
@@ -101,7 +105,9 @@ def test_the_warm_shapes_cover_each_row_class_both_alignments_and_both_structure
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("layout", list(estimators.WARM_LAYOUTS))
 @settings(max_examples=25, deadline=None)
-@given(rows=st.integers(1, 9), length=st.integers(1, 140), case=st.sampled_from(CASES))
+@given(rows=st.integers(1, 9), length=st.integers(1, 700), case=st.sampled_from(CASES))
+@example(rows=1, length=600, case="constant").via("chunks of several blocks: pipelined")
+@example(rows=2, length=301, case="dones+mask").via("the same, T of no float's 16 bytes")
 def test_after_warm_up_a_call_at_any_b_and_t_launches_a_warmed_kernel(dtype, layout, rows, length, case):
     expected = warmed(dtype, layout)
     assert len(expected) >= 10  # three classes, both alignments, chunked or not, two cases

@@ -108,11 +108,14 @@ def cases() -> list[dict]:
         out.append(_case(name, reverse, _pointers(reverse, "*fp32", flags, ("length", "segments", "search_steps",
                                                                            "bootstrap_segment", *rows)),
                          constexprs, warps=8, aligned=(*pointers, "length", *rows), bytes_per_step=step_bytes))
-    for name, options, step_bytes in (("GAE, constant", {}, 16),
-                                      ("GAE, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, 18),
-                                      ("GAE, chunks' final pass, terminated and mask",
-                                       {"HAS_TERMINATED": True, "HAS_MASK": True, "MODE": 2}, 18)):
-        out.append(_gae_case(name, options, step_bytes))
+    # as the launches run them: a row of blocks unpipelined, chunks pipelined (``_triton_launch._config``)
+    for name, options, step_bytes, stages in (
+            ("GAE, constant", {}, 16, 1),
+            ("GAE, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, 18, 1),
+            ("GAE, pipelined, constant", {}, 16, 3),
+            ("GAE, chunks' final pass, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True, "MODE": 2}, 18,
+             3)):
+        out.append(_gae_case(name, options, step_bytes, stages=stages))
     return out
 
 
@@ -126,7 +129,7 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
                   "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_gae.MAX_CHUNKS,
-                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True,
+                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True, "STAGES": stages,
                   **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
     types = {}
@@ -161,16 +164,21 @@ def describe(case: dict) -> dict:
     instructions = [line for line in body if line.endswith(";") and not line.startswith(("//", ".", "{", "}"))
                     and not re.match(r"^\$?\w+:", line)]
     accesses = [line for line in instructions if re.search(r"\b(ld|st)\.global", line)]
+    copies = re.findall(r"cp\.async\.c[ag]\.shared\.global\s*\[[^]]*\],\s*\[[^]]*\],\s*(\w+)", ptx)
     return {"name": case["name"], "loads": sorted({re.search(r"ld\.global[.\w]*", a).group(0) for a in accesses
                                                     if "ld.global" in a}),
+            "async_loads": sorted({f"cp.async {int(size, 0)} B" for size in copies}),
             "stores": sorted({re.search(r"st\.global[.\w]*", a).group(0) for a in accesses if "st.global" in a}),
             "local": ".local" in ptx or "local_depot" in ptx, "instructions": len(instructions),
-            "steps_per_thread": case["block"] // (32 * case["warps"]), "bytes_per_step": case["bytes_per_step"],
-            "sass": len(code := sass.listing(compiled.asm["cubin"])),
+            "pipelined": case["constexprs"].get("STAGES", 1) > 1,
+            "steps_per_thread": case["block"] // (32 * case["warps"]),
+            "bytes_per_step": case["bytes_per_step"], "sass": len(code := sass.listing(compiled.asm["cubin"])),
             "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code),
-            "sass_finite": len(code) if "RARE_PATHS" not in case["constexprs"] else
-            len(sass.listing(compile_case({**case, "constexprs": {**case["constexprs"], "RARE_PATHS": False}})
-                             .asm["cubin"]))}
+            "sass_finite": len(finite := code if "RARE_PATHS" not in case["constexprs"] else
+                               sass.listing(compile_case({**case, "constexprs": {**case["constexprs"],
+                                                                                  "RARE_PATHS": False}})
+                                            .asm["cubin"])),
+            "walk_finite": sass.loops(finite, scan_loops=False).walk}
 
 
 if __name__ == "__main__":

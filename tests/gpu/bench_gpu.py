@@ -345,6 +345,17 @@ def triton_rows(inputs, case, shape):
     return functools.partial(module.gae, inputs["rewards"], inputs["values"], GAMMA, LAM, terminated)
 
 
+def triton_tiles(inputs, case, shape):
+    module = _import("triton_gae", beside=True)
+    if shape[-1] > module.MAX_BLOCK:
+        raise Unavailable(f"rows of at most {module.MAX_BLOCK} steps (one block a row)")
+    terminated = inputs["terminated"] if case == "terminated" else None
+    call = functools.partial(module.gae_tiles, inputs["rewards"], inputs["values"], GAMMA, LAM, terminated)
+    block = 1 << max(shape[-1] - 1, 15).bit_length()
+    call.note = f"{max(1, module.TILE // block)} rows a program"
+    return call
+
+
 def thread_per_row(inputs, case, shape):
     module = _import("row_gae", beside=True)
     terminated = inputs["terminated"] if case == "terminated" else None
@@ -390,6 +401,7 @@ def paths() -> list[Timed]:
     out += [Timed("rl-triton 0.1.3", rl_triton, cases=("constant", "terminated"), dtypes=("float32",)),
             Timed("triton_gae.py, program per row", triton_rows, cases=("constant", "terminated"),
                   dtypes=("float32",)),
+            Timed("triton_gae.py, rows per program", triton_tiles, cases=("constant", "terminated")),
             Timed("gae_xp generic, torch.compile", compiled_generic, cases=("constant",), dtypes=("float32",)),
             Timed("slime chunk scan, best C", slime_best, cases=("constant",), dtypes=("float32",)),
             Timed("cccl scan (struct op), scan alone", cccl("scan"), cases=("constant",), dtypes=("float32",),

@@ -1,4 +1,5 @@
-"""Baseline: GAE with one Triton program per row and ``tl.associative_scan`` (the design of rl-triton).
+"""Baselines: GAE with one Triton program per row and ``tl.associative_scan`` (the design of rl-triton), and
+with a tile of several short rows per program (``gae_tiles``: the design the bench tries before the route).
 
 Written for this benchmark from that design, not copied: program ``row`` walks
 its row from the last block of ``BLOCK`` steps to the first, computes delta
@@ -12,6 +13,15 @@ here to show. ``TRITON_INTERPRET=1`` runs it on the CPU (tests/test_gpu_baseline
 the number of blocks per row is a compile-time constant because Triton 3.6's
 interpreter cannot loop to a run-time bound under NumPy 2.4 (it converts the
 bound, a one-element array, with ``int()``, which NumPy 2.4 refuses).
+
+``gae_tiles``: rows of at most ``MAX_BLOCK`` steps, ``ROWS`` of them a program
+as one ``[ROWS, BLOCK]`` tile scanned along its rows (no carry: a row is one
+block). A program per row of 128 steps is a single warp, and a multiprocessor
+holds at most 32 programs: 32 x 128 steps x 2 inputs x 2 bytes = 16 KB of
+bfloat16 in flight per multiprocessor, below the ~18 KB that the H200's
+bandwidth times its latency asks for (so bfloat16 took float32's time on the
+first GPUs). A tile of 1024 steps a program keeps 4x more in flight; the bench
+measures whether that closes the gap (a prediction until it runs).
 """
 
 from __future__ import annotations
@@ -69,4 +79,52 @@ def gae(rewards, values, gamma: float = 0.99, lam: float = 0.95, terminated=None
     _gae_rows[(rows,)](rewards, values, dones, advantages, returns, length, length, gamma, lam,
                        HAS_DONES=terminated is not None, BLOCK=block, BLOCKS=triton.cdiv(length, block),
                        num_warps=8 if block >= 2048 else 4)
+    return advantages, returns
+
+
+#: Steps a program of ``gae_tiles`` holds (rows x block), and its warps.
+TILE, TILE_WARPS = 1024, 4
+
+
+@triton.jit
+def _gae_tiles(rewards, values, terminated, advantages, returns, rows, length, row_stride, gamma, lam,
+               HAS_DONES: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)[:, None]
+    steps = tl.arange(0, BLOCK)[None, :]
+    inside = (row < rows) & (steps < length)
+    at = row * row_stride + steps
+    r = tl.load(rewards + at, mask=inside, other=0.0).to(tl.float32)
+    v = tl.load(values + at, mask=inside, other=0.0).to(tl.float32)
+    following = tl.load(values + at + 1, mask=inside & (steps + 1 < length), other=0.0).to(tl.float32)
+    coefficient = tl.where(inside, gamma * lam, 0.0)
+    if HAS_DONES:
+        done = tl.load(terminated + at, mask=inside, other=0) != 0
+        following = tl.where(done, 0.0, following)
+        coefficient = tl.where(done, 0.0, coefficient)
+    delta = r + gamma * following - v
+    _, advantage = tl.associative_scan((coefficient, delta), 1, _compose, reverse=True)
+    out = advantages.dtype.element_ty
+    tl.store(advantages + at, advantage.to(out), mask=inside)
+    tl.store(returns + at, (advantage + v).to(out), mask=inside)
+
+
+def gae_tiles(rewards, values, gamma: float = 0.99, lam: float = 0.95, terminated=None, tile: int = TILE):
+    """(advantages, returns) of (B, T) torch tensors (float32, bfloat16 or float16; computed in float32),
+    C-contiguous rows of at most ``MAX_BLOCK`` steps, ``tile // block`` rows a program (at least one)."""
+    import torch
+
+    if rewards.dtype not in (torch.float32, torch.bfloat16, torch.float16) or rewards.dim() != 2 \
+            or not rewards.is_contiguous():
+        raise ValueError("rewards must be a C-contiguous float32, bfloat16 or float16 (B, T) tensor")
+    rows, length = rewards.shape
+    if length > MAX_BLOCK:
+        raise ValueError(f"gae_tiles takes rows of at most {MAX_BLOCK} steps, got {length}")
+    values = values.contiguous()
+    advantages, returns = torch.empty_like(rewards), torch.empty_like(rewards)
+    block = triton.next_power_of_2(max(length, 16))
+    per_program = max(1, tile // block)
+    dones = terminated.contiguous().view(torch.uint8) if terminated is not None else rewards
+    _gae_tiles[(triton.cdiv(rows, per_program),)](
+        rewards, values, dones, advantages, returns, rows, length, length, gamma, lam,
+        HAS_DONES=terminated is not None, ROWS=per_program, BLOCK=block, num_warps=TILE_WARPS)
     return advantages, returns
