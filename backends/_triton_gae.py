@@ -74,8 +74,6 @@ from ._triton_parts import compose as _compose
 from ._triton_parts import lane as _lane
 from ._triton_parts import solve_block as _solve_block
 
-#: The most chunks one row is cut into (the chunk maps are scanned as one block of this many).
-MAX_CHUNKS = 256
 #: The fields of a chunk's map (``maps[row, chunk]``): local advantage at its first step with nothing entering,
 #: product of its coefficients, the same two of the critic's chain, how much of the value after the chunk reaches
 #: its first step's advantage (and the critic's), whether it holds a real step, V at its first real step.

@@ -31,7 +31,7 @@ from gae_xp import _problem
 from gae_xp._compat import torch_is_recorded
 
 from . import _triton_config as heuristic
-from ._triton_gae import ABSENT, FINAL, MAP, MAX_CHUNKS, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
+from ._triton_gae import ABSENT, FINAL, MAP, NUMBER, PER_ROW, PER_STEP, SUMMARY, WHOLE, gae_kernel
 
 #: The per-step arrays the kernel reads, in its order (its first parameters follow ``gae_xp._problem.PER_STEP``).
 STEP_NAMES = _problem.PER_STEP
@@ -118,6 +118,8 @@ class Plan:
         block, warps, stages, chunk, chunks = _config_of(
             length, rows, sequences, _multiprocessors(rewards.device),
             tuple(settings[name] for name in _SETTINGS), p.offsets is not None)
+        stages = heuristic.fitting_stages(stages, block, _step_bytes(p, arrays, length),
+                                          _shared_memory(rewards.device))
         strides = []
         for name in (*STEP_NAMES, "bootstrap", "carry"):
             a = arrays.get(name)
@@ -137,7 +139,7 @@ class Plan:
             HAS_NEXT=p.next_values is not None, HAS_TERMINATED=p.terminated is not None,
             HAS_TRUNCATED=p.truncated is not None, HAS_MASK=p.mask is not None, GAMMA=gamma, LAM=lam, CRITIC=critic,
             HAS_CARRY=p.carry is not None, HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked),
-            CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=MAX_CHUNKS if chunks > 1 else 1,
+            CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=heuristic.MAX_CHUNKS if chunks > 1 else 1,
             ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous), TWO_AXES=len(groups) == 2,
             RARE_PATHS=True, STAGES=stages,
             num_warps=warps, num_stages=stages)
@@ -258,15 +260,17 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
     chunks a row is cut into, None for the heuristic's); chunks of whole blocks for few long rows without
     packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its programs are
     sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut). The stages
-    pipeline the walk over the blocks: the heuristic's for chunks of several blocks, else 1 (not pipelined). Only
-    the chunks were measured far from the copy (3.2x on the first H100, unpipelined); rows of many blocks on
-    a GPU full of them ran at 1.06-1.28x, and a pipeline costs instructions: the GPU check's stages variants
-    measure it there before it becomes the default."""
+    pipeline the walk over the blocks: the heuristic's for chunks of several blocks, else 1 (not pipelined; a
+    ``Plan`` lowers either until its buffers fit the device's shared memory). In float32's constant case only
+    the chunks were measured far from the copy (3.2x on the first H100, unpipelined); rows of several blocks on a
+    GPU full of them ran at 1.13-1.28x (bfloat16 and masks at 1.4-3.5x at every shape, one-block rows too), and
+    a pipeline costs instructions: the GPU check's stages variants measure it there before it becomes the
+    default."""
     steps = max(1, length // sequences)
     block, warps, stages = next(row[1:] for row in heuristic.HEURISTIC if steps <= row[0])
     block, warps, stages = (mine if mine is not None else default
                             for mine, default in zip(override, (block, warps, stages)))
-    most = MAX_CHUNKS if override[3] is None else min(MAX_CHUNKS, override[3])
+    most = heuristic.MAX_CHUNKS if override[3] is None else min(heuristic.MAX_CHUNKS, override[3])
     chunk, chunks = length, 1
     if not packed and most > 1 and rows < heuristic.FEW_ROWS * multiprocessors:
         wanted = -(-heuristic.PROGRAMS_PER_MULTIPROCESSOR * multiprocessors // rows)
@@ -281,8 +285,16 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
     return block, warps, stages, chunk, chunks
 
 
-#: The multiprocessors of a device, asked once per device.
+#: The multiprocessors of a device and the shared memory a program may take there, asked once per device.
 _multiprocessors = functools.cache(heuristic.multiprocessors)
+_shared_memory = functools.cache(heuristic.shared_memory)
+
+
+def _step_bytes(p, arrays: dict, length: int) -> int:
+    """The bytes a step of the kernel's walk loads: every per-step array's element (a per-row coefficient is read
+    once a program), the values twice where V_{t+1} is read from them (no ``next_values``)."""
+    loaded = sum(a.element_size() for name, a in arrays.items() if name in STEP_NAMES and a.shape[-1] == length)
+    return loaded + (arrays["values"].element_size() if p.next_values is None else 0)
 
 
 def on_device(device):

@@ -69,7 +69,8 @@ NAME = "triton"
 #: name -> launch settings a GPU benchmark measures; None takes the heuristic's choice. "default" first. 16 steps
 #: a thread (block2048-w4, block1024-w2) issue the fewest instructions a step by the SASS count (docs/gpu.md).
 #: The stages pipeline a program's walk over its blocks: "stages1" is the walk unpipelined (every block waits on
-#: its loads), "stages2"-"stages4" keep that many blocks' loads in flight, even for a program of one block.
+#: its loads), "stagesN" keeps the next N - 1 blocks' loads in flight, even for a program of one block (fewer
+#: where the device's shared memory cannot hold them).
 TUNING_VARIANTS: dict[str, dict] = {
     "default": {"block": None, "num_warps": None, "num_stages": None, "chunks": None},
     "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None, "chunks": None},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import pickle
@@ -100,24 +99,25 @@ def compilable():
         pytest.skip(f"{reason}; the model needs triton and {cost_model._needs()}")
 
 
-def compiled_apart(expression: str, *, text: bool):
-    """``expression`` of ``tools.cost_model`` evaluated in a process of its own without ``TRITON_INTERPRET``: the
-    test run sets it (tests/conftest.py), and the kernels the model compiles (``tests/triton_ptx.py`` drops it) would
-    otherwise be imported here as compiled ones, leaving the tests after this one without their interpreter.
-    ``text``: the expression is a str, returned as it is; else its value comes back pickled."""
+def compiled_apart(expression: str, directory: Path):
+    """``expression`` of ``tools.cost_model`` evaluated in a process of its own without ``TRITON_INTERPRET`` (its
+    value pickled through a file in ``directory``): the test run sets it (tests/conftest.py), and the kernels the
+    model compiles (``tests/triton_ptx.py`` drops it) would otherwise be imported here as compiled ones, leaving
+    the tests after this one without their interpreter."""
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    script = ("import json, pickle, sys; from tools import cost_model; value = " + expression + "; "
-              + ("sys.stdout.write(value)" if text else "sys.stdout.buffer.write(pickle.dumps(value))"))
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environment, capture_output=True,
+    path = directory / "value.pickle"
+    script = (f"import pickle; from tools import cost_model; value = {expression}; "
+              f"open({str(path)!r}, 'wb').write(pickle.dumps(value))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=environment, capture_output=True, text=True,
                           timeout=1800)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return done.stdout.decode() if text else pickle.loads(done.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return pickle.loads(path.read_bytes())
 
 
 @pytest.fixture(scope="module")
-def measured(compilable):
+def measured(compilable, tmp_path_factory):
     """Every measured row with its kernels compiled (about two minutes on a shared 2-core machine)."""
-    return compiled_apart("cost_model.measured_rows()", text=False)
+    return compiled_apart("cost_model.measured_rows()", tmp_path_factory.mktemp("measured"))
 
 
 #: asked once per process (it compiles a one-line kernel)
@@ -160,9 +160,9 @@ def test_the_general_kernels_are_modelled_by_their_instructions(measured):
 
 
 @pytest.mark.slow  # compiles every route's kernels at every target shape (minutes); CI's full matrix runs it
-def test_committed_page_holds_the_generated_tables(compilable):
+def test_committed_page_holds_the_generated_tables(compilable, tmp_path):
     """docs/gpu.md quotes `python -m tools.cost_model --write` of this commit (the tables made apart, as the rows
     are)."""
-    tables = json.loads(compiled_apart("json.dumps(cost_model.pages())", text=True).splitlines()[-1])
+    tables = compiled_apart("cost_model.pages()", tmp_path)
     text = (ROOT / cost_model.DOCUMENT).read_text()
     assert cost_model.fill(text, tables) == text, "docs/gpu.md is stale: python -m tools.cost_model --write"

@@ -166,6 +166,7 @@ COMMANDS: dict[str, Run] = {
     "tests/test_masked_extremes.py tests/test_gpu_baselines.py tests/test_autograd.py":
         not_run("the test suite itself (its CUDA simulator part)"),
     "bash tests/gpu/check.sh": not_run("needs an NVIDIA GPU"),
+    "python tests/triton_ptx.py": not_run("tests/test_triton_ptx.py runs it (needs triton, without TRITON_INTERPRET)"),
     "bash asv_bench/smoke.sh": not_run("asv builds its own environments (minutes, a package registry); CI runs it"),
     "bash asv_bench/compare.sh main HEAD": not_run("asv over two commits in fresh environments (tens of minutes)"),
     "bash asv_bench/history.sh COMMIT...": not_run("a template: asv over a list of commits (hours)"),

@@ -133,6 +133,29 @@ def test_tuned_chunks_bound_the_chunks_a_row_is_cut_into(most, monkeypatch):
     assert [kwargs["MODE"] for _, kwargs in calls] == ([0] if most == 1 else [1, 2])
 
 
+def test_the_pipeline_is_shortened_to_fit_the_devices_shared_memory(monkeypatch):
+    """Pipelined chunks (``tuned(num_stages=3)``, 16-step blocks) keep two blocks of every per-step load in flight;
+    where the device's shared memory cannot hold them a Plan launches fewer stages, down to none, with the same
+    results. A step of "everything" in float64 loads 43 bytes: rewards, values twice (V_{t+1} read from them),
+    per-step gamma and critic_lam (8 each), terminated, truncated and mask (1 each); lam is per row, read once."""
+    from gae_xp.backends import _triton_config
+
+    case = tensors(build(13, (1, 300), OPTIONS["everything"]), torch.float64)
+    counted = []
+    step_bytes = _triton_launch._step_bytes
+    monkeypatch.setattr(_triton_launch, "_step_bytes", lambda *args: counted.append(step_bytes(*args)) or counted[-1])
+    two = _triton_config.pipeline_bytes(2, 16, 43)
+    for limit, stages in ((10**9, 3), (two, 2), (two - 1, 1)):
+        monkeypatch.setattr(_triton_launch, "_shared_memory", lambda device, limit=limit: limit)
+        monkeypatch.setattr(_triton_launch, "_PLANS", {})
+        calls = record_launches(monkeypatch)
+        with triton_backend.tuned(block=16, num_stages=3):
+            check(case)
+        assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
+        assert {(kwargs["STAGES"], kwargs["num_stages"]) for _, kwargs in calls} == {(stages, stages)}, (limit, counted)
+    assert set(counted) == {43}, counted
+
+
 @pytest.mark.parametrize("chunks", [0, -2, 1.5, True, "2"])
 def test_tuned_refuses_chunks_that_are_not_a_count(chunks):
     with pytest.raises(ValueError, match="chunks must be an int >= 1"):

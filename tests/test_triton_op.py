@@ -273,8 +273,10 @@ class StandIn:  # the target torch's mutation analysis compiles the kernels' TTI
 
 triton.runtime.driver.set_active(StandIn())
 _triton_launch._multiprocessors = lambda device: 132
+_triton_launch._shared_memory = lambda device: 232_448  # an H200's per program
 mode = sys.argv[1]
-rows, length, offsets = 3, 3000 if mode == "chunks" else 40, [0, 10, 10, 25, 40]
+rows, length = {"chunks": (3, 3000), "pipelined": (1, 1_100_000)}.get(mode, (3, 40))
+offsets = [0, 10, 10, 25, 40]
 with FakeTensorMode(shape_env=ShapeEnv() if mode == "dynamic" else None):
     def floats(*shape):
         return torch.empty(shape, dtype=torch.float32, device="cuda")
@@ -304,17 +306,20 @@ for name in sys.argv[2].split(","):
 
 
 #: What each traced operator's graph launches and writes (torch's mutation analysis of the kernels: what it counts
-#: as written, a compiled graph copies first), per mode: its outputs alone. With chunks (3 rows of 3000 steps) the
-#: forward is two launches, the chunks' maps written by the first.
+#: as written, a compiled graph copies first), per mode: its outputs alone. With chunks (3 rows of 3000 steps:
+#: chunks of one block; 1 row of 1.1M steps: 256 chunks of 3 blocks, the walk pipelined) the forward is two
+#: launches, the chunks' maps written by the first.
 TRACED = {
     "forward": "kernels gae_kernel writes advantages,returns operators none",
     "backward": "kernels _adjoint_rows writes on_bootstrap,on_rewards,on_values operators none",
     "chunks forward": "kernels gae_kernel,gae_kernel writes advantages,maps,returns operators none",
+    "pipelined forward": "kernels gae_kernel,gae_kernel writes advantages,maps,returns operators none",
 }
 
 
 @pytest.mark.parametrize(("mode", "operators"), [("static", "forward,backward"), ("dynamic", "forward,backward"),
-                                                 ("packed", "forward"), ("chunks", "forward")])
+                                                 ("packed", "forward"), ("chunks", "forward"),
+                                                 ("pipelined", "forward")])
 def test_traced_on_cuda_the_graph_holds_the_triton_kernels(mode, operators):
     """What torch.compile's AOTAutograd sees of the operators on CUDA tensors (their bodies traced on fake tensors
     under FunctionalTensorMode, in a process without the interpreter): the Triton launches themselves, as

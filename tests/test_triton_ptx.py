@@ -3,9 +3,8 @@ instructions per step within the H200's issue budget.
 
 The compilation runs in a process of its own, without ``TRITON_INTERPRET``
 (which replaces the compiler). Every kernel of the package is compiled in
-aligned, contiguous float32 layouts (``tests/triton_ptx.cases``; the GAE
-forward is represented by ``tests/gpu/triton_gae.py``'s kernel until its own
-kernels join the list).
+aligned, contiguous float32 layouts (``tests/triton_ptx.cases``: the scans,
+the adjoint, the estimators and GAE's one pass and chunk passes).
 
 The instruction bound. An H200 issues at most 132 SMs x 4 schedulers x 32
 lanes x 1.98 GHz = 33.4e12 thread instructions per second; a copy moved
@@ -48,15 +47,34 @@ def _ptxas():
     return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-@pytest.fixture(scope="module")
-def kernels() -> dict:
+def _described(*arguments) -> list:
+    """``tests/triton_ptx.py``'s JSON (in a process without ``TRITON_INTERPRET``)."""
     if not _ptxas().exists():
         pytest.skip(f"Triton's ptxas is missing ({_ptxas()})")
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, str(SCRIPT), *arguments], cwd=ROOT, env=environment, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    return {case["name"]: case for case in json.loads(done.stdout)}
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def kernels() -> dict:
+    return {case["name"]: case for case in _described()}
+
+
+def test_a_pipelined_walk_takes_the_shared_memory_its_launch_counts():
+    """A Plan lowers the stages until ``_triton_config.pipeline_bytes`` fits the device (an RTX 30xx or 40xx: 99 KB
+    a program, an A100 163 KB): the estimate bounds what the compiled kernels take, in every dtype and with every
+    option; in the constant case, where every load is pipelined, within what it keeps besides the buffers (loads
+    inside a masked block's branch, V_{t+1} among them, stay unpipelined: there it over-counts)."""
+    from gae_xp.backends import _triton_config
+
+    for case in _described("shared"):
+        estimate = _triton_config.pipeline_bytes(case["stages"], case["block"], case["step_bytes"])
+        assert case["shared"] <= estimate, case
+        if case["name"].endswith("constant"):
+            assert case["shared"] > estimate - 2 * _triton_config.SHARED_MEMORY_BESIDES, (case, estimate)
 
 
 pytestmark = pytest.mark.slow  # about 25 s of compilation on a shared 2-core machine

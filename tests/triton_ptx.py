@@ -11,7 +11,8 @@ holding a NaN or an inf (the exact second scan of
 ``_triton_parts.solve_block``) or a masked step (GAE's value chain) runs, or
 only a chunk's last blocks in GAE's chunk maps (``_triton_gae._reach``):
 ``sass_finite`` counts the path of a block of finite numbers and real steps.
-``tests/test_triton_ptx.py`` checks them.
+``python tests/triton_ptx.py shared`` prints the shared memory of pipelined
+chunks instead (``SHARED_CASES``). ``tests/test_triton_ptx.py`` checks them.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-from gae_xp.backends import _triton_gae, _triton_scan  # noqa: E402
+from gae_xp.backends import _triton_config, _triton_gae, _triton_scan  # noqa: E402
 from tools import sass  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -112,7 +113,7 @@ def cases() -> list[dict]:
     for name, options, step_bytes, stages in (
             ("GAE, constant", {}, 16, 1),
             ("GAE, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, 18, 1),
-            ("GAE, pipelined, constant", {}, 16, 3),
+            ("GAE, chunks' final pass, constant", {"MODE": 2}, 16, 3),
             ("GAE, chunks' final pass, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True, "MODE": 2}, 18,
              3)):
         out.append(_gae_case(name, options, step_bytes, stages=stages))
@@ -128,7 +129,7 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     compute = tl.float64 if dtype == "fp64" else tl.float32
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
-                  "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_gae.MAX_CHUNKS,
+                  "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_config.MAX_CHUNKS,
                   "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True, "STAGES": stages,
                   **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
@@ -149,6 +150,29 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     pointers = [arg for arg in arrays]
     return _case(name, kernel, types, constexprs, warps=warps, aligned=pointers, bytes_per_step=bytes_per_step,
                  stages=stages)
+
+
+#: Pipelined chunks (the final pass, block 2048, 8 warps) whose shared memory ``tests/test_triton_ptx.py`` bounds by
+#: ``_triton_config.pipeline_bytes``: (name, options, pointer dtype, stages, the bytes a step loads as
+#: ``_triton_launch._step_bytes`` counts them: the per-step arrays, the values twice without next_values).
+_EVERY_OPTION = {"HAS_NEXT": True, "HAS_TERMINATED": True, "HAS_TRUNCATED": True, "HAS_MASK": True,
+                 "GAMMA": _triton_gae.PER_STEP, "LAM": _triton_gae.PER_STEP, "CRITIC": _triton_gae.PER_STEP}
+SHARED_CASES = (("float32, constant", {}, "fp32", 3, 3 * 4),
+                ("float32, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, "fp32", 3, 3 * 4 + 2),
+                ("float32, every option", _EVERY_OPTION, "fp32", 3, 6 * 4 + 3),
+                ("bfloat16, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True}, "bf16", 4, 3 * 2 + 2),
+                ("float64, constant", {}, "fp64", 3, 3 * 8),
+                ("float64, every option", _EVERY_OPTION, "fp64", 2, 6 * 8 + 3))
+
+
+def shared_memory() -> list[dict]:
+    """The shared memory each of ``SHARED_CASES`` compiles to, with what its launch would count."""
+    out = []
+    for name, options, dtype, stages, step_bytes in SHARED_CASES:
+        case = _gae_case(name, {**options, "MODE": 2}, 0, dtype=dtype, block=2048, warps=8, stages=stages)
+        out.append({"name": name, "stages": stages, "block": 2048, "step_bytes": step_bytes,
+                    "shared": compile_case(case).metadata.shared})
+    return out
 
 
 def compile_case(case: dict):
@@ -182,4 +206,7 @@ def describe(case: dict) -> dict:
 
 
 if __name__ == "__main__":
-    json.dump([describe(case) for case in cases()], sys.stdout, indent=1)
+    if sys.argv[1:] == ["shared"]:
+        json.dump(shared_memory(), sys.stdout, indent=1)
+    else:
+        json.dump([describe(case) for case in cases()], sys.stdout, indent=1)

@@ -351,8 +351,7 @@ def triton_tiles(inputs, case, shape):
         raise Unavailable(f"rows of at most {module.MAX_BLOCK} steps (one block a row)")
     terminated = inputs["terminated"] if case == "terminated" else None
     call = functools.partial(module.gae_tiles, inputs["rewards"], inputs["values"], GAMMA, LAM, terminated)
-    block = 1 << max(shape[-1] - 1, 15).bit_length()
-    call.note = f"{max(1, module.TILE // block)} rows a program"
+    call.note = f"{module.rows_per_program(shape[-1])} rows a program"
     return call
 
 

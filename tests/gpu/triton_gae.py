@@ -16,12 +16,12 @@ bound, a one-element array, with ``int()``, which NumPy 2.4 refuses).
 
 ``gae_tiles``: rows of at most ``MAX_BLOCK`` steps, ``ROWS`` of them a program
 as one ``[ROWS, BLOCK]`` tile scanned along its rows (no carry: a row is one
-block). A program per row of 128 steps is a single warp, and a multiprocessor
-holds at most 32 programs: 32 x 128 steps x 2 inputs x 2 bytes = 16 KB of
-bfloat16 in flight per multiprocessor, below the ~18 KB that the H200's
-bandwidth times its latency asks for (so bfloat16 took float32's time on the
-first GPUs). A tile of 1024 steps a program keeps 4x more in flight; the bench
-measures whether that closes the gap (a prediction until it runs).
+block). The route's program of a 128-step row is a single warp, and a
+multiprocessor holds at most 32 programs, each paying its own chain of load,
+scan, store and exit; bfloat16 took float32's time there on the first H100
+(docs/gpu.md, "Short rows, steps per program"). A tile of ``TILE`` steps a
+program pays that chain once for 8 rows of 128; the bench measures whether
+that closes the gap (an explanation to test until it runs).
 """
 
 from __future__ import annotations
@@ -108,6 +108,11 @@ def _gae_tiles(rewards, values, terminated, advantages, returns, rows, length, r
     tl.store(returns + at, (advantage + v).to(out), mask=inside)
 
 
+def rows_per_program(length: int, tile: int = TILE) -> int:
+    """The rows a program of ``gae_tiles`` holds: ``tile`` steps over the block of a row (at least one row)."""
+    return max(1, tile // triton.next_power_of_2(max(length, 16)))
+
+
 def gae_tiles(rewards, values, gamma: float = 0.99, lam: float = 0.95, terminated=None, tile: int = TILE):
     """(advantages, returns) of (B, T) torch tensors (float32, bfloat16 or float16; computed in float32),
     C-contiguous rows of at most ``MAX_BLOCK`` steps, ``tile // block`` rows a program (at least one)."""
@@ -122,7 +127,7 @@ def gae_tiles(rewards, values, gamma: float = 0.99, lam: float = 0.95, terminate
     values = values.contiguous()
     advantages, returns = torch.empty_like(rewards), torch.empty_like(rewards)
     block = triton.next_power_of_2(max(length, 16))
-    per_program = max(1, tile // block)
+    per_program = rows_per_program(length, tile)
     dones = terminated.contiguous().view(torch.uint8) if terminated is not None else rewards
     _gae_tiles[(triton.cdiv(rows, per_program),)](
         rewards, values, dones, advantages, returns, rows, length, length, gamma, lam,
