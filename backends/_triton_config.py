@@ -19,7 +19,7 @@ MAX_CHUNKS = 256
 #: shared memory a program may take (the least of the GPUs Triton compiles for: sm_86/89, 99 KB).
 INTERPRETER_MULTIPROCESSORS = 4
 INTERPRETER_SHARED_MEMORY = 101_376
-#: Shared memory a compiled kernel keeps besides its pipeline's buffers (its scans' exchange: 128 bytes at most in
+#: Shared memory a compiled kernel keeps besides its pipeline's buffers (its scans' exchange: 128 to 512 bytes in
 #: the compiled kernels, tests/test_triton_ptx.py), with room to spare.
 SHARED_MEMORY_BESIDES = 1024
 #: Rows are cut into chunks only with fewer rows than this many times the multiprocessors (chunks read the inputs

@@ -59,9 +59,10 @@ kernel is compiled for.
 ``STAGES`` pipelines the walk over the blocks (``tl.range(..., num_stages=STAGES)``):
 the loads of the next ``STAGES - 1`` blocks are issued (``cp.async`` into
 shared memory) while this block is solved, so that a program walking many
-blocks (long rows, chunks) waits on memory once, not once per block; 1 for a
-program that walks one block (nothing to overlap). Without it Triton pipelines
-no load of this loop: none feeds a ``tl.dot``.
+blocks (long rows, chunks) waits on memory once, not once per block; 1: not
+pipelined (by default every launch but chunks of several blocks,
+``_triton_launch._config``). Without it Triton pipelines no load of this loop:
+none feeds a ``tl.dot``.
 """
 
 from __future__ import annotations

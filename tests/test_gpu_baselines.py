@@ -247,7 +247,8 @@ def test_without_a_triton_route_there_are_no_variants_and_its_rows_say_why(on_th
     monkeypatch.setattr(bench.DEVICE, "name", "cuda")  # the route itself, not the dry run's stand-in
     triton = next(path for path in bench.paths() if path.name == bench.TRITON_ROUTE)
     row = bench.measure((2, 8), "constant", "float32", triton, inputs, None, 1.0)
-    assert row.failed and row.device_ms is None and row.copy_ratio is None  # the row says why; the run goes on
+    assert row.device_ms is None and row.copy_ratio is None  # the row says why; the run goes on
+    assert "import of gae_xp.backends.triton halted" in row.failed, row.failed
     assert "not run: " + row.failed in bench.markdown([row])
 
 
