@@ -233,10 +233,12 @@ def test_shapes_are_the_issues(bench):
 
 
 def test_without_a_triton_route_there_are_no_variants_and_its_rows_say_why(on_the_cpu, monkeypatch):
+    from gae_xp import backends
     from gae_xp.backends import _fallback
 
     bench = on_the_cpu
     monkeypatch.setitem(sys.modules, "gae_xp.backends.triton", None)  # importing it raises ImportError
+    monkeypatch.delitem(backends._LOADED, "triton", raising=False)  # as in a process that never loaded it
     # the route's failure to import is remembered for the process: here, for this test only (the Triton tests
     # after it in this worker import the real module)
     monkeypatch.setattr(_fallback, "_BROKEN", {})

@@ -155,12 +155,19 @@ def test_the_devices_and_streams_calls_match_float64():
         xp_assert_close(out, want, like=arrays["rewards"])
 
 
-def test_the_triton_cuda_options_part_on_cpu():
+def test_the_triton_cuda_options_part_on_cpu(monkeypatch):
     """``triton_cuda_checks.options_part`` at small shapes on CPU tensors: every option of its grid, the other
-    dtypes, T = 1 and 31, packed with host and device offsets, each against ``gae_xp.reference`` in float64."""
+    dtypes, T = 1 and 31, packed with host and device offsets, and chunks of several blocks pipelined (3x40:
+    16-step blocks, 2 chunks of 2 blocks, 3 stages), each against ``gae_xp.reference`` in float64."""
+    from tritoninterp import record_launches
+
     checks = load("triton_cuda_checks")
-    count = checks.options_part(shapes=(SHAPE,), offsets=(0, 7, 7, 21, 22, 22, SHAPE[1]), device="cpu")
-    assert count == len(checks.OPTIONS) + 2 * (3 + 2 + 2)
+    calls = record_launches(monkeypatch)
+    count = checks.options_part(shapes=(SHAPE,), offsets=(0, 7, 7, 21, 22, 22, SHAPE[1]), device="cpu",
+                                pipelined={"block": 16, "num_stages": 3, "chunks": 2})
+    assert count == len(checks.OPTIONS) + 2 * (3 + 2 + 2) + len(checks.PIPELINED)
+    pipelined = [kwargs for _, kwargs in calls if kwargs["STAGES"] == 3]
+    assert [kwargs["MODE"] for kwargs in pipelined] == [1, 2] * len(checks.PIPELINED)
 
 
 def test_the_triton_op_cases_on_cpu():

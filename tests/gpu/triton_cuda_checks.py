@@ -9,7 +9,9 @@ one line per case and "checked N cases"; the first mismatch raises.
   in float32, with rows many enough for one program each (300x129) and few
   enough to be cut into chunks (2x8193); plain and every option at once in
   float64, bfloat16 and float16, at T = 1 and 31, and packed with host and
-  with device offsets (empty sequences included). About 50 kernel variants
+  with device offsets (empty sequences included); then the options of
+  ``PIPELINED`` with chunks of several blocks, the walk pipelined (``tuned``:
+  by default only rows of about a million steps are). About 55 kernel variants
   are compiled: a minute or so of the run is Triton's compiler;
 * layouts: time on axis 0, a 3-D batch, strided rows, time-strided inputs,
   NaN and inf in masked slots;
@@ -36,6 +38,10 @@ DEVICE = torch.device("cuda")
 DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 OPTIONS = option_grid(dones=0.05)
 SHAPES = ((300, 129), (2, 8193))
+#: Options checked again with the chunks' walk pipelined, and the settings that make it so at the last of the
+#: shapes (2x8193: 256-step blocks, at most 8 chunks: 7 chunks of 5 blocks, 3 stages).
+PIPELINED = ("plain", "dones", "holes", "holes+next_values", "everything")
+PIPELINED_SETTINGS = {"block": 256, "num_stages": 3, "chunks": 8}
 
 
 def build(seed: int, shape, options: dict, *, axis: int = -1) -> dict:
@@ -88,10 +94,12 @@ def packed_loop(case: dict, offsets: np.ndarray):
     return advantages, returns
 
 
-def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), device=DEVICE) -> int:
+def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), device=DEVICE,
+                 pipelined=PIPELINED_SETTINGS) -> int:
     """Every option in float32 at each of ``shapes``; plain and everything in the other dtypes at the first shape,
-    at T = 1 and 31, and packed by ``offsets`` (the last: T). The defaults are the GPU run's; tests/
-    test_gpu_calls_on_cpu.py takes small ones on the CPU."""
+    at T = 1 and 31, and packed by ``offsets`` (the last: T); the options of ``PIPELINED`` at the last shape within
+    ``tuned(**pipelined)``. The defaults are the GPU run's; tests/test_gpu_calls_on_cpu.py takes small ones on the
+    CPU."""
     count, offsets = 0, list(offsets)
     for name, options in OPTIONS.items():
         for shape in shapes:
@@ -111,6 +119,13 @@ def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), d
             cuts = torch.tensor(offsets, device=device) if device_offsets else offsets
             check(f"{name} packed device_offsets={device_offsets}", on_gpu(case, torch.float32, device),
                   cu_seqlens=cuts)
+            count += 1
+    from gae_xp.backends import triton as route
+
+    with route.tuned(**pipelined):
+        for name in PIPELINED:
+            check(f"{name} {shapes[-1]} float32, chunks pipelined",
+                  on_gpu(build(count, shapes[-1], OPTIONS[name]), torch.float32, device))
             count += 1
     return count
 
