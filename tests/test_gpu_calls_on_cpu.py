@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from helpers import expected, xp_assert_close
 from helpers import load_gpu_module as load
-from tritoninterp import require_interpreter
+from tritoninterp import record_launches, require_interpreter
 
 import gae_xp
 from gae_xp import backends, reference
@@ -159,8 +159,6 @@ def test_the_triton_cuda_options_part_on_cpu(monkeypatch):
     """``triton_cuda_checks.options_part`` at small shapes on CPU tensors: every option of its grid, the other
     dtypes, T = 1 and 31, packed with host and device offsets, and chunks of several blocks pipelined (3x40:
     16-step blocks, 2 chunks of 2 blocks, 3 stages), each against ``gae_xp.reference`` in float64."""
-    from tritoninterp import record_launches
-
     checks = load("triton_cuda_checks")
     calls = record_launches(monkeypatch)
     count = checks.options_part(shapes=(SHAPE,), offsets=(0, 7, 7, 21, 22, 22, SHAPE[1]), device="cpu",

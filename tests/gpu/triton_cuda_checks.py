@@ -32,6 +32,7 @@ import torch
 
 import gae_xp
 from gae_xp import reference
+from gae_xp.backends import triton as route
 from gae_xp.testing import make_case, option_grid, xp_assert_close
 
 DEVICE = torch.device("cuda")
@@ -120,8 +121,6 @@ def options_part(shapes=SHAPES, offsets=(0, 700, 700, 2100, 2101, 2101, 4000), d
             check(f"{name} packed device_offsets={device_offsets}", on_gpu(case, torch.float32, device),
                   cu_seqlens=cuts)
             count += 1
-    from gae_xp.backends import triton as route
-
     with route.tuned(**pipelined):
         for name in PIPELINED:
             check(f"{name} {shapes[-1]} float32, chunks pipelined",
