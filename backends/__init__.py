@@ -90,7 +90,7 @@ REGISTRY: dict[str, str] = {
 #: backend name -> the module of that backend's own plan for repeated ``gae()`` calls of one layout
 #: (``gae_xp._plans``; ``plan_maker``). A plan module imports its backend's module, never the reverse.
 PLAN_MODULES: dict[str, str] = {
-    "triton": "gae_xp.backends._triton_plan",
+    "triton": "gae_xp.backends._triton_cupy_plan",
     "numba-cuda": "gae_xp.backends._numba_cuda_plan",
     "numba": "gae_xp.backends._numba_plan",
 }

@@ -88,6 +88,51 @@ class CuPy:
         """An array of the caller's library over ``tensor``'s memory (made on the stream both are on)."""
         return cls.from_dlpack(_OnThisStream(tensor))
 
+    # what a plan's launch on the arrays' pointers asks (``_triton_cupy_plan``)
+
+    @staticmethod
+    def pointer(array) -> int:
+        """The device address of ``array``'s first element."""
+        return array.data.ptr
+
+    @staticmethod
+    def empty(shape: tuple, dtype):
+        """A new array on the current device, from CuPy's memory pool (on the current stream)."""
+        import cupy
+
+        return cupy.empty(shape, dtype)
+
+    @staticmethod
+    def full(value: float, dtype):
+        """A new one-element array holding ``value``, filled on the current stream."""
+        import cupy
+
+        return cupy.full((1,), value, dtype)
+
+    @staticmethod
+    def device_index(array) -> int:
+        return array.device.id
+
+    @staticmethod
+    def current_device() -> int:
+        import cupy
+
+        return cupy.cuda.runtime.getDevice()
+
+    @staticmethod
+    def on_device(index: int):
+        """A context in which device ``index`` is current."""
+        import cupy
+
+        return cupy.cuda.Device(index)
+
+    @staticmethod
+    def current_stream():
+        """CuPy's current stream on the current device (its ``ptr``, and ``is_capturing()``)."""
+        import cupy
+
+        return cupy.cuda.get_current_stream()
+
 
 CALLER = CuPy
 _KDL_CUDA = 2

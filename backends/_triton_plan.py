@@ -270,7 +270,7 @@ class TritonPlan:
             self.kernels.clear()  # never kept, nor taken unchecked: a direct mode chosen again checks them again
             for kernel in entry[0]:
                 _CHECKED.pop(id(kernel), None)
-            _refuse(f"a direct launch raised {type(error).__name__}: {error}")
+            refuse(f"a direct launch raised {type(error).__name__}: {error}")
             return False
         return True
 
@@ -298,22 +298,30 @@ class TritonPlan:
                 self.run_compiled(tuple(mine), launches)
                 same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
             except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
-                _refuse(f"a direct launch raised {type(error).__name__}: {error}")
+                refuse(f"a direct launch raised {type(error).__name__}: {error}")
                 return True
             if not same:
-                _refuse("a direct launch gave other results than the binder's launch of the same arguments")
+                refuse("a direct launch gave other results than the binder's launch of the same arguments")
                 return True
             _CHECKED.update((id(kernel), kernel) for kernel in kernels)
         self.kernels[alignment] = (kernels, launches)
         return True
 
-    def run_compiled(self, arguments: tuple, launches: list) -> None:
+    def run_compiled(self, arguments: tuple, launches: list, stream: int | None = None) -> None:
         """Launch ``arguments`` through compiled kernels (``launches``: per launch mode, (run, function, packed
-        metadata, constexprs), as ``self.kernels`` keeps them)."""
-        stream = _stream(self.device_index)
+        metadata, constexprs), as ``self.kernels`` keeps them) on ``stream`` (a raw stream; by default torch's
+        current one)."""
+        if stream is None:
+            stream = _stream(self.device_index)
         grid = self.grid[0]
         for run, function, metadata, constexprs in launches:
             run(grid, 1, 1, stream, function, metadata, None, None, None, *arguments, *constexprs)
+
+
+def direct_allowed() -> bool:
+    """Whether a call may launch compiled kernels directly now: the direct mode, not refused in this process, and
+    nothing that needs Triton's own launcher (``_binder_needed``)."""
+    return _STATE["mode"] == "direct" and _STATE["refused"] is None and not _binder_needed()
 
 
 def _binder_needed() -> bool:
@@ -348,7 +356,7 @@ def _same(a, b) -> bool:
     return bool(((a == b) | (a.isnan() & b.isnan())).all())
 
 
-def _refuse(cause: str) -> None:
+def refuse(cause: str) -> None:
     """Stop direct launches for the process, and say why (once per cause)."""
     _STATE["refused"] = cause
     with _LOCK:

@@ -3,7 +3,7 @@
 RL calls GAE at the same shapes every step, and at those shapes a call is
 mostly its checks and its layout. A **key** says everything the checks that
 depend only on the layout read: the arrays' library, dtypes, shapes,
-strides and device (and, for torch, whether they require grad), which
+strides and device (for torch, whether they require grad; for CuPy, device or managed memory), which
 options are there, the scalar coefficients' values, ``axis``,
 ``chunk_size``, ``backend`` and ``fill_masked``. A **plan** is made from a
 call with that key that went through every check (``gae_xp._prepare``) and
@@ -128,6 +128,10 @@ def gae_key(rewards, values, gamma, lam, bootstrap_value, next_values, terminate
                      None if terminated is None else _torch_step(terminated, views, 3),
                      None if truncated is None else _torch_step(truncated, views, 4),
                      None if mask is None else _torch_step(mask, views, 5))
+        elif kind is _cupy_ndarray():
+            layout = _cupy_layout
+            steps = tuple(None if a is None else _cupy_layout(a)
+                          for a in (rewards, values, next_values, terminated, truncated, mask))
         else:
             return None, None
         key = (kind, axis, chunk_size, backend, fill_masked, truncated_bootstrap, steps,
@@ -184,6 +188,25 @@ def _torch_step(t, views: list, index: int):
             views[index] = view
             return view.dtype, view.shape, view.strides
     return _torch_layout(t)
+
+
+def _cupy_layout(a):
+    """dtype, shape, strides, device and memory kind (DLPack's: device or managed memory, which the routes take
+    apart) of an exact ``cupy.ndarray``."""
+    if type(a) is not _CUPY["ndarray"]:
+        raise _NoKey
+    return a.dtype, a.shape, a.strides, a.device.id, a.__dlpack_device__()[0] if a.size else None
+
+
+#: ``cupy.ndarray`` once CuPy is imported (``gae_key`` never imports it).
+_CUPY: dict = {"ndarray": None}
+
+
+def _cupy_ndarray():
+    """``cupy.ndarray`` once CuPy is imported (an array of a library not imported cannot be CuPy's), else None."""
+    if _CUPY["ndarray"] is None and "cupy" in sys.modules:
+        _CUPY["ndarray"] = sys.modules["cupy"].ndarray
+    return _CUPY["ndarray"]
 
 
 class _Torch:

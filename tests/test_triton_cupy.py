@@ -22,7 +22,7 @@ import pytest
 from helpers import gae_cases, xp_assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritoninterp import require_interpreter
+from tritoninterp import Compiled, require_interpreter, small_blocks_in_force, stand_in_compiled_kernels
 
 from gae_xp import reference
 from gae_xp.testing import make_case, option_grid
@@ -42,15 +42,53 @@ class Managed(np.ndarray):
     """A NumPy array standing for a CuPy array in managed memory."""
 
 
+class Stream:
+    """CuPy's current stream as a plan reads it: its address and whether it is being captured."""
+
+    def __init__(self, ptr: int, capturing: bool = False):
+        self.ptr, self.capturing = ptr, capturing
+
+    def is_capturing(self) -> bool:
+        return self.capturing
+
+
 class NumPyCaller(_triton_cupy.CuPy):
     """NumPy in CuPy's place: its arrays (``Managed`` ones in managed memory), a stream context that the
-    exchange of arrays must happen inside (``entered``), NumPy's DLPack import."""
+    exchange of arrays must happen inside (``entered``; ``exchanged`` counts the arrays passed to torch), NumPy's
+    DLPack import; for a plan's launches on addresses, an array's address (the tensor over it kept for the stand-in
+    kernels, ``tritoninterp.Compiled.addresses``), NumPy's allocation, a current device (``device``; ``switched``:
+    the devices a call made current) and stream (``stream``)."""
 
     entered = 0
+    exchanged = 0
+    device = 0
+    switched: list = []
+    stream = Stream(0x5000)
     is_array = staticmethod(lambda a: isinstance(a, np.ndarray))
     from_dlpack = staticmethod(np.from_dlpack)
     contiguous = staticmethod(np.ascontiguousarray)
     in_device_memory = staticmethod(lambda a: not isinstance(a, Managed))
+    empty = staticmethod(np.empty)
+    full = staticmethod(lambda value, dtype: np.full((1,), value, dtype))
+    device_index = staticmethod(lambda array: 0)
+    current_device = staticmethod(lambda: NumPyCaller.device)
+    current_stream = staticmethod(lambda: NumPyCaller.stream)
+
+    @staticmethod
+    def pointer(array) -> int:
+        tensor = torch.from_numpy(array.view(np.uint8) if array.dtype == np.bool_ else array)
+        Compiled.addresses[tensor.data_ptr()] = tensor
+        return tensor.data_ptr()
+
+    @staticmethod
+    @contextlib.contextmanager
+    def on_device(index: int):
+        NumPyCaller.switched.append(index)
+        before, NumPyCaller.device = NumPyCaller.device, index
+        try:
+            yield
+        finally:
+            NumPyCaller.device = before
 
     @staticmethod
     @contextlib.contextmanager
@@ -64,6 +102,7 @@ class NumPyCaller(_triton_cupy.CuPy):
     @classmethod
     def to_torch(cls, array):
         assert cls.entered == 1, "an array passed to torch outside the caller's stream"
+        NumPyCaller.exchanged += 1
         return super().to_torch(array)
 
     @classmethod
@@ -75,6 +114,9 @@ class NumPyCaller(_triton_cupy.CuPy):
 @pytest.fixture(autouse=True)
 def numpy_for_cupy(monkeypatch):
     monkeypatch.setattr(_triton_cupy, "CALLER", NumPyCaller)
+    for name, value in (("exchanged", 0), ("device", 0), ("switched", []), ("stream", Stream(0x5000))):
+        monkeypatch.setattr(NumPyCaller, name, value)
+    monkeypatch.setattr(Compiled, "addresses", {})
     _plans.PLANS.clear()
     yield
     _plans.PLANS.clear()
@@ -245,3 +287,200 @@ def test_any_case_and_layout_through_torch_views(drawn, layout):
     assert type(advantages) is np.ndarray and type(returns) is np.ndarray
     xp_assert_close(advantages, want_a, like=arrays["rewards"])
     xp_assert_close(returns, want_r, like=arrays["rewards"])
+
+
+# ------------------------------------------------------------------------------------------------- plans
+
+#: name -> make_case options (and gae() options beyond them) of the calls that a CuPy plan serves.
+PLANNED = {
+    "plain": {},
+    "bootstrap": {"bootstrap": True},
+    "dones+next_values": {"dones": 0.2, "next_values": True},
+    "holes+fill": {"holes": 0.3, "fill_masked": True},
+    "padding+bootstrap": {"padding": 5, "bootstrap": True},
+    "critic_lam": {"critic_lam": 1.0},
+}
+
+
+@pytest.fixture
+def compiled_kernels(monkeypatch):
+    """Compiled kernels as Triton's launcher returns them on a GPU (``tritoninterp``), launched directly."""
+    from gae_xp.backends import _triton_plan
+
+    before = _triton_plan.launch_mode("direct")
+    yield stand_in_compiled_kernels(monkeypatch)
+    _triton_plan.launch_mode(before)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    yield from small_blocks_in_force(monkeypatch)
+
+
+def planned_case(seed: int, shape, family: str, dtype=np.float64) -> dict:
+    options = dict(PLANNED[family])
+    fill = options.pop("fill_masked", False)
+    case = make_case(np.random.default_rng(seed), shape, **options)
+    case = {name: value.astype(dtype) if isinstance(value, np.ndarray) and value.dtype == np.float64 else value
+            for name, value in case.items()}
+    if "bootstrap_value" not in case and "next_values" not in case:
+        case["bootstrap_value"] = 0.25  # a Python number: the plan's one-element array
+    return dict(case, fill_masked=True) if fill else case
+
+
+def kept_plan(case: dict):
+    names = ("rewards", "values", "gamma", "lam", "bootstrap_value", "next_values", "terminated", "truncated", "mask")
+    arguments = [case.get(name, {"gamma": 0.99, "lam": 0.95}.get(name)) for name in names]
+    key, _ = _plans.gae_key(*arguments, -1, None, "triton", case.get("fill_masked", False), None,
+                            case.get("critic_lam"), "next_values")
+    return _plans.PLANS.get(key)
+
+
+def assert_the_loop(case: dict, outputs) -> None:
+    wide = {name: value.astype(np.float64) if isinstance(value, np.ndarray) and value.dtype.kind == "f" else value
+            for name, value in case.items()}
+    want = reference.gae_loop(**wide)
+    for got, expected in zip(outputs, want):
+        assert type(got) is np.ndarray and got.dtype == case["rewards"].dtype
+        xp_assert_close(got, expected, like=case["rewards"])
+    assert_own_memory(outputs, [v for v in case.values() if isinstance(v, np.ndarray)])
+
+
+@pytest.mark.parametrize("family", list(PLANNED))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+def test_a_served_call_launches_on_the_arrays_addresses(family, dtype, compiled_kernels):
+    """The first call makes the plan; the second runs through torch views (the kernels taken and checked against
+    the binder) and checks them once more on addresses; the third launches on addresses alone, on the caller's
+    stream, with no array passed to torch. Every result is the loop's."""
+    from gae_xp.backends._triton_cupy_plan import CuPyPlan
+
+    case = planned_case(1, (9, 30), family, dtype)
+    before = {name: value.copy() for name, value in case.items() if isinstance(value, np.ndarray)}
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert type(kept_plan(case)) is CuPyPlan and compiled_kernels.runs == 0
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == 2  # the torch plan's check, then the one on addresses
+    exchanged = NumPyCaller.exchanged
+    for _ in range(2):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == 4 and NumPyCaller.exchanged == exchanged
+    assert compiled_kernels.streams[-3:] == [NumPyCaller.stream.ptr] * 3
+    for name, value in before.items():
+        np.testing.assert_array_equal(case[name], value)
+    from gae_xp.backends import _triton_plan
+
+    assert _triton_plan.direct_refused() is None
+
+
+def test_chunks_of_few_long_rows_launch_their_maps_on_addresses(compiled_kernels, small_blocks):
+    case = planned_case(2, (2, 40), "holes+fill")
+    for _ in range(4):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert kept_plan(case).maps is not None
+    # two launches a call (the chunks' maps, then the rows): the torch plan's check, the check on addresses, then
+    # two calls on addresses
+    assert compiled_kernels.runs == 2 * 4
+
+
+def test_a_launch_on_addresses_that_differs_is_refused_for_the_process(compiled_kernels):
+    from gae_xp.backends import _triton_plan
+
+    compiled_kernels.wrong_on_addresses = True
+    case = planned_case(3, (4, 20), "dones+next_values")
+    gae_xp.gae(**case, backend="triton")
+    with pytest.warns(_triton_plan.DirectLaunchWarning, match="other results than the same call through torch"):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    runs, exchanged = compiled_kernels.runs, NumPyCaller.exchanged
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == runs and NumPyCaller.exchanged > exchanged  # through torch, the binder's launch
+    assert "CuPy arrays' addresses" in _triton_plan.direct_refused()
+
+
+def test_a_launch_on_addresses_that_raises_runs_the_call_through_torch(compiled_kernels):
+    from gae_xp.backends import _triton_plan
+
+    case = planned_case(4, (4, 20), "plain")
+    for _ in range(3):
+        gae_xp.gae(**case, backend="triton")
+    compiled_kernels.fail = True
+    with pytest.warns(_triton_plan.DirectLaunchWarning, match="addresses raised RuntimeError: the driver refused"):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    compiled_kernels.fail = False
+    runs = compiled_kernels.runs
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == runs
+
+
+def test_the_binders_launch_mode_passes_every_call_through_torch(compiled_kernels):
+    from gae_xp.backends import _triton_plan
+
+    _triton_plan.launch_mode("binder")
+    case = planned_case(5, (4, 20), "bootstrap")
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    exchanged = NumPyCaller.exchanged
+    for _ in range(2):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == 0 and NumPyCaller.exchanged == exchanged + 2 * 3  # rewards, values, bootstrap
+
+
+def test_a_number_bootstrap_is_kept_per_value_and_stream_and_is_a_captures_own(compiled_kernels):
+    case = planned_case(6, (4, 20), "plain")
+    for _ in range(3):
+        gae_xp.gae(**case, backend="triton")
+    plan = kept_plan(case)
+    kept = plan.constant[2]
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert plan.constant[2] is kept
+    case["bootstrap_value"] = -1.5
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert plan.constant[0] == -1.5 and plan.constant[2] is not kept
+    kept = plan.constant
+    NumPyCaller.stream = Stream(0x6000, capturing=True)
+    case["bootstrap_value"] = 3.0
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert plan.constant is kept  # made for the capture and not kept
+
+
+def test_a_call_from_another_current_device_launches_on_the_arrays_device(compiled_kernels):
+    case = planned_case(7, (4, 20), "plain")
+    for _ in range(3):
+        gae_xp.gae(**case, backend="triton")
+    NumPyCaller.device = 1
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert NumPyCaller.switched == [0] and NumPyCaller.device == 1
+
+
+def test_negative_strides_get_no_plan_of_addresses(compiled_kernels):
+    from gae_xp.backends._triton_cupy_plan import CuPyPlan
+
+    case = planned_case(8, (4, 20), "plain")
+    case["rewards"] = np.flip(np.flip(case["rewards"], -1).copy(), -1)
+    for _ in range(3):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert kept_plan(case) is not None and type(kept_plan(case)) is not CuPyPlan
+    assert compiled_kernels.runs == 0
+
+
+def test_a_key_holds_a_cupy_arrays_layout_device_and_memory_kind(monkeypatch):
+    """``gae_xp._plans`` keys CuPy arrays (CuPy itself needs a GPU: a module of that name stands in for it)."""
+    import types
+
+    class ndarray:  # noqa: N801 - CuPy's name
+        def __init__(self, shape=(2, 8), strides=(64, 8), device=0, memory=2):
+            self.dtype, self.shape, self.strides, self.size = np.dtype(np.float32), shape, strides, 16
+            self.device, self.memory = types.SimpleNamespace(id=device), memory
+
+        def __dlpack_device__(self):
+            return self.memory, self.device.id
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=ndarray))
+    monkeypatch.setitem(_plans._CUPY, "ndarray", None)
+
+    def key(rewards, values=None):
+        return _plans.gae_key(rewards, ndarray() if values is None else values, 0.99, 0.95, None, None, None, None,
+                              None, -1, None, "auto", False, None, None, "next_values")[0]
+
+    first = key(ndarray())
+    assert first is not None and first == key(ndarray())
+    assert len({first, key(ndarray(device=1)), key(ndarray(memory=13)), key(ndarray(strides=(128, 16)))}) == 4
+    assert key(ndarray(), values=np.zeros((2, 8), np.float32)) is None  # two libraries: the full path's error

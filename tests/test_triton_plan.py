@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritoninterp import record_launches, require_interpreter
+from tritoninterp import record_launches, require_interpreter, small_blocks_in_force, stand_in_compiled_kernels
 
 from gae_xp import reference
 from gae_xp.testing import make_case, xp_assert_close
@@ -62,17 +62,7 @@ def fresh_plans():
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """16-step blocks for every row length (the heuristic's table replaced), so that two rows of 40 steps are few
-    long rows cut into chunks: the chunks' two launches at a size the interpreter runs in milliseconds."""
-    from gae_xp.backends import _triton_config
-
-    monkeypatch.setattr(_triton_config, "HEURISTIC", ((float("inf"), 16, 1, 1),))
-    _triton_launch._config.cache_clear()
-    _triton_launch._PLANS.clear()
-    yield
-    _triton_launch._config.cache_clear()
-    _triton_launch._PLANS.clear()
-    _plans.PLANS.clear()
+    yield from small_blocks_in_force(monkeypatch)
 
 
 def case(seed: int, shape, family: str, dtype=torch.float32) -> dict:
@@ -321,58 +311,10 @@ def test_bad_input_still_raises_naming_the_argument_once_a_plan_exists():
 # ------------------------------------------------------------------------------------------- direct launches
 
 
-class Compiled:
-    """A compiled kernel that the stand-in binder returns: its ``run`` takes what a direct launch passes and runs
-    the interpreted kernel on exactly those arguments (``wrong``: it writes a wrong advantage)."""
-
-    runs = 0
-    wrong = False
-    last = None  # the kernel that ran last
-    fail = False  # its run raises
-
-    def __init__(self, kernel, options):
-        self.kernel, self.options = kernel, options
-        self.function, self.packed_metadata = "function", ("metadata",)
-
-    def run(self, grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter, leave, *arguments):
-        assert (grid_y, grid_z, function, metadata, launch_metadata, enter, leave) == \
-            (1, 1, "function", ("metadata",), None, None, None)
-        Compiled.runs += 1
-        Compiled.last = self
-        if Compiled.fail:
-            raise RuntimeError("the driver refused the launch")
-        names = _triton_plan._CONSTEXPRS
-        constexprs = dict(zip(names, arguments[-len(names):]))
-        self.kernel[(grid_x,)](*arguments[:-len(names)], **constexprs, **self.options)
-        if Compiled.wrong:
-            arguments[_triton_plan._ADVANTAGES].add_(1.0)
-
-
 @pytest.fixture
 def compiled_kernels(monkeypatch):
     """The kernel's launcher returns a compiled kernel (as Triton's does on a GPU) whose run is the interpreter's."""
-    kernel = _triton_launch.gae_kernel
-
-    kept = {}
-
-    class Binder:
-        def __getitem__(self, grid):
-            def launch(*args, num_warps, num_stages, **constexprs):
-                kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **constexprs)
-                options = {"num_warps": num_warps, "num_stages": num_stages}
-                # one compiled kernel per specialisation, kept for the process, as Triton's launcher keeps them
-                key = (tuple(sorted(constexprs.items())), num_warps, num_stages, _triton_plan._alignment(args))
-                return kept.setdefault(key, Compiled(kernel, options))
-            return launch
-
-    monkeypatch.setattr(_triton_launch, "gae_kernel", Binder())
-    monkeypatch.setattr(Compiled, "runs", 0)
-    monkeypatch.setattr(Compiled, "wrong", False)
-    monkeypatch.setattr(Compiled, "last", None)
-    monkeypatch.setattr(Compiled, "fail", False)
-    monkeypatch.setattr(_triton_plan, "_WARNED", set())
-    monkeypatch.setattr(_triton_plan, "_CHECKED", {})
-    return Compiled
+    return stand_in_compiled_kernels(monkeypatch)
 
 
 @pytest.mark.parametrize("family", ["plain", "bootstrap", "holes+fill", "critic_lam", "dones+next_values"])

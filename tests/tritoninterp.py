@@ -49,3 +49,86 @@ def record_launches(monkeypatch) -> list:
 
     monkeypatch.setattr(_triton_launch, "gae_kernel", Recording())
     return calls
+
+
+class Compiled:
+    """A compiled kernel that ``stand_in_compiled_kernels``' launcher returns: its ``run`` takes what a direct launch
+    passes and runs the interpreted kernel on exactly those arguments, an address (an int in an array's slot) read
+    as the tensor that ``addresses`` holds for it (``wrong``: it writes a wrong advantage; ``wrong_on_addresses``:
+    only when launched on addresses; ``fail``: it raises). ``streams``: the stream of every run."""
+
+    runs = 0
+    wrong = False
+    wrong_on_addresses = False
+    last = None  # the kernel that ran last
+    fail = False
+    addresses: dict = {}
+    streams: list = []
+
+    def __init__(self, kernel, options):
+        self.kernel, self.options = kernel, options
+        self.function, self.packed_metadata = "function", ("metadata",)
+
+    def run(self, grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter, leave, *arguments):
+        from gae_xp.backends import _triton_plan
+
+        assert (grid_y, grid_z, function, metadata, launch_metadata, enter, leave) == \
+            (1, 1, "function", ("metadata",), None, None, None)
+        Compiled.runs += 1
+        Compiled.last = self
+        Compiled.streams.append(stream)
+        if Compiled.fail:
+            raise RuntimeError("the driver refused the launch")
+        slots = _triton_plan._MAPS + 1
+        on_addresses = any(type(a) is int for a in arguments[:slots])
+        arguments = (*(Compiled.addresses[a] if type(a) is int else a for a in arguments[:slots]),
+                     *arguments[slots:])
+        names = _triton_plan._CONSTEXPRS
+        constexprs = dict(zip(names, arguments[-len(names):]))
+        self.kernel[(grid_x,)](*arguments[:-len(names)], **constexprs, **self.options)
+        if Compiled.wrong or (Compiled.wrong_on_addresses and on_addresses):
+            arguments[_triton_plan._ADVANTAGES].add_(1.0)
+
+
+def stand_in_compiled_kernels(monkeypatch) -> type[Compiled]:
+    """The route's kernel launcher replaced by one that returns a compiled kernel per specialisation (``Compiled``,
+    as Triton's launcher does on a GPU, kept for the process), whose run is the interpreter's; the direct launch's
+    record of checked kernels emptied."""
+    from gae_xp.backends import _triton_cupy_plan, _triton_launch, _triton_plan
+
+    kernel = _triton_launch.gae_kernel
+    kept = {}
+
+    class Binder:
+        def __getitem__(self, grid):
+            def launch(*args, num_warps, num_stages, **constexprs):
+                kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **constexprs)
+                options = {"num_warps": num_warps, "num_stages": num_stages}
+                key = (tuple(sorted(constexprs.items())), num_warps, num_stages, _triton_plan._alignment(args))
+                return kept.setdefault(key, Compiled(kernel, options))
+            return launch
+
+    monkeypatch.setattr(_triton_launch, "gae_kernel", Binder())
+    for name, value in (("runs", 0), ("wrong", False), ("wrong_on_addresses", False), ("last", None),
+                        ("fail", False), ("addresses", {}), ("streams", [])):
+        monkeypatch.setattr(Compiled, name, value)
+    monkeypatch.setattr(_triton_plan, "_WARNED", set())
+    monkeypatch.setattr(_triton_plan, "_CHECKED", {})
+    monkeypatch.setattr(_triton_cupy_plan, "_CHECKED", {})
+    return Compiled
+
+
+def small_blocks_in_force(monkeypatch):
+    """A fixture's body: 16-step blocks for every row length (the heuristic's table replaced), so that two rows of 40
+    steps are few long rows cut into chunks (the chunks' two launches, the maps' included) at a size the
+    interpreter runs in milliseconds; the launch plans and ``gae()``'s plans made under it forgotten after."""
+    from gae_xp import _plans
+    from gae_xp.backends import _triton_config, _triton_launch
+
+    monkeypatch.setattr(_triton_config, "HEURISTIC", ((float("inf"), 16, 1, 1),))
+    _triton_launch._config.cache_clear()
+    _triton_launch._PLANS.clear()
+    yield
+    _triton_launch._config.cache_clear()
+    _triton_launch._PLANS.clear()
+    _plans.PLANS.clear()

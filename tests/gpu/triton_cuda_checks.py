@@ -17,9 +17,11 @@ one line per case and "checked N cases"; the first mismatch raises.
   NaN and inf in masked slots;
 * compiling: a new T (of one row of the heuristic's table and one alignment)
   and a new B add no entry to the kernel's compile cache;
-* cupy: CuPy arrays (torch views of their memory, on CuPy's current stream),
-  ``auto`` choosing the route where torch is imported, a call on a busy
-  non-blocking stream returning at once and queued behind the stream's work.
+* cupy: CuPy arrays (torch views of their memory, on CuPy's current stream;
+  each case called three times, so that its plan launches on the arrays'
+  addresses, checked once against the call through torch views), ``auto``
+  choosing the route where torch is imported, a call on a busy non-blocking
+  stream returning at once and queued behind the stream's work.
 """
 
 from __future__ import annotations
@@ -162,23 +164,30 @@ def compiling_part() -> int:
 
 
 def cupy_part() -> int:
-    """CuPy arrays through torch views on CuPy's current stream (``gae_xp.backends._triton_cupy``): the results are
-    CuPy arrays on the arrays' device, equal to the loop; ``auto`` takes the route (torch is imported here); a call
-    on a busy non-blocking stream returns before the stream is done and its kernels run after the stream's work."""
+    """CuPy arrays through torch views on CuPy's current stream (``gae_xp.backends._triton_cupy``), and repeated
+    calls launched by their plan on the arrays' addresses (``_triton_cupy_plan``): the results are CuPy arrays on
+    the arrays' device, equal to the loop, with no direct launch refused; ``auto`` takes the route (torch is
+    imported here); a call on a busy non-blocking stream returns before the stream is done and its kernels run
+    after the stream's work."""
     import cupy
 
-    from gae_xp import backends
+    from gae_xp import _plans, backends
+    from gae_xp.backends import _triton_cupy_plan, _triton_plan
 
     def on_cupy(case: dict) -> dict:
         return {name: cupy.asarray(value) if isinstance(value, np.ndarray) else value for name, value in case.items()}
 
     def check_cupy(label, case, backend):
+        # three calls: the first makes the layout's plan, the second takes and checks its kernels (through torch
+        # views, then on the arrays' addresses), the third launches on the addresses alone
         given = on_cupy(case)
-        advantages, returns = gae_xp.gae(**given, backend=backend)
         want = reference.gae_loop(**case)
-        for got, expected in zip((advantages, returns), want):
-            assert type(got) is cupy.ndarray and got.device.id == given["rewards"].device.id, label
-            np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=2e-4, atol=2e-4, err_msg=label)
+        for _ in range(3):
+            advantages, returns = gae_xp.gae(**given, backend=backend)
+            for got, expected in zip((advantages, returns), want):
+                assert type(got) is cupy.ndarray and got.device.id == given["rewards"].device.id, label
+                np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=2e-4, atol=2e-4, err_msg=label)
+        assert _triton_plan.direct_refused() is None, _triton_plan.direct_refused()
         print("ok", label, flush=True)
 
     count = 0
@@ -192,6 +201,9 @@ def cupy_part() -> int:
     arrays = on_cupy(build(99, (8, 64), OPTIONS["plain"]))
     chosen = backends.select("auto", cupy, [arrays["rewards"], arrays["values"]])
     assert chosen.name == "triton", f"auto chose {chosen.name} for CuPy arrays with torch imported"
+    served = [plan for plan in _plans.PLANS._plans.values() if type(plan) is _triton_cupy_plan.CuPyPlan]
+    assert served and all(plan.launches for plan in served), "no CuPy plan launched on the arrays' addresses"
+    print(f"ok cupy plans: {len(served)} launching on addresses", flush=True)
     reversed_case = build(98, (4, 1000), OPTIONS["dones"])
     given = on_cupy(reversed_case)
     given["rewards"] = given["rewards"][:, ::-1]  # a view with a negative stride, on the device
@@ -212,9 +224,10 @@ def cupy_part() -> int:
             managed[name] = value
     chosen = backends.select("auto", cupy, [managed["rewards"], managed["values"]])
     assert chosen.name != "triton", "auto chose the Triton route for CuPy arrays in managed memory"
-    advantages, _ = gae_xp.gae(**managed, backend="auto")
-    np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**managed_case)[0], rtol=1e-10,
-                               atol=1e-10)
+    for _ in range(2):  # the second call served by the layout's plan
+        advantages, _ = gae_xp.gae(**managed, backend="auto")
+        np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**managed_case)[0], rtol=1e-10,
+                                   atol=1e-10)
     print(f"ok cupy managed memory ({chosen.name})", flush=True)
     mixed = dict(on_cupy(managed_case), values=managed["values"])  # device memory first, managed memory second
     gae_xp.gae(**on_cupy(managed_case), backend="auto")  # auto's choice for all-device arrays of this kind first
@@ -237,7 +250,8 @@ def cupy_part() -> int:
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         given = on_cupy({k: np.zeros_like(v) if k == "rewards" else v for k, v in case.items()})
-        gae_xp.gae(**given, backend="triton")  # compiled and planned here, not below
+        for _ in range(2):  # compiled, planned and its kernels checked here (one synchronisation), not below
+            gae_xp.gae(**given, backend="triton")
         stream.synchronize()
         spin(cupy.int64(1 << 28), busy)  # keeps the stream busy
         given["rewards"][...] = cupy.asarray(case["rewards"])  # queued behind the spin: the kernels must wait
