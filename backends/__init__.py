@@ -231,6 +231,12 @@ def _generic_summary(problem: GaeProblem):
     return _pieces.summarize(problem, _generic.BACKEND, None)
 
 
+def is_compiler_failure(error: BaseException) -> bool:
+    """Whether ``error`` came from a kernel compiler rather than the caller's input (``_fallback``'s test): a plan
+    whose call raised one is dropped, and the full path (``run``) falls back."""
+    return _fallback.is_compiler_failure(error)
+
+
 def fail(name: str, error: BaseException) -> str:
     """Remember that route ``name``'s compiler failed with ``error``; "auto" no longer picks it. The cause."""
     cause = _fallback.record(name, error)

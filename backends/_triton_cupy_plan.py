@@ -14,23 +14,31 @@ device and memory kind. A served call, on the arrays' device::
 
 An address is a Python int, which Triton's launcher (3.6 to 3.9) passes as the device pointer itself. The kernels
 are the torch plan's, taken and checked against Triton's binder by its direct launch (``_triton_plan``); each is
-checked once more per process, on addresses: the call that takes it runs through torch views, as the route does
-without a plan, then launches it on the addresses into outputs of its own, which must equal the first call's (one
-host synchronisation). Where that check fails or a launch raises, direct launches stop for the process
+checked once more on addresses, per process and generation of direct launches (``_triton_plan.generation``: a
+refusal or a launch mode chosen again starts a new one): the call that takes it runs through torch views, as the
+route does without a plan, then launches it on the addresses into outputs of its own, which must equal the first
+call's (one host synchronisation). Where that check fails or a launch raises, direct launches stop for the process
 (``_triton_plan.direct_refused``; one ``DirectLaunchWarning``) and every later call runs through torch views, whose
 plan then launches through Triton's binder: the same results. Through torch views too, silently: the binder's
 launch mode, what needs Triton's own launcher (launch hooks, its debug modes), a first call at an alignment of the
 addresses (Triton specialises on it), and an unchecked kernel inside a CUDA-graph capture or under torch's sync
-debug mode (the check synchronises).
+debug mode (the check synchronises): capture a layout after an eager call of it.
 
 A Python-number ``bootstrap_value`` is a one-element array of the compute dtype that every row reads, kept while its
-value and the stream stay (a new one inside a capture: the graph's own); a float16 array one is cast to float32
-per call, as ``prepare`` casts it. Outputs are new arrays of CuPy's pool, never an input's memory.
+value, the stream and the thread stay; a float16 array one is cast to float32 per call, as ``prepare`` casts it.
+Every buffer a launch reads or writes is alive until the launch is queued, and then freed to CuPy's pool, which
+hands it to later work on the same stream only. Inside a CUDA-graph capture the outputs, the chunks' maps and the
+bootstrap value are views of one new allocation (the bootstrap value filled by the graph), so that whatever a
+replay touches lives as long as the outputs the caller keeps for it. Outputs are new arrays, never an input's
+memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
+import threading
 
 import numpy as np
 import torch
@@ -42,8 +50,11 @@ from . import triton as triton_backend
 
 #: The kernel's slots of the outputs and the chunks' maps (as ``_triton_plan``'s).
 _ADVANTAGES, _RETURNS, _MAPS = _triton_plan._ADVANTAGES, _triton_plan._RETURNS, _triton_plan._MAPS
-#: The compiled kernels checked on addresses in this process, by identity (kept alive, so no id is reused).
-_CHECKED: dict[int, object] = {}
+#: The compiled kernels checked on addresses in this process, by identity (kept alive, so no id is reused), with
+#: the generation of ``_triton_plan``'s direct launches they were checked in.
+_CHECKED: dict[int, tuple[object, int]] = {}
+#: Where each buffer of a captured call's one allocation starts: a multiple of this many bytes.
+_ALIGNMENT = 256
 
 
 def make(call, arguments: dict):
@@ -94,9 +105,10 @@ class CuPyPlan:
         self.maps_dtype = np.float64 if plan.maps_dtype == torch.float64 else np.float32
         self.number_dtype = np.float64 if self.dtype == np.float64 else np.float32
         self.cast = cast  # the compute dtype a float16 array bootstrap value is cast to per call, or None
-        self.constant = None  # (value, stream, one-element array) of the last Python-number bootstrap value
-        #: per alignment of the addresses, the torch plan's launches once checked on addresses (published whole)
-        self.launches: dict[tuple, list] = {}
+        self.constant = None  # (value, stream, thread, one-element array) of the last Python-number bootstrap value
+        #: per alignment of the addresses, (generation, the torch plan's launches) once checked on addresses in that
+        #: generation of ``_triton_plan``'s direct launches (published whole)
+        self.launches: dict[tuple, tuple[int, list]] = {}
 
     def __call__(self, rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
                  critic_lam, views=None):
@@ -112,19 +124,31 @@ class CuPyPlan:
 
     def _call(self, caller, arrays: tuple, bootstrap_value, coefficients: tuple):
         stream = caller.current_stream()
-        bootstrap, tail = self._bootstrap(caller, bootstrap_value, stream)
+        number = bootstrap_value is None or type(bootstrap_value) is float
+        value = (0.0 if bootstrap_value is None else bootstrap_value) if number else bootstrap_value
+        if stream.is_capturing():
+            *outputs, bootstrap = self._captured_buffers(caller, value, number)
+        else:
+            outputs, bootstrap = None, self._bootstrap(caller, value, number, stream)
         addresses = self._addresses(caller, arrays, bootstrap)
         alignment = tuple(address % 16 == 0 for address in addresses)
-        launches = self.launches.get(alignment)
+        launches = self._checked(alignment)
         if launches is None or not _triton_plan.direct_allowed():
             return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream, alignment)
+        outputs = self._outputs(caller) if outputs is None else outputs
         try:
-            return self._launch(caller, addresses, tail, launches, stream.ptr)
+            self._launch(caller, addresses, number, launches, stream.ptr, outputs)
         except Exception as error:  # noqa: BLE001 - any failure: the call runs through torch views, said once
-            self.launches.clear()
-            _CHECKED.clear()
             _triton_plan.refuse(f"a launch on CuPy arrays' addresses raised {type(error).__name__}: {error}")
             return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream, alignment)
+        return outputs[0], outputs[1]
+
+    def _checked(self, alignment: tuple):
+        """The launches kept for ``alignment`` in this generation of direct launches, or None."""
+        entry = self.launches.get(alignment)
+        if entry is None or entry[0] != _triton_plan.generation():
+            return None
+        return entry[1]
 
     def _addresses(self, caller, arrays: tuple, bootstrap) -> tuple:
         """The kernel's first slots as addresses: the caller's arrays, ``rewards``' in place of an absent one (and
@@ -133,33 +157,60 @@ class CuPyPlan:
         r = pointer(arrays[0])
         return (r, *(r if a is None else pointer(a) for a in arrays[1:]), r, r, r, pointer(bootstrap))
 
-    def _bootstrap(self, caller, bootstrap_value, stream) -> tuple:
-        """(the bootstrap value as an array, the torch plan's counts and numbers that go with it)."""
-        if bootstrap_value is None or type(bootstrap_value) is float:
-            return self._number(caller, 0.0 if bootstrap_value is None else bootstrap_value, stream), \
-                self.plan.number_tail
-        return (bootstrap_value if self.cast is None else bootstrap_value.astype(self.cast)), self.plan.tail
+    def _bootstrap(self, caller, value, number: bool, stream):
+        """The bootstrap value as an array: a number's kept one-element array, a float16 array's float32 copy, or
+        the caller's array."""
+        if number:
+            return self._number(caller, value, stream)
+        return value if self.cast is None else value.astype(self.cast)
 
     def _number(self, caller, value: float, stream):
-        """A one-element array holding ``value`` in the compute dtype: the last one kept while the value and the
-        stream stay; inside a CUDA-graph capture a new one every time, never kept (the graph owns it)."""
-        constant = self.constant
-        if constant is not None and constant[0] == value and constant[1] == stream.ptr and not stream.is_capturing():
-            return constant[2]
+        """A one-element array holding ``value`` in the compute dtype, the last one kept while the value, the stream
+        and the thread stay (CuPy's per-thread default stream has one address in every thread)."""
+        constant, thread = self.constant, threading.get_ident()
+        if constant is not None and constant[:3] == (value, stream.ptr, thread):
+            return constant[3]
         array = caller.full(value, self.number_dtype)
-        if not stream.is_capturing():
-            self.constant = (value, stream.ptr, array)
+        self.constant = (value, stream.ptr, thread, array)
         return array
 
-    def _launch(self, caller, addresses: tuple, tail: tuple, launches: list, stream: int) -> tuple:
-        """Launch the kernels on ``addresses`` into new outputs; (advantages, returns)."""
-        empty, pointer = caller.empty, caller.pointer
-        advantages, returns = empty(self.shape, self.dtype), empty(self.shape, self.dtype)
-        maps = addresses[0] if self.maps is None else pointer(empty(self.maps, self.maps_dtype))
+    def _outputs(self, caller) -> tuple:
+        """(advantages, returns, the chunks' maps or None): new arrays of the caller's library."""
+        empty = caller.empty
+        maps = None if self.maps is None else empty(self.maps, self.maps_dtype)
+        return empty(self.shape, self.dtype), empty(self.shape, self.dtype), maps
+
+    def _captured_buffers(self, caller, value, number: bool) -> tuple:
+        """(advantages, returns, maps or None, bootstrap value) inside a CUDA-graph capture: views of one new
+        allocation, so that every buffer a replay of the graph reads or writes lives as long as its outputs
+        (CuPy's pool would hand a temporary freed after the call to later work; a graph holds no memory). The
+        bootstrap value is filled into its place by the graph, or is the caller's own array where not cast."""
+        parts = [(self.shape, self.dtype), (self.shape, self.dtype)]
+        if self.maps is not None:
+            parts.append((self.maps, self.maps_dtype))
+        if number or self.cast is not None:
+            parts.append(((1,) if number else value.shape, self.number_dtype if number else self.cast))
+        sizes = [-(-math.prod(shape) * np.dtype(dtype).itemsize // _ALIGNMENT) * _ALIGNMENT for shape, dtype in parts]
+        memory = caller.empty((sum(sizes),), np.uint8)
+        starts = itertools.accumulate([0, *sizes[:-1]])
+        views = [memory[start:start + size].view(dtype)[:math.prod(shape)].reshape(shape)
+                 for start, size, (shape, dtype) in zip(starts, sizes, parts)]
+        advantages, returns = views[0], views[1]
+        maps = views[2] if self.maps is not None else None
+        if number or self.cast is not None:
+            views[-1][...] = value
+            return advantages, returns, maps, views[-1]
+        return advantages, returns, maps, value
+
+    def _launch(self, caller, addresses: tuple, number: bool, launches: list, stream: int, outputs: tuple) -> None:
+        """Launch the kernels on ``addresses`` into ``outputs`` (``_outputs``'), alive until the launches are
+        queued."""
+        pointer = caller.pointer
+        advantages, returns, maps = outputs
         r = addresses[0]
-        arguments = (*addresses, r, r, pointer(advantages), pointer(returns), maps, *tail)
+        arguments = (*addresses, r, r, pointer(advantages), pointer(returns), r if maps is None else pointer(maps),
+                     *(self.plan.number_tail if number else self.plan.tail))
         self.plan.run_compiled(arguments, launches, stream)
-        return advantages, returns
 
     def _through_torch(self, caller, arrays: tuple, bootstrap_value, coefficients: tuple, stream,
                        alignment: tuple) -> tuple:
@@ -174,22 +225,27 @@ class CuPyPlan:
                                 critic_lam)
             results = tuple(map(caller.from_torch, results))
         entry = self.plan.kernels.get(alignment)
-        if entry is not None and alignment not in self.launches and _triton_plan.direct_allowed():
+        if entry is not None and self._checked(alignment) is None and _triton_plan.direct_allowed():
             self._check(caller, arrays, bootstrap_value, stream, alignment, entry, results)
         return results
 
     def _check(self, caller, arrays: tuple, bootstrap_value, stream, alignment: tuple, entry: tuple,
                results: tuple) -> None:
         """Keep the torch plan's kernels of ``alignment`` for launches on addresses, once those kernels launched on
-        this call's addresses gave ``results`` (the same call through torch views), or were checked before."""
+        this call's addresses gave ``results`` (the same call through torch views), or were checked before in this
+        generation of direct launches."""
         kernels, launches = entry
-        if not all(id(kernel) in _CHECKED for kernel in kernels):
+        generation = _triton_plan.generation()
+        if not all(_CHECKED.get(id(kernel), (None, -1))[1] == generation for kernel in kernels):
             if stream.is_capturing() or torch.cuda.is_available() and torch.cuda.get_sync_debug_mode() != 0:
                 return  # the check synchronises: a later eager call makes it
-            bootstrap, tail = self._bootstrap(caller, bootstrap_value, stream)
+            number = bootstrap_value is None or type(bootstrap_value) is float
+            value = (0.0 if bootstrap_value is None else bootstrap_value) if number else bootstrap_value
+            bootstrap = self._bootstrap(caller, value, number, stream)
+            mine = self._outputs(caller)
             try:
-                mine = self._launch(caller, self._addresses(caller, arrays, bootstrap), tail, launches, stream.ptr)
-                same = all(map(_same, mine, results))
+                self._launch(caller, self._addresses(caller, arrays, bootstrap), number, launches, stream.ptr, mine)
+                same = _same(mine[0], results[0]) and _same(mine[1], results[1])
             except Exception as error:  # noqa: BLE001 - any failure: the results through torch stand, said once
                 _triton_plan.refuse(f"a launch on CuPy arrays' addresses raised {type(error).__name__}: {error}")
                 return
@@ -197,8 +253,8 @@ class CuPyPlan:
                 _triton_plan.refuse("a launch on CuPy arrays' addresses gave other results than the same call "
                                     "through torch views")
                 return
-            _CHECKED.update((id(kernel), kernel) for kernel in kernels)
-        self.launches[alignment] = launches
+            _CHECKED.update((id(kernel), (kernel, generation)) for kernel in kernels)
+        self.launches[alignment] = (generation, launches)
 
 
 def _same(a, b) -> bool:

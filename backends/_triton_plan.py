@@ -107,7 +107,9 @@ def _mode_from_environment() -> str:
     return mode
 
 
-_STATE = {"mode": _mode_from_environment(), "refused": None}
+#: ``generation`` counts the changes of mode and the refusals: a direct launch taken in another generation is
+#: checked again before it serves (``_triton_cupy_plan``'s launches on addresses).
+_STATE = {"mode": _mode_from_environment(), "refused": None, "generation": 0}
 #: The compiled kernels whose direct launch was checked against the binder's in this process, by identity (Triton
 #: keeps a compiled kernel for the process: the same object comes back for every plan of its specialisation).
 _CHECKED: dict[int, object] = {}
@@ -123,7 +125,13 @@ def launch_mode(mode: str | None = None) -> str:
         if mode not in LAUNCH_MODES:
             raise ValueError(f"the launch mode must be one of {', '.join(LAUNCH_MODES)}, got {mode!r}")
         _STATE["mode"], _STATE["refused"] = mode, None
+        _STATE["generation"] += 1
     return before
+
+
+def generation() -> int:
+    """How many times the launch mode was chosen or direct launches were refused in this process."""
+    return _STATE["generation"]
 
 
 def direct_refused() -> str | None:
@@ -359,6 +367,7 @@ def _same(a, b) -> bool:
 def refuse(cause: str) -> None:
     """Stop direct launches for the process, and say why (once per cause)."""
     _STATE["refused"] = cause
+    _STATE["generation"] += 1
     with _LOCK:
         if cause in _WARNED:
             return

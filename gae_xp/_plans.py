@@ -77,6 +77,11 @@ class PlanCache:
             while len(self._plans) > self.maxsize:
                 self._plans.popitem(last=False)
 
+    def discard(self, key) -> None:
+        """Forget the plan of ``key``, if one is kept."""
+        with self._lock:
+            self._plans.pop(key, None)
+
     def clear(self) -> None:
         with self._lock:
             self._plans.clear()
@@ -269,7 +274,10 @@ class BoundLayoutPlan:
 
     def __init__(self, call, solver):
         p = call.problem
-        self.problem = p
+        #: the first call's problem without its arrays (each call binds its own): a kept plan holds no caller's
+        #: memory (the coefficients are Python numbers; no carry, offsets or extra fields)
+        self.problem = object.__new__(type(p))
+        self.problem.__dict__.update(p.__dict__, **dict.fromkeys(_BOUND), bootstrap=None)
         self.solver = solver
         self.chunk_size = call.chunk_size
         self.out_dtype, self.axis = call.out_dtype, call.axis

@@ -201,8 +201,13 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     if key is not None:
         plan = _plans.PLANS.get(key)
         if plan is not None:  # a call of this layout passed every check before: only the data's checks run
-            return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
-                        critic_lam, views)
+            try:
+                return plan(rewards, values, gamma, lam, bootstrap_value, next_values, terminated, truncated, mask,
+                            critic_lam, views)
+            except Exception as error:
+                if not backends.is_compiler_failure(error):
+                    raise
+                _plans.PLANS.discard(key)  # a kernel of a new specialisation failed: the full path falls back
     call = prepare_.prepare(rewards, values, gamma=gamma, lam=lam, bootstrap_value=bootstrap_value,
                             next_values=next_values, terminated=terminated, truncated=truncated, mask=mask,
                             axis=axis, chunk_size=chunk_size, backend=backend, fill_masked=fill_masked,

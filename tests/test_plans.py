@@ -520,3 +520,44 @@ def test_each_backend_gets_its_own_plan_from_the_registry():
         assert type(plan).__name__ == kind
     assert backends.plan_maker(backends.load("xp")) is None
     assert backends.plan_maker(SimpleNamespace(name="numba")) is None
+
+
+def test_a_kept_plan_holds_none_of_the_callers_arrays():
+    """A ``BoundLayoutPlan`` binds each call's arrays: the first call's memory is not kept with the plan."""
+    import gc
+    import weakref
+
+    rewards, values = np.random.default_rng(3).normal(size=(2, 2, 50)), np.random.default_rng(4).normal(size=(2, 2, 50))
+    gae_xp.gae(rewards, values, backend="xp")
+    kept = [weakref.ref(rewards), weakref.ref(values)]
+    (plan,) = [p for p in _plans.PLANS._plans.values() if type(p) is _plans.BoundLayoutPlan][-1:]
+    del rewards, values
+    gc.collect()
+    assert [ref() for ref in kept] == [None, None]
+    fresh = np.random.default_rng(5).normal(size=(2, 2, 50)), np.random.default_rng(6).normal(size=(2, 2, 50))
+    np.testing.assert_allclose(plan(*fresh, 0.99, 0.95, None, None, None, None, None, None)[0], gae_loop(*fresh)[0],
+                               rtol=1e-10, atol=1e-10)
+
+
+def test_a_plan_whose_kernel_fails_to_compile_is_dropped_and_the_full_path_answers(monkeypatch):
+    """A served call that meets a compiler's failure (a kernel of a new specialisation) is answered by the full path,
+    which falls back where ``auto`` chose; the plan is forgotten. A caller's error still propagates."""
+    rewards, values = np.random.default_rng(7).normal(size=(3, 40)), np.random.default_rng(8).normal(size=(3, 40))
+    gae_xp.gae(rewards, values)
+    key, _ = _plans.gae_key(rewards, values, 0.99, 0.95, None, None, None, None, None, -1, None, "auto", False, None,
+                            None, "next_values")
+    assert _plans.PLANS.get(key) is not None
+
+    def failing(*args):
+        raise ImportError("a compiler's library failed to load")
+
+    monkeypatch.setitem(_plans.PLANS._plans, key, failing)
+    np.testing.assert_allclose(gae_xp.gae(rewards, values)[0], gae_loop(rewards, values)[0], rtol=1e-10, atol=1e-10)
+    assert _plans.PLANS.get(key) is not failing
+
+    def refusing(*args):
+        raise ValueError("gamma must lie in [0, 1]")
+
+    monkeypatch.setitem(_plans.PLANS._plans, key, refusing)
+    with pytest.raises(ValueError, match="gamma must lie"):
+        gae_xp.gae(rewards, values)

@@ -16,6 +16,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -55,15 +57,15 @@ class Stream:
 class NumPyCaller(_triton_cupy.CuPy):
     """NumPy in CuPy's place: its arrays (``Managed`` ones in managed memory), a stream context that the
     exchange of arrays must happen inside (``entered``; ``exchanged`` counts the arrays passed to torch), NumPy's
-    DLPack import; for a plan's launches on addresses, an array's address (the tensor over it kept for the stand-in
-    kernels, ``tritoninterp.Compiled.addresses``), NumPy's allocation, a current device (``device``; ``switched``:
-    the devices a call made current) and stream (``stream``)."""
+    DLPack import; for a plan's launches on addresses, an array's address (``tritoninterp.Compiled.addresses``
+    reads it back as a tensor, and fails where the array was freed before the launch), NumPy's allocation, a current
+    device (``device``; ``switched``: the devices a call made current) and its stream (``streams``)."""
 
     entered = 0
     exchanged = 0
     device = 0
     switched: list = []
-    stream = Stream(0x5000)
+    streams: dict = {}
     is_array = staticmethod(lambda a: isinstance(a, np.ndarray))
     from_dlpack = staticmethod(np.from_dlpack)
     contiguous = staticmethod(np.ascontiguousarray)
@@ -72,13 +74,19 @@ class NumPyCaller(_triton_cupy.CuPy):
     full = staticmethod(lambda value, dtype: np.full((1,), value, dtype))
     device_index = staticmethod(lambda array: 0)
     current_device = staticmethod(lambda: NumPyCaller.device)
-    current_stream = staticmethod(lambda: NumPyCaller.stream)
+    current_stream = staticmethod(lambda: NumPyCaller.streams[NumPyCaller.device])
 
     @staticmethod
     def pointer(array) -> int:
-        tensor = torch.from_numpy(array.view(np.uint8) if array.dtype == np.bool_ else array)
-        Compiled.addresses[tensor.data_ptr()] = tensor
-        return tensor.data_ptr()
+        kept = weakref.ref(array)
+
+        def tensor():
+            alive = kept()
+            assert alive is not None, "a kernel was launched on the address of an array already freed"
+            return torch.from_numpy(alive.view(np.uint8) if alive.dtype == np.bool_ else alive)
+
+        Compiled.addresses[array.ctypes.data] = tensor
+        return array.ctypes.data
 
     @staticmethod
     @contextlib.contextmanager
@@ -114,7 +122,8 @@ class NumPyCaller(_triton_cupy.CuPy):
 @pytest.fixture(autouse=True)
 def numpy_for_cupy(monkeypatch):
     monkeypatch.setattr(_triton_cupy, "CALLER", NumPyCaller)
-    for name, value in (("exchanged", 0), ("device", 0), ("switched", []), ("stream", Stream(0x5000))):
+    for name, value in (("exchanged", 0), ("device", 0), ("switched", []),
+                        ("streams", {0: Stream(0x5000), 1: Stream(0x5100)})):
         monkeypatch.setattr(NumPyCaller, name, value)
     monkeypatch.setattr(Compiled, "addresses", {})
     _plans.PLANS.clear()
@@ -364,7 +373,7 @@ def test_a_served_call_launches_on_the_arrays_addresses(family, dtype, compiled_
     for _ in range(2):
         assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
     assert compiled_kernels.runs == 4 and NumPyCaller.exchanged == exchanged
-    assert compiled_kernels.streams[-3:] == [NumPyCaller.stream.ptr] * 3
+    assert compiled_kernels.streams[-3:] == [NumPyCaller.streams[0].ptr] * 3
     for name, value in before.items():
         np.testing.assert_array_equal(case[name], value)
     from gae_xp.backends import _triton_plan
@@ -423,22 +432,38 @@ def test_the_binders_launch_mode_passes_every_call_through_torch(compiled_kernel
     assert compiled_kernels.runs == 0 and NumPyCaller.exchanged == exchanged + 2 * 3  # rewards, values, bootstrap
 
 
-def test_a_number_bootstrap_is_kept_per_value_and_stream_and_is_a_captures_own(compiled_kernels):
+def test_a_number_bootstrap_is_kept_per_value_stream_and_thread(compiled_kernels):
     case = planned_case(6, (4, 20), "plain")
     for _ in range(3):
         gae_xp.gae(**case, backend="triton")
     plan = kept_plan(case)
-    kept = plan.constant[2]
+    kept = plan.constant[3]
     assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
-    assert plan.constant[2] is kept
+    assert plan.constant[3] is kept
     case["bootstrap_value"] = -1.5
     assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
-    assert plan.constant[0] == -1.5 and plan.constant[2] is not kept
-    kept = plan.constant
-    NumPyCaller.stream = Stream(0x6000, capturing=True)
-    case["bootstrap_value"] = 3.0
-    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
-    assert plan.constant is kept  # made for the capture and not kept
+    assert plan.constant[0] == -1.5 and plan.constant[3] is not kept
+    kept = plan.constant[3]
+    other = threading.Thread(target=lambda: assert_the_loop(case, gae_xp.gae(**case, backend="triton")))
+    other.start()
+    other.join()
+    assert plan.constant[3] is not kept and plan.constant[2] != threading.get_ident()
+
+
+@pytest.mark.parametrize("family", ["plain", "bootstrap"])
+def test_a_captured_call_keeps_what_a_replay_reads_with_its_outputs(family, compiled_kernels, small_blocks):
+    """Inside a CUDA-graph capture (the stand-in stream says it captures) the outputs, the chunks' maps and the
+    bootstrap value are views of one allocation, which the outputs keep alive; a kept number is not touched."""
+    case = planned_case(9, (2, 40), family, np.float16 if family == "bootstrap" else np.float64)
+    for _ in range(3):
+        gae_xp.gae(**case, backend="triton")
+    plan = kept_plan(case)
+    kept, runs = plan.constant, compiled_kernels.runs
+    NumPyCaller.streams[0] = Stream(0x6000, capturing=True)
+    advantages, returns = gae_xp.gae(**case, backend="triton")
+    assert_the_loop(case, (advantages, returns))
+    assert compiled_kernels.runs == runs + 2  # on addresses: the chunks' two launches
+    assert advantages.base is not None and advantages.base is returns.base and plan.constant is kept
 
 
 def test_a_call_from_another_current_device_launches_on_the_arrays_device(compiled_kernels):
@@ -448,6 +473,42 @@ def test_a_call_from_another_current_device_launches_on_the_arrays_device(compil
     NumPyCaller.device = 1
     assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
     assert NumPyCaller.switched == [0] and NumPyCaller.device == 1
+    assert compiled_kernels.streams[-1] == NumPyCaller.streams[0].ptr  # the arrays' device's stream, not 1's
+
+
+def test_misaligned_addresses_take_a_kernel_of_their_own(compiled_kernels):
+    """Triton specialises on 16-byte alignment: rewards that start 8 bytes in are launched on their own kernel,
+    checked on their addresses, never the aligned one's."""
+    storage = np.random.default_rng(10).standard_normal(41)
+    values = np.random.default_rng(11).standard_normal((2, 20))
+    aligned = {"rewards": storage[:40].reshape(2, 20), "values": values, "bootstrap_value": 0.25}
+    shifted = {"rewards": storage[1:].reshape(2, 20), "values": values, "bootstrap_value": 0.25}
+    for _ in range(3):
+        gae_xp.gae(**aligned, backend="triton")
+    plan, of_aligned = kept_plan(aligned), compiled_kernels.last
+    for _ in range(3):
+        assert_the_loop(shifted, gae_xp.gae(**shifted, backend="triton"))
+        assert compiled_kernels.last is not of_aligned
+    assert len(plan.launches) == 2 and set(plan.launches) == set(plan.plan.kernels)
+    for alignment, (_, launches) in plan.launches.items():
+        assert launches is plan.plan.kernels[alignment][1]
+
+
+def test_a_new_generation_of_direct_launches_checks_the_addresses_again(compiled_kernels):
+    """A launch mode chosen again (after a refusal, say) starts a new generation: the plan's launches on addresses
+    are checked again before they serve, never taken from the generation before."""
+    from gae_xp.backends import _triton_plan
+
+    case = planned_case(12, (4, 20), "plain")
+    for _ in range(3):
+        gae_xp.gae(**case, backend="triton")
+    runs = compiled_kernels.runs
+    _triton_plan.launch_mode("direct")
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    # through torch views (the torch plan's kernels, checked for tensors, launched directly), then the check again
+    assert compiled_kernels.runs == runs + 2
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert compiled_kernels.runs == runs + 3
 
 
 def test_negative_strides_get_no_plan_of_addresses(compiled_kernels):

@@ -54,7 +54,7 @@ def record_launches(monkeypatch) -> list:
 class Compiled:
     """A compiled kernel that ``stand_in_compiled_kernels``' launcher returns: its ``run`` takes what a direct launch
     passes and runs the interpreted kernel on exactly those arguments, an address (an int in an array's slot) read
-    as the tensor that ``addresses`` holds for it (``wrong``: it writes a wrong advantage; ``wrong_on_addresses``:
+    as the tensor that ``addresses[address]()`` returns (``wrong``: it writes a wrong advantage; ``wrong_on_addresses``:
     only when launched on addresses; ``fail``: it raises). ``streams``: the stream of every run."""
 
     runs = 0
@@ -81,7 +81,7 @@ class Compiled:
             raise RuntimeError("the driver refused the launch")
         slots = _triton_plan._MAPS + 1
         on_addresses = any(type(a) is int for a in arguments[:slots])
-        arguments = (*(Compiled.addresses[a] if type(a) is int else a for a in arguments[:slots]),
+        arguments = (*(Compiled.addresses[a]() if type(a) is int else a for a in arguments[:slots]),
                      *arguments[slots:])
         names = _triton_plan._CONSTEXPRS
         constexprs = dict(zip(names, arguments[-len(names):]))

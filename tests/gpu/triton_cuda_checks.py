@@ -21,7 +21,8 @@ one line per case and "checked N cases"; the first mismatch raises.
   each case called three times, so that its plan launches on the arrays'
   addresses, checked once against the call through torch views), ``auto``
   choosing the route where torch is imported, a call on a busy non-blocking
-  stream returning at once and queued behind the stream's work.
+  stream returning at once and queued behind the stream's work, a call
+  captured in a CUDA graph and replayed on new rewards.
 """
 
 from __future__ import annotations
@@ -261,7 +262,28 @@ def cupy_part() -> int:
     stream.synchronize()
     np.testing.assert_allclose(cupy.asnumpy(advantages), reference.gae_loop(**case)[0], rtol=1e-10, atol=1e-10)
     print("ok cupy stream", flush=True)
-    return count + 8
+    for shape in ((300, 129), (2, 8193)):  # one program per row; few long rows cut into chunks (the maps' buffer)
+        case = build(93, shape, {"dones": 0.05, "holes": 0.1})
+        given = on_cupy(case)
+        given["bootstrap_value"] = 0.5
+        with cupy.cuda.Stream(non_blocking=True) as capturing:
+            for _ in range(3):  # planned, its kernels taken and checked on addresses: then the capture launches them
+                gae_xp.gae(**given, backend="triton")
+            capturing.begin_capture()
+            advantages, returns = gae_xp.gae(**given, backend="triton")
+            graph = capturing.end_capture()
+            cupy.get_default_memory_pool().free_all_blocks()
+            noise = [cupy.full(shape, 1e9, dtype=cupy.float32) for _ in range(4)]  # takes memory freed after capture
+            renewed = build(92, shape, {})["rewards"]
+            given["rewards"][...] = cupy.asarray(renewed)
+            graph.launch()
+            capturing.synchronize()
+        want = reference.gae_loop(**{**case, "rewards": renewed, "bootstrap_value": 0.5})
+        for got, expected in zip((advantages, returns), want):
+            np.testing.assert_allclose(cupy.asnumpy(got), expected, rtol=2e-4, atol=2e-4)
+        del noise
+        print(f"ok cupy graph capture and replay at {shape[0]}x{shape[1]}", flush=True)
+    return count + 10
 
 
 if __name__ == "__main__":
