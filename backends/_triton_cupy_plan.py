@@ -131,7 +131,7 @@ class CuPyPlan:
         else:
             outputs, bootstrap = None, self._bootstrap(caller, value, number, stream)
         addresses = self._addresses(caller, arrays, bootstrap)
-        alignment = tuple(address % 16 == 0 for address in addresses)
+        alignment = _triton_plan._alignment(addresses)
         launches = self._checked(alignment)
         if launches is None or not _triton_plan.direct_allowed():
             return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream, alignment)

@@ -40,8 +40,9 @@ alignment of the caller's pointers (Triton specialises on it), the compiled
 kernels that Triton's launcher returned on the first launch of that
 alignment, and calls their ``run`` with the grid, the stream, the function
 handle, the packed metadata and the same arguments (the constexprs
-included), as ``JITFunction.run`` does after its binder in Triton 3.6 to
-3.9; ``"binder"`` launches every call through Triton's own launcher,
+included; the tensors as their addresses, ``_as_addresses``, which spares
+the launcher a driver query per pointer), as ``JITFunction.run`` does after
+its binder in Triton 3.6 to 3.9; ``"binder"`` launches every call through Triton's own launcher,
 ``kernel[grid](...)``, whose argument binder specialises every argument again
 on every call (on an H100, 108.7 against 27.6 us of host time per call at
 38400x128: ``tests/gpu/profile_host.py``). Each compiled kernel is checked
@@ -268,12 +269,13 @@ class TritonPlan:
         this call cannot (see the module)."""
         if _binder_needed():
             return False
-        alignment = _alignment(arguments)
+        addresses = _as_addresses(arguments)
+        alignment = _alignment(addresses)
         entry = self.kernels.get(alignment)
         if entry is None:
             return self._take_compiled(arguments, alignment)
         try:
-            self.run_compiled(arguments, entry[1])
+            self.run_compiled(addresses, entry[1])
         except Exception as error:  # noqa: BLE001 - any failure: the binder launches the call again, said once
             self.kernels.clear()  # never kept, nor taken unchecked: a direct mode chosen again checks them again
             for kernel in entry[0]:
@@ -303,7 +305,7 @@ class TritonPlan:
             for slot in (_ADVANTAGES, _RETURNS) + ((_MAPS,) if self.maps is not None else ()):
                 mine[slot] = torch.empty_like(arguments[slot])
             try:
-                self.run_compiled(tuple(mine), launches)
+                self.run_compiled(_as_addresses(tuple(mine)), launches)
                 same = all(_same(arguments[slot], mine[slot]) for slot in (_ADVANTAGES, _RETURNS))
             except Exception as error:  # noqa: BLE001 - any failure: the binder's results stand, said once
                 refuse(f"a direct launch raised {type(error).__name__}: {error}")
@@ -354,9 +356,21 @@ def _stream(device_index) -> int:
     return 0 if device_index is None else torch._C._cuda_getCurrentRawStream(device_index)
 
 
-def _alignment(arguments: tuple) -> tuple:
-    """Whether each tensor argument starts on a 16-byte boundary (what Triton specialises a pointer on)."""
-    return tuple(a.data_ptr() % 16 == 0 for a in arguments[:_CALLERS])
+def _as_addresses(arguments: tuple) -> tuple:
+    """``arguments`` with each tensor of the kernel's array slots as its address: Triton's launcher passes an int as
+    the device pointer itself, where for a tensor it calls ``data_ptr()`` and asks the driver for the pointer's
+    device address (``cuPointerGetAttribute``), once per slot and call; ``rewards``, in the slots of absent arrays,
+    is asked once."""
+    rewards = arguments[0]
+    first = rewards.data_ptr()
+    return (first, *(first if a is rewards else a.data_ptr() for a in arguments[1:_MAPS + 1]),
+            *arguments[_MAPS + 1:])
+
+
+def _alignment(addresses: tuple) -> tuple:
+    """Whether each of the caller's arrays (``_as_addresses``' first slots) starts on a 16-byte boundary (what
+    Triton specialises a pointer on)."""
+    return tuple(a % 16 == 0 for a in addresses[:_CALLERS])
 
 
 def _same(a, b) -> bool:

@@ -17,14 +17,13 @@ import os
 import subprocess
 import sys
 import threading
-import weakref
 
 import numpy as np
 import pytest
 from helpers import gae_cases, xp_assert_close
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tritoninterp import Compiled, require_interpreter, small_blocks_in_force, stand_in_compiled_kernels
+from tritoninterp import Compiled, require_interpreter, small_blocks_in_force, stand_in_compiled_kernels, while_alive
 
 from gae_xp import reference
 from gae_xp.testing import make_case, option_grid
@@ -78,14 +77,7 @@ class NumPyCaller(_triton_cupy.CuPy):
 
     @staticmethod
     def pointer(array) -> int:
-        kept = weakref.ref(array)
-
-        def tensor():
-            alive = kept()
-            assert alive is not None, "a kernel was launched on the address of an array already freed"
-            return torch.from_numpy(alive.view(np.uint8) if alive.dtype == np.bool_ else alive)
-
-        Compiled.addresses[array.ctypes.data] = tensor
+        Compiled.addresses[array.ctypes.data] = while_alive(array)
         return array.ctypes.data
 
     @staticmethod
@@ -394,7 +386,7 @@ def test_chunks_of_few_long_rows_launch_their_maps_on_addresses(compiled_kernels
 def test_a_launch_on_addresses_that_differs_is_refused_for_the_process(compiled_kernels):
     from gae_xp.backends import _triton_plan
 
-    compiled_kernels.wrong_on_addresses = True
+    compiled_kernels.wrong_on_stream = NumPyCaller.streams[0].ptr  # the CuPy plan's launches, not the torch plan's
     case = planned_case(3, (4, 20), "dones+next_values")
     gae_xp.gae(**case, backend="triton")
     with pytest.warns(_triton_plan.DirectLaunchWarning, match="other results than the same call through torch"):

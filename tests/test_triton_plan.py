@@ -326,7 +326,7 @@ def test_a_direct_launch_passes_the_binders_arguments(family, compiled_kernels, 
         for seed in (1, 2, 3):
             given = case(seed, shape, family, torch.float64)
             assert_loop(given, solve(given), torch.float64)
-    assert _triton_plan.direct_refused() is None
+    assert _triton_plan.direct_refused() is None and compiled_kernels.on_addresses  # ints: no driver query a slot
     # per shape: the first direct call (its check: one run per launch), then one more launched directly; one launch
     # at (9, 30) (enough rows: not cut), two (the chunks) at (2, 40)
     assert compiled_kernels.runs == (1 + 1) + (2 + 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import weakref
 
 import pytest
 
@@ -54,12 +55,13 @@ def record_launches(monkeypatch) -> list:
 class Compiled:
     """A compiled kernel that ``stand_in_compiled_kernels``' launcher returns: its ``run`` takes what a direct launch
     passes and runs the interpreted kernel on exactly those arguments, an address (an int in an array's slot) read
-    as the tensor that ``addresses[address]()`` returns (``wrong``: it writes a wrong advantage; ``wrong_on_addresses``:
-    only when launched on addresses; ``fail``: it raises). ``streams``: the stream of every run."""
+    as the tensor that ``addresses[address]()`` returns (``wrong``: it writes a wrong advantage; ``wrong_on_stream``:
+    only when launched on that stream; ``fail``: it raises). ``streams``: the stream of every run."""
 
     runs = 0
     wrong = False
-    wrong_on_addresses = False
+    wrong_on_stream = None
+    on_addresses = None  # whether the last run got every array slot as an address
     last = None  # the kernel that ran last
     fail = False
     addresses: dict = {}
@@ -80,13 +82,13 @@ class Compiled:
         if Compiled.fail:
             raise RuntimeError("the driver refused the launch")
         slots = _triton_plan._MAPS + 1
-        on_addresses = any(type(a) is int for a in arguments[:slots])
+        Compiled.on_addresses = all(type(a) is int for a in arguments[:slots])
         arguments = (*(Compiled.addresses[a]() if type(a) is int else a for a in arguments[:slots]),
                      *arguments[slots:])
         names = _triton_plan._CONSTEXPRS
         constexprs = dict(zip(names, arguments[-len(names):]))
         self.kernel[(grid_x,)](*arguments[:-len(names)], **constexprs, **self.options)
-        if Compiled.wrong or (Compiled.wrong_on_addresses and on_addresses):
+        if Compiled.wrong or stream == Compiled.wrong_on_stream:
             arguments[_triton_plan._ADVANTAGES].add_(1.0)
 
 
@@ -104,13 +106,23 @@ def stand_in_compiled_kernels(monkeypatch) -> type[Compiled]:
             def launch(*args, num_warps, num_stages, **constexprs):
                 kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **constexprs)
                 options = {"num_warps": num_warps, "num_stages": num_stages}
-                key = (tuple(sorted(constexprs.items())), num_warps, num_stages, _triton_plan._alignment(args))
+                key = (tuple(sorted(constexprs.items())), num_warps, num_stages,
+                       _triton_plan._alignment(addresses_of(args)))
                 return kept.setdefault(key, Compiled(kernel, options))
             return launch
 
+    addresses_of = _triton_plan._as_addresses
+
+    def recorded(arguments):
+        """The addresses of a direct launch, each kept for ``Compiled.run`` to read back as its tensor."""
+        for tensor in arguments[:_triton_plan._MAPS + 1]:
+            Compiled.addresses[tensor.data_ptr()] = while_alive(tensor)
+        return addresses_of(arguments)
+
     monkeypatch.setattr(_triton_launch, "gae_kernel", Binder())
-    for name, value in (("runs", 0), ("wrong", False), ("wrong_on_addresses", False), ("last", None),
-                        ("fail", False), ("addresses", {}), ("streams", [])):
+    monkeypatch.setattr(_triton_plan, "_as_addresses", recorded)
+    for name, value in (("runs", 0), ("wrong", False), ("wrong_on_stream", None), ("on_addresses", None),
+                        ("last", None), ("fail", False), ("addresses", {}), ("streams", [])):
         monkeypatch.setattr(Compiled, name, value)
     monkeypatch.setattr(_triton_plan, "_WARNED", set())
     monkeypatch.setattr(_triton_plan, "_CHECKED", {})
@@ -132,3 +144,21 @@ def small_blocks_in_force(monkeypatch):
     _triton_launch._config.cache_clear()
     _triton_launch._PLANS.clear()
     _plans.PLANS.clear()
+
+
+def while_alive(array):
+    """A function that returns ``array`` (a tensor, or a NumPy array as a tensor over its memory, a bool one's as
+    uint8), and fails once it was freed: a kernel must never be launched on the address of freed memory."""
+    import numpy as np
+    import torch
+
+    kept = weakref.ref(array)
+
+    def alive():
+        held = kept()
+        assert held is not None, "a kernel was launched on the address of an array already freed"
+        if isinstance(held, np.ndarray):
+            return torch.from_numpy(held.view(np.uint8) if held.dtype == np.bool_ else held)
+        return held
+
+    return alive

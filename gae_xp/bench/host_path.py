@@ -40,6 +40,7 @@ the whole call. docs/gpu.md ("Host path") has the figures.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import platform
 import statistics
@@ -98,18 +99,19 @@ class StandIns:
                 return GPUTarget("cuda", 90, 32)
 
         class Compiled:
-            """A compiled kernel whose launch does nothing (``fill``: it writes zeros to the outputs, so that the
-            direct launch's one check against the binder sees the same results)."""
+            """A compiled kernel whose launch does nothing (``fill``: it writes ``nbytes`` zeros to each output, a
+            tensor or an address, so that the direct launch's one check against the binder sees the same
+            results)."""
 
-            function, packed_metadata, fill = 0, (), False
+            function, packed_metadata, fill, nbytes = 0, (), False, 0
 
             def launch_metadata(self, grid, stream, *args):
                 return None
 
             def run(self, grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter, leave, *args):
                 if Compiled.fill:
-                    args[12].zero_()
-                    args[13].zero_()
+                    for output in args[12:14]:
+                        ctypes.memset(output if type(output) is int else output.data_ptr(), 0, Compiled.nbytes)
 
         self.previous_driver = triton.runtime.driver._active
         triton.runtime.driver.set_active(Driver())
@@ -203,14 +205,17 @@ def measure(case: str, shape, stand_ins: StandIns, number: int, repeat: int) -> 
             ("launch: Triton's binder (stand-in driver)", timed(lambda: plan.binder(packed), number, repeat))]
     _triton_plan.launch_mode("direct")
     try:
-        stand_ins.compiled.fill = True
+        stand_ins.compiled.fill, stand_ins.compiled.nbytes = True, r.numel() * r.element_size()
         call()  # the plan's first direct launch: the compiled kernel taken, checked against the binder
         stand_ins.compiled.fill = False
         if _triton_plan.direct_refused() is not None:
             raise RuntimeError(f"the direct launch was refused: {_triton_plan.direct_refused()}")
         launches = next(iter(plan.kernels.values()))[1]
-        rows.append(("launch: direct (the compiled kernel's run)",
-                     timed(lambda: plan.run_compiled(packed, launches), number, repeat)))
+        addresses = _triton_plan._as_addresses(packed)
+        rows.append(("the arrays' addresses (_as_addresses)",
+                     timed(lambda: _triton_plan._as_addresses(packed), number, repeat)))
+        rows.append(("launch: direct (the compiled kernel's run, on addresses)",
+                     timed(lambda: plan.run_compiled(addresses, launches), number, repeat)))
         rows.append(("whole call, direct launch", timed(call, number, repeat)))
         _triton_plan.launch_mode("binder")
         rows.append(("whole call, Triton's binder", timed(call, number, repeat)))
