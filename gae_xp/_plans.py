@@ -210,7 +210,7 @@ _CUPY: dict = {"ndarray": None}
 def _cupy_ndarray():
     """``cupy.ndarray`` once CuPy is imported (an array of a library not imported cannot be CuPy's), else None."""
     if _CUPY["ndarray"] is None and "cupy" in sys.modules:
-        _CUPY["ndarray"] = sys.modules["cupy"].ndarray
+        _CUPY["ndarray"] = getattr(sys.modules["cupy"], "ndarray", None)  # None: a module of that name, not CuPy
     return _CUPY["ndarray"]
 
 
