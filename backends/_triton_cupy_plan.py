@@ -21,11 +21,14 @@ call's (one host synchronisation). Where that check fails or a launch raises, di
 (``_triton_plan.direct_refused``; one ``DirectLaunchWarning``) and every later call runs through torch views, whose
 plan then launches through Triton's binder: the same results. Through torch views too, silently: the binder's
 launch mode, what needs Triton's own launcher (launch hooks, its debug modes), a first call at an alignment of the
-addresses (Triton specialises on it), and an unchecked kernel inside a CUDA-graph capture or under torch's sync
-debug mode (the check synchronises): capture a layout after an eager call of it.
+addresses (Triton specialises on it), and an unchecked kernel under torch's sync debug mode (the check
+synchronises). Inside a CUDA-graph capture a call is served on addresses only, or refused with a RuntimeError
+that says what to do (two eager calls of the layout first, in the direct launch mode): through torch views its
+temporaries would be freed after the call while the graph still reads them.
 
 A Python-number ``bootstrap_value`` is a one-element array of the compute dtype that every row reads, kept while its
-value, the stream and the thread stay; a float16 array one is cast to float32 per call, as ``prepare`` casts it.
+value, the stream and the thread stay; a float16 array one is cast to float32 per call, as ``prepare`` casts it,
+in C order (a plan is made only where the first call's cast was C-ordered: its strides are the kernel's).
 Every buffer a launch reads or writes is alive until the launch is queued, and then freed to CuPy's pool, which
 hands it to later work on the same stream only. Inside a CUDA-graph capture the outputs, the chunks' maps and the
 bootstrap value are views of one new allocation (the bootstrap value filled by the graph), so that whatever a
@@ -55,6 +58,12 @@ _ADVANTAGES, _RETURNS, _MAPS = _triton_plan._ADVANTAGES, _triton_plan._RETURNS, 
 _CHECKED: dict[int, tuple[object, int]] = {}
 #: Where each buffer of a captured call's one allocation starts: a multiple of this many bytes.
 _ALIGNMENT = 256
+#: Why a call inside a CUDA-graph capture cannot be served (it would run through torch views, whose temporaries a
+#: capture that CuPy began does not keep).
+_NOT_CAPTURED = ("gae_xp: a call on CuPy arrays inside a CUDA-graph capture launches the Triton kernels on the "
+                 "arrays' addresses, checked by eager calls first: call gae() on arrays of this layout (shapes, "
+                 "strides, dtypes, options) twice before the capture, in the direct launch mode "
+                 "(GAE_XP_TRITON_LAUNCH unset or 'direct')")
 
 
 def make(call, arguments: dict):
@@ -89,6 +98,8 @@ def make(call, arguments: dict):
         return None
     bootstrap = arguments["bootstrap_value"]
     cast = p.bootstrap.dtype if caller.is_array(bootstrap) and bootstrap.dtype != p.bootstrap.dtype else None
+    if cast is not None and not p.bootstrap.flags.c_contiguous:
+        return None  # a cast per call is C-ordered: the kernel reads it with the first call's strides
     return CuPyPlan(plan, p.rewards, cast)
 
 
@@ -124,24 +135,40 @@ class CuPyPlan:
 
     def _call(self, caller, arrays: tuple, bootstrap_value, coefficients: tuple):
         stream = caller.current_stream()
-        number = bootstrap_value is None or type(bootstrap_value) is float
-        value = (0.0 if bootstrap_value is None else bootstrap_value) if number else bootstrap_value
-        if stream.is_capturing():
+        capturing = stream.is_capturing()
+        number, value = self._boundary(bootstrap_value)
+        addresses = self._addresses(caller, arrays)
+        launches = self._checked(self._alignment(caller, addresses, value, number))
+        if launches is None or not _triton_plan.direct_allowed():
+            if capturing:
+                raise RuntimeError(_NOT_CAPTURED)
+            return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream)
+        if capturing:
             *outputs, bootstrap = self._captured_buffers(caller, value, number)
         else:
-            outputs, bootstrap = None, self._bootstrap(caller, value, number, stream)
-        addresses = self._addresses(caller, arrays, bootstrap)
-        alignment = _triton_plan._alignment(addresses)
-        launches = self._checked(alignment)
-        if launches is None or not _triton_plan.direct_allowed():
-            return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream, alignment)
-        outputs = self._outputs(caller) if outputs is None else outputs
+            outputs, bootstrap = self._outputs(caller), self._bootstrap(caller, value, number, stream)
         try:
-            self._launch(caller, addresses, number, launches, stream.ptr, outputs)
+            self._launch(caller, (*addresses, caller.pointer(bootstrap)), number, launches, stream.ptr, outputs)
         except Exception as error:  # noqa: BLE001 - any failure: the call runs through torch views, said once
             _triton_plan.refuse(f"a launch on CuPy arrays' addresses raised {type(error).__name__}: {error}")
-            return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream, alignment)
+            if capturing:  # the capture may hold a part of the launches: it cannot be completed
+                raise RuntimeError(f"gae_xp: a launch on CuPy arrays' addresses failed inside a CUDA-graph capture "
+                                   f"({type(error).__name__}: {error})") from error
+            return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream)
         return outputs[0], outputs[1]
+
+    @staticmethod
+    def _boundary(bootstrap_value) -> tuple:
+        """(whether the bootstrap value is a Python number, the number or the array)."""
+        if bootstrap_value is None or type(bootstrap_value) is float:
+            return True, 0.0 if bootstrap_value is None else bootstrap_value
+        return False, bootstrap_value
+
+    def _alignment(self, caller, addresses: tuple, value, number: bool) -> tuple:
+        """The alignment of a call's first ten slots (Triton's specialisation), the bootstrap value's known before
+        it is made: an array of the plan's own (a number's, a cast) is a new allocation, aligned."""
+        made = number or self.cast is not None
+        return _triton_plan._alignment((*addresses, 0 if made else caller.pointer(value)))
 
     def _checked(self, alignment: tuple):
         """The launches kept for ``alignment`` in this generation of direct launches, or None."""
@@ -150,19 +177,19 @@ class CuPyPlan:
             return None
         return entry[1]
 
-    def _addresses(self, caller, arrays: tuple, bootstrap) -> tuple:
-        """The kernel's first slots as addresses: the caller's arrays, ``rewards``' in place of an absent one (and
-        of the coefficients, carry and offsets, which a plan never has as arrays), the bootstrap value's."""
+    def _addresses(self, caller, arrays: tuple) -> tuple:
+        """The kernel's first nine slots as addresses: the caller's arrays, ``rewards``' in place of an absent one
+        (and of the coefficients, which a plan never has as arrays); the bootstrap value's comes next."""
         pointer = caller.pointer
         r = pointer(arrays[0])
-        return (r, *(r if a is None else pointer(a) for a in arrays[1:]), r, r, r, pointer(bootstrap))
+        return (r, *(r if a is None else pointer(a) for a in arrays[1:]), r, r, r)
 
     def _bootstrap(self, caller, value, number: bool, stream):
         """The bootstrap value as an array: a number's kept one-element array, a float16 array's float32 copy, or
         the caller's array."""
         if number:
             return self._number(caller, value, stream)
-        return value if self.cast is None else value.astype(self.cast)
+        return value if self.cast is None else value.astype(self.cast, order="C")
 
     def _number(self, caller, value: float, stream):
         """A one-element array holding ``value`` in the compute dtype, the last one kept while the value, the stream
@@ -212,8 +239,7 @@ class CuPyPlan:
                      *(self.plan.number_tail if number else self.plan.tail))
         self.plan.run_compiled(arguments, launches, stream)
 
-    def _through_torch(self, caller, arrays: tuple, bootstrap_value, coefficients: tuple, stream,
-                       alignment: tuple) -> tuple:
+    def _through_torch(self, caller, arrays: tuple, bootstrap_value, coefficients: tuple, stream) -> tuple:
         """The call on torch views of the arrays, as the route runs it without a plan (the torch plan takes the
         kernels of this alignment there); then, where it took them, their check on addresses."""
         gamma, lam, critic_lam = coefficients
@@ -224,27 +250,30 @@ class CuPyPlan:
             results = self.plan(rewards, values, gamma, lam, bootstrap, next_values, terminated, truncated, mask,
                                 critic_lam)
             results = tuple(map(caller.from_torch, results))
+        if not _triton_plan.direct_allowed():
+            return results
+        number, value = self._boundary(bootstrap_value)
+        addresses = self._addresses(caller, arrays)
+        alignment = self._alignment(caller, addresses, value, number)
         entry = self.plan.kernels.get(alignment)
-        if entry is not None and self._checked(alignment) is None and _triton_plan.direct_allowed():
-            self._check(caller, arrays, bootstrap_value, stream, alignment, entry, results)
+        if entry is not None and self._checked(alignment) is None:
+            bootstrap = self._bootstrap(caller, value, number, stream)
+            self._check(caller, (*addresses, caller.pointer(bootstrap)), number, stream, alignment, entry, results)
         return results
 
-    def _check(self, caller, arrays: tuple, bootstrap_value, stream, alignment: tuple, entry: tuple,
+    def _check(self, caller, addresses: tuple, number: bool, stream, alignment: tuple, entry: tuple,
                results: tuple) -> None:
         """Keep the torch plan's kernels of ``alignment`` for launches on addresses, once those kernels launched on
-        this call's addresses gave ``results`` (the same call through torch views), or were checked before in this
-        generation of direct launches."""
+        this call's ``addresses`` (their arrays alive in the caller's frame) gave ``results`` (the same call through
+        torch views), or were checked before in this generation of direct launches."""
         kernels, launches = entry
         generation = _triton_plan.generation()
         if not all(_CHECKED.get(id(kernel), (None, -1))[1] == generation for kernel in kernels):
             if stream.is_capturing() or torch.cuda.is_available() and torch.cuda.get_sync_debug_mode() != 0:
                 return  # the check synchronises: a later eager call makes it
-            number = bootstrap_value is None or type(bootstrap_value) is float
-            value = (0.0 if bootstrap_value is None else bootstrap_value) if number else bootstrap_value
-            bootstrap = self._bootstrap(caller, value, number, stream)
             mine = self._outputs(caller)
             try:
-                self._launch(caller, self._addresses(caller, arrays, bootstrap), number, launches, stream.ptr, mine)
+                self._launch(caller, addresses, number, launches, stream.ptr, mine)
                 same = _same(mine[0], results[0]) and _same(mine[1], results[1])
             except Exception as error:  # noqa: BLE001 - any failure: the results through torch stand, said once
                 _triton_plan.refuse(f"a launch on CuPy arrays' addresses raised {type(error).__name__}: {error}")

@@ -435,10 +435,12 @@ def test_a_number_bootstrap_is_kept_per_value_stream_and_thread(compiled_kernels
     case["bootstrap_value"] = -1.5
     assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
     assert plan.constant[0] == -1.5 and plan.constant[3] is not kept
-    kept = plan.constant[3]
-    other = threading.Thread(target=lambda: assert_the_loop(case, gae_xp.gae(**case, backend="triton")))
+    kept, outputs = plan.constant[3], []
+    other = threading.Thread(target=lambda: outputs.append(gae_xp.gae(**case, backend="triton")))
     other.start()
     other.join()
+    (served,) = outputs
+    assert_the_loop(case, served)
     assert plan.constant[3] is not kept and plan.constant[2] != threading.get_ident()
 
 
@@ -456,6 +458,46 @@ def test_a_captured_call_keeps_what_a_replay_reads_with_its_outputs(family, comp
     assert_the_loop(case, (advantages, returns))
     assert compiled_kernels.runs == runs + 2  # on addresses: the chunks' two launches
     assert advantages.base is not None and advantages.base is returns.base and plan.constant is kept
+
+
+def test_a_capture_before_the_kernels_are_checked_is_refused_and_says_what_to_do(compiled_kernels):
+    """Before two eager calls of a layout (or in the binder's launch mode) a captured call would run through torch
+    views, whose temporaries a capture that CuPy began does not keep: refused, naming the remedy."""
+    from gae_xp.backends import _triton_plan
+
+    case = planned_case(13, (4, 20), "plain")
+    gae_xp.gae(**case, backend="triton")
+    NumPyCaller.streams[0] = Stream(0x6000, capturing=True)
+    with pytest.raises(RuntimeError, match="call gae\\(\\) on arrays of this layout .* twice before the capture"):
+        gae_xp.gae(**case, backend="triton")
+    NumPyCaller.streams[0] = Stream(0x5000)
+    for _ in range(2):
+        gae_xp.gae(**case, backend="triton")
+    _triton_plan.launch_mode("binder")
+    NumPyCaller.streams[0] = Stream(0x6000, capturing=True)
+    with pytest.raises(RuntimeError, match="in the direct launch mode"):
+        gae_xp.gae(**case, backend="triton")
+    NumPyCaller.streams[0] = Stream(0x5000)
+    _triton_plan.launch_mode("direct")
+    runs = compiled_kernels.runs
+    assert_the_loop(case, gae_xp.gae(**case, backend="triton"))  # a new generation: checked again, eagerly
+    assert compiled_kernels.runs == runs + 2 and _triton_plan.direct_refused() is None
+
+
+@pytest.mark.parametrize("layout", ["F-ordered", "broadcast"])
+def test_a_float16_bootstrap_cast_to_other_strides_keeps_the_generic_plan(layout, compiled_kernels):
+    """A float16 array bootstrap value is cast per call in C order: one whose first call's cast is not C-ordered (an
+    F-ordered or broadcast array) gets no plan of addresses, and no direct launch is refused."""
+    from gae_xp.backends import _triton_plan
+    from gae_xp.backends._triton_cupy_plan import CuPyPlan
+
+    case = planned_case(14, (3, 4, 40), "plain", np.float16)
+    case["bootstrap_value"] = (np.asfortranarray(np.random.default_rng(15).normal(size=(3, 4))).astype(np.float16)
+                               if layout == "F-ordered" else
+                               np.broadcast_to(np.random.default_rng(15).normal(size=4).astype(np.float16), (3, 4)))
+    for _ in range(3):
+        assert_the_loop(case, gae_xp.gae(**case, backend="triton"))
+    assert type(kept_plan(case)) is not CuPyPlan and _triton_plan.direct_refused() is None
 
 
 def test_a_call_from_another_current_device_launches_on_the_arrays_device(compiled_kernels):

@@ -106,8 +106,10 @@ def stand_in_compiled_kernels(monkeypatch) -> type[Compiled]:
             def launch(*args, num_warps, num_stages, **constexprs):
                 kernel[grid](*args, num_warps=num_warps, num_stages=num_stages, **constexprs)
                 options = {"num_warps": num_warps, "num_stages": num_stages}
-                key = (tuple(sorted(constexprs.items())), num_warps, num_stages,
-                       _triton_plan._alignment(addresses_of(args)))
+                # Triton's own key of pointers: 16-byte alignment of every array slot, computed here apart from
+                # the plan's (a slot the plan's key left out would launch another specialisation's kernel)
+                alignment = tuple(a.data_ptr() % 16 == 0 for a in args[:_triton_plan._MAPS + 1])
+                key = (tuple(sorted(constexprs.items())), num_warps, num_stages, alignment)
                 return kept.setdefault(key, Compiled(kernel, options))
             return launch
 
