@@ -14,6 +14,12 @@ Their memory stays in torch's caching allocator, which reuses it once CuPy
 drops them (CuPy's pool cannot free it; ``torch.cuda.empty_cache`` returns
 it to the device).
 
+Inside a CUDA-graph capture that CuPy began, a call through torch views is
+refused (``CAPTURE_REFUSED``): torch's allocator does not know of that
+capture, so the call's temporaries would be freed, and reused, while the
+graph still reads them; a repeated ``gae()`` call launches on the arrays'
+addresses instead (``_triton_cupy_plan``), which a capture can hold.
+
 Arrays served: CuPy arrays in device memory. Managed memory (DLPack's
 ``kDLCUDAManaged``, which torch does not import) takes the numba-CUDA route;
 an array with a negative stride (torch has none) is copied first, on CuPy's
@@ -42,16 +48,29 @@ class CuPy:
 
     is_array = staticmethod(is_cupy_array)
 
+    @classmethod
+    def on_stream(cls, array):
+        """A context in which torch's current stream is CuPy's current stream on ``array``'s device; a RuntimeError
+        where that stream is capturing a CUDA graph (``CAPTURE_REFUSED``)."""
+        stream = cls.stream_of(array)
+        if stream.is_capturing():
+            raise RuntimeError(CAPTURE_REFUSED)
+        return cls.torch_stream(stream, array)
+
     @staticmethod
-    def on_stream(array):
-        """A context in which torch's current stream is CuPy's current stream on ``array``'s device."""
+    def stream_of(array):
+        """CuPy's current stream on ``array``'s device."""
         import cupy
+
+        with cupy.cuda.Device(array.device.id):
+            return cupy.cuda.get_current_stream()
+
+    @staticmethod
+    def torch_stream(stream, array):
+        """torch's stream context of CuPy's ``stream`` on ``array``'s device."""
         import torch
 
-        device = array.device.id
-        with cupy.cuda.Device(device):
-            pointer = cupy.cuda.get_current_stream().ptr
-        return torch.cuda.stream(_torch_stream(pointer, device))
+        return torch.cuda.stream(_torch_stream(stream.ptr, array.device.id))
 
     @staticmethod
     def from_dlpack(exported):
@@ -136,6 +155,14 @@ class CuPy:
 
 CALLER = CuPy
 _KDL_CUDA = 2
+#: Why a call through torch views is refused inside a CUDA-graph capture that CuPy began: torch's allocator does not
+#: know of that capture, so the call's temporaries would be freed (and reused) while the graph still reads them.
+CAPTURE_REFUSED = (
+    "gae_xp: CuPy arrays reach the Triton kernels through torch views here, whose temporaries a CUDA-graph capture "
+    "begun by CuPy does not keep: call gae() on arrays of this layout (shapes, strides, dtypes, options) twice before "
+    "the capture, in the direct launch mode (GAE_XP_TRITON_LAUNCH unset or 'direct'), so that a plan launches it on "
+    "the arrays' addresses; the other estimators, and calls no plan serves, are captured on torch tensors "
+    "(torch.cuda.graph)")
 
 
 class _OnThisStream:

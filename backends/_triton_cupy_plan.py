@@ -58,12 +58,6 @@ _ADVANTAGES, _RETURNS, _MAPS = _triton_plan._ADVANTAGES, _triton_plan._RETURNS, 
 _CHECKED: dict[int, tuple[object, int]] = {}
 #: Where each buffer of a captured call's one allocation starts: a multiple of this many bytes.
 _ALIGNMENT = 256
-#: Why a call inside a CUDA-graph capture cannot be served (it would run through torch views, whose temporaries a
-#: capture that CuPy began does not keep).
-_NOT_CAPTURED = ("gae_xp: a call on CuPy arrays inside a CUDA-graph capture launches the Triton kernels on the "
-                 "arrays' addresses, checked by eager calls first: call gae() on arrays of this layout (shapes, "
-                 "strides, dtypes, options) twice before the capture, in the direct launch mode "
-                 "(GAE_XP_TRITON_LAUNCH unset or 'direct')")
 
 
 def make(call, arguments: dict):
@@ -141,7 +135,7 @@ class CuPyPlan:
         launches = self._checked(self._alignment(caller, addresses, value, number))
         if launches is None or not _triton_plan.direct_allowed():
             if capturing:
-                raise RuntimeError(_NOT_CAPTURED)
+                raise RuntimeError(_triton_cupy.CAPTURE_REFUSED)
             return self._through_torch(caller, arrays, bootstrap_value, coefficients, stream)
         if capturing:
             *outputs, bootstrap = self._captured_buffers(caller, value, number)

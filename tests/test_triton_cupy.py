@@ -54,11 +54,12 @@ class Stream:
 
 
 class NumPyCaller(_triton_cupy.CuPy):
-    """NumPy in CuPy's place: its arrays (``Managed`` ones in managed memory), a stream context that the
-    exchange of arrays must happen inside (``entered``; ``exchanged`` counts the arrays passed to torch), NumPy's
-    DLPack import; for a plan's launches on addresses, an array's address (``tritoninterp.Compiled.addresses``
-    reads it back as a tensor, and fails where the array was freed before the launch), NumPy's allocation, a current
-    device (``device``; ``switched``: the devices a call made current) and its stream (``streams``)."""
+    """NumPy in CuPy's place: its arrays (``Managed`` ones in managed memory), its current stream per device
+    (``streams``), whose torch context the exchange of arrays must happen inside (``entered``; ``exchanged``
+    counts the arrays passed to torch), NumPy's DLPack import; for a plan's launches on addresses, an array's
+    address (``tritoninterp.Compiled.addresses`` reads it back as a tensor, and fails where the array was freed
+    before the launch), NumPy's allocation and a current device (``device``; ``switched``: the devices a call made
+    current)."""
 
     entered = 0
     exchanged = 0
@@ -90,9 +91,11 @@ class NumPyCaller(_triton_cupy.CuPy):
         finally:
             NumPyCaller.device = before
 
+    stream_of = staticmethod(lambda array: NumPyCaller.streams[0])
+
     @staticmethod
     @contextlib.contextmanager
-    def on_stream(array):
+    def torch_stream(stream, array):
         NumPyCaller.entered += 1
         try:
             yield
@@ -468,7 +471,7 @@ def test_a_capture_before_the_kernels_are_checked_is_refused_and_says_what_to_do
     case = planned_case(13, (4, 20), "plain")
     gae_xp.gae(**case, backend="triton")
     NumPyCaller.streams[0] = Stream(0x6000, capturing=True)
-    with pytest.raises(RuntimeError, match="call gae\\(\\) on arrays of this layout .* twice before the capture"):
+    with pytest.raises(RuntimeError, match="call gae\\(\\) on arrays of this layout .* twice before\\s+the capture"):
         gae_xp.gae(**case, backend="triton")
     NumPyCaller.streams[0] = Stream(0x5000)
     for _ in range(2):
@@ -482,6 +485,19 @@ def test_a_capture_before_the_kernels_are_checked_is_refused_and_says_what_to_do
     runs = compiled_kernels.runs
     assert_the_loop(case, gae_xp.gae(**case, backend="triton"))  # a new generation: checked again, eagerly
     assert compiled_kernels.runs == runs + 2 and _triton_plan.direct_refused() is None
+
+
+def test_a_call_through_torch_views_inside_a_capture_is_refused_and_says_what_to_do():
+    """The route's bridge (every estimator, a layout's first call) inside a CUDA-graph capture that CuPy began:
+    torch's allocator would free the call's temporaries under the graph, so the call is refused, naming the
+    remedy; nothing is launched."""
+    case = planned_case(16, (4, 20), "dones+next_values")
+    NumPyCaller.streams[0] = Stream(0x6000, capturing=True)
+    with pytest.raises(RuntimeError, match="captured on torch tensors"):
+        gae_xp.gae(**case, backend="triton")
+    with pytest.raises(RuntimeError, match="a CUDA-graph capture begun by CuPy"):
+        gae_xp.discounted_cumsum(case["rewards"], 0.9, backend="triton")
+    assert NumPyCaller.exchanged == 0
 
 
 @pytest.mark.parametrize("layout", ["F-ordered", "broadcast"])
