@@ -304,11 +304,16 @@ def test_a_tensor_kept_negated_lazily_reaches_the_kernels_as_its_values(driven):
     plain = torch.tensor(rng.standard_normal((4, 2 * SHORT)), dtype=torch.float32)[:, ::2]  # the layout of .imag
     values = torch.tensor(rng.standard_normal((4, SHORT)), dtype=torch.float32)
     wanted = torch.tensor(rng.standard_normal((4, SHORT)), dtype=torch.float32)
-    lazy = torch.complex(torch.zeros_like(wanted), -wanted).conj().imag
+    negated = -wanted  # a local: alive to the end, as the tensors kept below
+    lazy = torch.complex(torch.zeros_like(wanted), negated).conj().imag
     assert lazy.is_neg() and lazy.stride() == plain.stride() and torch.equal(lazy, wanted)
+    # every tensor made here that holds a rewards' values or their negatives stays alive to the end: a freed one's
+    # memory could become a new output's, whose uninitialised contents a launch records as an argument's
+    kept = {id(t): (t.resolve_neg().contiguous(), (-t.resolve_neg()).contiguous()) for t in (plain, lazy)}
     for rewards in (plain, plain, lazy, lazy):
         start = len(driven)
         gae_xp.gae(rewards, values, backend="numba-cuda")
         read = [a.contents for launch in driven[start:] for a in launch.arrays.values()]
-        assert rewards.resolve_neg().contiguous().numpy().tobytes() in read
-        assert (-rewards.resolve_neg()).contiguous().numpy().tobytes() not in read
+        values_of, negatives_of = kept[id(rewards)]
+        assert values_of.numpy().tobytes() in read
+        assert negatives_of.numpy().tobytes() not in read
