@@ -91,7 +91,6 @@ REGISTRY: dict[str, str] = {
 #: (``gae_xp._plans``; ``plan_maker``). A plan module imports its backend's module, never the reverse.
 PLAN_MODULES: dict[str, str] = {
     "triton": "gae_xp.backends._triton_cupy_plan",
-    "numba-cuda": "gae_xp.backends._numba_cuda_plan",
     "numba": "gae_xp.backends._numba_plan",
 }
 

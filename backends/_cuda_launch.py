@@ -22,9 +22,7 @@ by ``Descriptor`` (pointer, shape, strides, itemsize), no GPU involved; the
 tests compare both with the ``.param`` list of each kernel's PTX ``.entry`` and
 with numba's own flattening as cuda.core packs it. ``Launcher`` launches one
 compiled kernel with ``cuLaunchKernel`` (cuda.bindings, which numba-cuda is
-built on) on a given stream; ``BoundLaunch`` launches one whose block was packed
-once, a call changing only the data pointers of some of its arrays (a plan's
-repeated call: ``_numba_cuda_plan``). The simulator has no driver and keeps numba's
+built on) on a given stream. The simulator has no driver and keeps numba's
 launch.
 """
 
@@ -208,50 +206,6 @@ class Launcher:
             else:
                 _values_of(kind, value, flat)
         return flat
-
-
-class BoundLaunch:
-    """One launch of a compiled kernel whose arguments change per call only in the data pointers of some arrays:
-    the argument block is packed once (``values`` of ``args``, every check included), and a call writes the
-    pointers of the arrays at ``varying`` (indices into ``args``) into their ``data`` parameters and calls the
-    driver, as ``Launcher`` does.
-
-    Every parameter lies at a multiple of ``SLOT`` (8) bytes, so the block is also an array of 64-bit words and a
-    pointer is one word written. A lock keeps concurrent calls from sharing the block before the driver has
-    copied it.
-    """
-
-    def __init__(self, launcher: Launcher, args, varying):
-        parameters = layout(launcher.argtypes)
-        count = max(len(parameters), 1)
-        block = ctypes.create_string_buffer(SLOT * count)
-        struct.pack_into(block_format(launcher.argtypes), block, 0, *values(launcher.argtypes, args))
-        self._block = block
-        self._words = (ctypes.c_uint64 * count).from_buffer(block)
-        data = {p.argument: index for index, p in enumerate(parameters) if p.name.endswith(".data")}
-        for index in varying:
-            if index not in data:
-                raise TypeError(f"varying: argument {index} of the kernel is not an array")
-        #: the word of each varying array's data pointer, in ``varying``'s order
-        self.slots = tuple(data[index] for index in varying)
-        self._params = (ctypes.c_void_p * count)(*(ctypes.addressof(block) + SLOT * i for i in range(count)))
-        self._params_address = ctypes.addressof(self._params)
-        self._function = launcher.function
-        self._lock = threading.Lock()
-
-    def __call__(self, device: int, stream, grid, threads: int, pointers) -> None:
-        """Launch ``grid`` blocks (as ``Launcher``) with ``pointers`` (device addresses, in ``varying``'s order) on
-        ``stream`` (a numba stream)."""
-        function = self._function(device)
-        x, y = dimensions(grid)
-        words = self._words
-        with self._lock:
-            for slot, pointer in zip(self.slots, pointers, strict=True):
-                words[slot] = pointer
-            (error,) = _driver().cuLaunchKernel(function, x, y, 1, threads, 1, 1, 0, stream.handle,
-                                                self._params_address, 0)
-        if error != _SUCCESS[0]:
-            raise RuntimeError(f"cuLaunchKernel failed: {error!r}")
 
 
 def dimensions(grid) -> tuple[int, int]:

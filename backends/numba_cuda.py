@@ -42,10 +42,8 @@ Kernels compile on first use per (dtype, structure) with explicit signatures
 and are cached on disk; absent arrays are passed as ``None`` (one integer
 parameter, nothing to marshal). They are launched through the driver with
 argument blocks laid out once per kernel (``_cuda_launch``), not by numba's
-per-call dispatcher. A repeated ``gae()`` call of one layout on torch CUDA
-tensors is a plan of its own (``_numba_cuda_plan``): blocks
-packed once per layout, a call writing only its arrays' data pointers into
-them. With ``NUMBA_ENABLE_CUDASIM=1`` (set before
+per-call dispatcher. A repeated ``gae()`` call of one layout binds its arrays
+into the first call's checked problem (``gae_xp._plans.BoundLayoutPlan``). With ``NUMBA_ENABLE_CUDASIM=1`` (set before
 numba is imported) the same kernels run in numba's simulator on NumPy arrays.
 """
 
@@ -283,96 +281,6 @@ def _release_after_reading(owner, written_on) -> None:
             owner.record_stream(torch.cuda.current_stream(owner.device))
         else:
             launch.record().wait(written_on)
-
-
-# --- traffic ------------------------------------------------------------------------------------------------
-
-
-def traffic(problem, family: str = "gae") -> dict[str, tuple[int, int]]:
-    """Bytes that each launch of a call moves in device memory, from the kernels' code.
-
-    ``{launch: (streamed, per_tile)}``, read plus written, launches named
-    ``tiles`` (1), ``carry`` (2) and ``final`` (3); a row that fits a tile has
-    ``final`` only. A ``gae`` problem the lean kernels serve has ``final``, or
-    ``maps`` then ``final`` (``_lean_traffic``). ``streamed`` grows with the elements: every per-step input
-    once per tile launch (an array counts the bytes its view spans, so a
-    per-step gamma broadcast over rows counts one row; a bool flag one byte a
-    step), the outputs once. ``per_tile`` is a few numbers per tile: launch 1
-    writes each tile's map (its live slots, see ``_cuda_kernels.Fields``),
-    launch 2 reads them and writes the maps entering the tiles, launch 3 reads
-    those and the boundary values (bootstrap, carry) of the segments it
-    resets. ``family`` is "gae", "vtrace", "lambda", "returns" (a problem of
-    ``gae_xp._problem.GaeProblem``'s fields; V-trace's log-ratios and
-    lambda's V' count as one more array like rewards) or "adjoint"
-    (``gae_backward``: two upstream gradients in, the gradients out; rewards
-    and values are not read). ``problem`` needs shapes, dtypes and strides
-    only (NumPy arrays or stand-ins will do; absent fields count as None).
-    """
-    r = problem.rewards
-    length, rows = r.shape[-1], math.prod(r.shape[:-1])
-    item = r.dtype.itemsize
-    compute = 8 if item == 8 else 4
-    field = {name: getattr(problem, name, None) for name in ("values", "next_values", "gamma", "lam", "critic_lam",
-                                                           "terminated", "truncated", "mask", "offsets", "carry")}
-    per_step = ("gamma", "lam", "terminated", "truncated", "mask")
-    if family == "adjoint":
-        read = 2 * _stored_bytes(r)
-        outputs = (2 + (field["next_values"] is not None)) * rows * length * item
-    else:
-        read = _stored_bytes(r) * (1 + (family in ("vtrace", "lambda")))
-        per_step += ("values", "next_values", "critic_lam") if family in ("gae", "vtrace") else ()
-        outputs = (2 if family in ("gae", "vtrace") else 1) * rows * length * item
-    read += sum(_stored_bytes(field[name]) for name in per_step
-                if field[name] is not None and not isinstance(field[name], float))
-    if family == "gae" and lean_serves(problem):
-        return _lean_traffic(rows, length, item, compute, read, outputs, field["mask"] is not None
-                             and field["next_values"] is None)
-    p = _cuda_plan.plan(rows, length, threads=256, items=8, warp=32, carry_threads=128)
-    segments = 1 if field["offsets"] is None else field["offsets"].shape[0] - 1
-    bounds = {"gae": 1 + (field["carry"] is not None), "vtrace": 1, "returns": 1}.get(family, 0)
-    boundary = (bounds + (family == "adjoint") * (1 + (field["carry"] is not None))) * rows * segments * compute
-    if not p.long_rows:
-        return {"final": (read + outputs, boundary)}
-    if family == "adjoint":
-        value_chain, critic = field["next_values"] is None, False
-    else:
-        value_chain = family in ("gae", "vtrace") and field["next_values"] is None or (
-            family == "lambda" and field["mask"] is not None)
-        critic = family == "gae" and field["critic_lam"] is not None
-    maps = p.tiles * _slots(value_chain, critic) * compute
-    return {"tiles": (read, maps), "carry": (0, 2 * maps),
-            "final": (read + outputs, maps + boundary + bounds * p.tiles * compute)}
-
-
-def _lean_traffic(rows: int, length: int, item: int, compute: int, read: int, outputs: int,
-                  value_chain: bool) -> dict:
-    """``traffic`` of a problem the lean kernels serve (``lean_serves``): ``final`` alone, or ``maps`` then
-    ``final`` for rows cut into chunks. Per row, every chunk but the last reads the value after it, the last the
-    bootstrap value (with the value chain, ``final``'s chunks read the bootstrap value, ``maps`` none);
-    ``maps`` writes its numbers per chunk (``_cuda_plan.lean_map_rows``), and ``final``'s chunk k reads those of
-    the chunks after it (K (K - 1) / 2 maps a row, from L2)."""
-    chunks = _lean_traffic_plan(rows, length, item).chunks
-    edges = rows * (chunks * compute if value_chain else (chunks - 1) * item + compute)
-    if chunks == 1:
-        return {"final": (read + outputs, edges)}
-    numbers = _cuda_plan.lean_map_rows(value_chain)
-    return {"maps": (read, (0 if value_chain else edges) + rows * chunks * numbers * compute),
-            "final": (read + outputs, edges + rows * chunks * (chunks - 1) // 2 * numbers * compute)}
-
-
-def _lean_traffic_plan(rows: int, length: int, item: int) -> _cuda_plan.LeanPlan:
-    """The lean plan on a GPU (the simulator's constants are tiny), for an io dtype of ``item`` bytes."""
-    return _cuda_plan.lean_plan(rows, length, threads=128, items=4 if item == 8 else 8, fill_blocks=1024)
-
-
-def _stored_bytes(array) -> int:
-    """Bytes an array's view spans (a broadcast axis, stride 0, counts once); numel * itemsize without strides."""
-    item = array.dtype.itemsize
-    strides = getattr(array, "strides", None)
-    if strides is None or any(n == 0 for n in array.shape):
-        return math.prod(array.shape) * item
-    span = item + sum((n - 1) * abs(s) for n, s in zip(array.shape, strides))
-    return min(span, math.prod(array.shape) * item)
 
 
 # --- launching ---------------------------------------------------------------------------------------------------

@@ -1,12 +1,11 @@
 """The tables of docs/gpu.md's design part, generated from the code (no GPU involved).
 
-    python docs/gpu_tables.py traffic      # launches and bytes per element per case (numba_cuda.traffic)
+    python docs/gpu_tables.py traffic      # launches and bytes per element per case (tools.traffic.fused_launches)
     python docs/gpu_tables.py arguments    # arrays, absent arrays and scalars per launch (the kernels' signatures)
     python docs/gpu_tables.py registers    # registers and shared memory per kernel (ptxas, numba-cuda[cu12])
     python docs/gpu_tables.py groups       # group_advantages' moments: launches and bytes per score per layout
     python docs/gpu_tables.py host         # Python-side microseconds of a call up to its launches (this CPU)
     python docs/gpu_tables.py launch       # ... up to the driver call: numba's launcher's part, the driver launch
-    python docs/gpu_tables.py parts        # ... a repeated call served by its plan, part by part
     python docs/gpu_tables.py full         # a repeated call at the trainer's shapes: host (here) + device (model)
     python docs/gpu_tables.py --write traffic arguments   # the same, written into docs/gpu.md between its markers
 
@@ -72,14 +71,14 @@ def traffic_cases():
 
 
 def traffic_table() -> str:
-    from gae_xp.backends import numba_cuda
+    from tools.traffic import fused_launches
 
     base = None
     lines = ["| case | shape | launches | bytes/element | x the padded constant case | predicted ms at 4.8 TB/s |",
              "|---|---|---|---|---|---|"]
     for case, family, fields in traffic_cases():
         problem = SimpleNamespace(**fields)
-        launches = numba_cuda.traffic(problem, family)
+        launches = fused_launches(problem, family)
         elements = math.prod(problem.rewards.shape)
         per_element = sum(a + b for a, b in launches.values()) / elements
         base = base or per_element
@@ -212,7 +211,7 @@ def _numba_flattening(recorded_launches, item: int):
 def _repeated_call(arrays: dict):
     """A repeated ``gae_xp.gae()`` call on these arrays with ``backend="numba-cuda"``, as a trainer makes it: the
     first call (made here) leaves its plan in the cache, and each later one is the key, the lookup and the plan
-    (for torch tensors the CUDA plan: argument blocks packed once, ``_numba_cuda_plan``). Under ``driven()``."""
+    (``BoundLayoutPlan``: the first call's checked problem with the arrays bound in). Under ``driven()``."""
     import gae_xp
     from gae_xp import _plans
 
@@ -252,17 +251,16 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
     import torch
 
     from gae_xp import _prepare
-    from gae_xp.backends import _cuda_gae, _cuda_kernels, numba_cuda
+    from gae_xp.backends import numba_cuda
 
     def fastest(function):
         return _fastest(function, batches, calls)
 
-    def specs(module, io, structure):
-        return _cuda_gae.forward_kernel(io, structure)
+    caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels, numba_cuda._lean_kernels]
 
-    def carry_specs(io, value_chain, critic, reverse, complete):
-        return _cuda_kernels.carry_kernel(io, _cuda_kernels.Fields(value_chain, critic, True), reverse=reverse,
-                                          complete=complete)
+    def clear():
+        for cache in caches:
+            cache.cache_clear()
 
     lines = ["| case (torch CPU stand-ins) | prepare | backend, launches recorded | + numba's argument flattening "
              "(lower bound) | = before (numba's launcher, lower bound) | backend through the driver launch "
@@ -277,12 +275,12 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
             recorded_backend = fastest(lambda: numba_cuda.BACKEND.gae(p))
         from unittest import mock
 
-        with mock.patch.object(numba_cuda, "_Launch", Recorder), mock.patch.object(numba_cuda, "_compiled", specs), \
-                mock.patch.object(numba_cuda, "_carry", carry_specs):
+        with mock.patch.object(numba_cuda, "_Launch", Recorder), \
+                mock.patch.object(numba_cuda, "_jit", lambda spec: spec):
             Recorder.launches = []
-            numba_cuda._forward_kernels.cache_clear()
+            clear()  # the kernels' specs (their signatures), not compiled kernels
             numba_cuda.BACKEND.gae(p)
-            numba_cuda._forward_kernels.cache_clear()
+            clear()
             flattening = fastest(_numba_flattening(list(Recorder.launches), 4))
         with driven(checked=False) as made:
             driver = fastest(lambda: numba_cuda.BACKEND.gae(p))
@@ -291,46 +289,6 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
         before = prepare + recorded_backend + flattening
         lines.append(f"| {case} | {prepare:.1f} | {recorded_backend:.1f} | {flattening:.1f} | {before:.1f} | "
                      f"{driver:.1f} | {prepare + driver:.1f} | {planned:.1f} | {launches} |")
-    return "\n".join(lines)
-
-
-def parts_table(batches: int = 30, calls: int = 100) -> str:
-    """Where a repeated ``gae()`` call's microseconds go (torch CPU stand-ins, 4,096 x 32, the stand-in driver),
-    each part timed alone as ``_fastest`` times: the whole call, its key, the plan's own call and, inside it, the
-    allocations, the context with the stream (no-ops here), one driver launch from its packed block."""
-    import torch
-
-    from gae_xp import _plans
-    from gae_xp.backends import numba_cuda
-
-    def fastest(function):
-        return _fastest(function, batches, calls)
-
-    lines = ["| case (torch CPU stand-ins, 4096 x 32) | whole call | key | plan's call | its allocations | "
-             "context and stream (no-ops) | one launch from its block | launches |",
-             "|---|---|---|---|---|---|---|---|"]
-    for case, dones_mask in (("plain", False), ("dones+mask", True)):
-        arrays, _ = _problem(torch, (4096, 32), dones_mask)
-        r, v, terminated, mask = arrays["rewards"], arrays["values"], arrays.get("terminated"), arrays.get("mask")
-        with driven(checked=False):
-            whole = fastest(_repeated_call(arrays))
-            (plan,) = _plans.PLANS._plans.values()
-            key = fastest(lambda: _plans.gae_key(r, v, 0.99, 0.95, None, None, terminated, None, mask, -1, None,
-                                                 "numba-cuda", False, None, None, "next_values"))
-            served = fastest(lambda: plan(r, v, 0.99, 0.95, None, None, terminated, None, mask, None))
-            allocations = fastest(lambda: (plan._empty(plan.shape, dtype=plan.dtype),
-                                           plan._empty(plan.shape, dtype=plan.dtype),
-                                           plan._zeros((plan.rows, 1), dtype=plan.compute)))
-
-            def context():
-                with plan._context:
-                    numba_cuda._current_stream(r)
-
-            launch, grid, threads, sources = plan.launches[-1]
-            stream, pointers = numba_cuda._current_stream(r), [r.data_ptr()] * len(sources)
-            one = fastest(lambda: launch(0, stream, grid, threads, pointers))
-            lines.append(f"| {case} | {whole:.1f} | {key:.1f} | {served:.1f} | {allocations:.1f} | "
-                         f"{fastest(context):.1f} | {one:.1f} | {len(plan.launches)} |")
     return "\n".join(lines)
 
 
@@ -364,11 +322,11 @@ def full_call_table(batches: int = 30, calls: int = 100) -> str:
     """A predicted whole call (synchronize, call, synchronize) of a repeated ``gae()`` on an H200, per trainer
     shape: the host's part measured here (the call served by its plan, torch CPU stand-ins, through the stand-in
     driver: ``_repeated_call``), ``LAUNCH_US`` per launch (assumed), and the device's part from the traffic
-    model (``numba_cuda.traffic``: the bytes of every launch at 4.8 TB/s). Host and device add up: the first
+    model (``tools.traffic.fused_launches``: the bytes of every launch at 4.8 TB/s). Host and device add up: the first
     kernel starts after the host has launched it, and the host waits for the last."""
     import torch
 
-    from gae_xp.backends import numba_cuda
+    from tools.traffic import fused_launches
 
     _heap_allocations()
 
@@ -385,7 +343,7 @@ def full_call_table(batches: int = 30, calls: int = 100) -> str:
         launched = launches * LAUNCH_US
         stand_in = SimpleNamespace(rewards=_spec(shape, np.float16 if dtype == "bfloat16" else dtype),
                                    values=_spec(shape, np.float16 if dtype == "bfloat16" else dtype))
-        moved = sum(a + b for a, b in numba_cuda.traffic(stand_in).values())
+        moved = sum(a + b for a, b in fused_launches(stand_in).values())
         device = moved / BANDWIDTH * 1e6
         lines.append(f"| {shape[0]} x {shape[1]} | {dtype} | {launches} | {host:.1f} | {launched:.1f} | "
                      f"{device:.1f} | {host + launched + device:.1f} | {'' if published is None else published} |")
@@ -409,7 +367,7 @@ def registers_table() -> str:
 
 
 TABLES = {"traffic": traffic_table, "arguments": arguments_table, "registers": registers_table, "host": host_table,
-          "groups": groups_table, "launch": launch_table, "parts": parts_table, "full": full_call_table}
+          "groups": groups_table, "launch": launch_table, "full": full_call_table}
 PAGE = Path(__file__).resolve().parent / "gpu.md"
 
 

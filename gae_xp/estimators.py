@@ -155,8 +155,9 @@ def gae(rewards: Array, values: Array, *, gamma: Coefficient = 0.99, lam: Coeffi
     processes load it (tenths of a second) instead of compiling it (seconds).
 
     Gradients (PyTorch): tensors that require grad get them through the
-    custom operator ``torch.ops.gae_xp.gae`` on the CPU (the numba kernels;
-    on CUDA once the numba-CUDA backend has its backward). The backward is
+    custom operator ``torch.ops.gae_xp.gae``: on the CPU the numba kernels,
+    on CUDA the Triton kernels (numba-CUDA's where triton does not import).
+    The backward is
     the adjoint scan, the same coefficients run forward in time and cut at
     the same places, with gradients to ``rewards``, ``values``,
     ``next_values`` and ``bootstrap_value`` (second derivatives exact). A call

@@ -2,7 +2,7 @@
 
 ``numba.cuda.compile_ptx`` (NVVM from the CUDA toolkit wheels of
 ``numba-cuda[cu12]``) compiles each kernel of the catalog
-(``gae_xp.backends._cuda_catalog``: every family and phase, its plainest and
+(``tools.cuda_catalog``: every family and phase, its plainest and
 its fullest structure, every carry kernel) for sm_80 (A100) and sm_90
 (H100/H200) with its launch bounds, and ``ptxas`` from the
 ``nvidia-cuda-nvcc`` wheel assembles it to SASS. This catches what the
@@ -70,9 +70,9 @@ pytestmark = [pytest.mark.skipif(_unavailable() is not None, reason=str(_unavail
 def _kernels():
     if _unavailable() is not None:
         return []
-    from gae_xp.backends import _cuda_catalog
+    from tools import cuda_catalog
 
-    return list(_cuda_catalog.all_kernels())
+    return list(cuda_catalog.all_kernels())
 
 
 KERNELS = _kernels()

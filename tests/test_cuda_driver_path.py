@@ -9,12 +9,6 @@ launches the fused kernels is driven through it, both launch plans (one
 launch for short rows, three for long ones) included: a launch the driver
 would refuse fails here.
 
-The plan of a repeated ``gae()`` call (``backends/_numba_cuda_plan``, blocks
-packed once per layout) is checked against the backend's own launches: for
-random layouts, a call served by the plan hands the driver the same kernels,
-grids and parameter bytes as the full path does for the same arrays, but for
-the pointers of the outputs and scratch maps each call allocates anew, which
-must be the plan's own outputs.
 """
 
 from __future__ import annotations
@@ -24,8 +18,6 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("numba") is None or importlib.util.find_spec("numba.cuda") is None
@@ -126,176 +118,10 @@ def test_the_stand_in_driver_refuses_what_the_binding_refuses():
         launch(2, 4, 1, 1, 128, 1, 1, 0, 0, 8, 0)
 
 
-#: How a drawn per-step tensor lies in memory (``laid_out``): each is a view a caller may hand over.
-LAYOUTS = ("contiguous", "time-strided", "transposed", "offset", "expanded", "negated", "unmergeable")
-
-
-def laid_out(torch, values: np.ndarray, layout: str, dtype):
-    """``values`` (a (..., B, T) array) as a tensor of ``dtype`` lying in memory as ``layout`` says: C order; every
-    other step of a longer row; a transposed (T, B) tensor's view; after one row of another tensor; a broadcast of
-    one row (the values' first row, B times); negated lazily (torch's negative bit, ``z.conj().imag``: float32
-and float64); a 3-D
-    tensor whose two batch axes cannot merge into one stride (the kernels then read a copy: no plan)."""
-    if layout == "expanded":
-        values = np.broadcast_to(values[..., :1, :], values.shape)
-    made = torch.tensor(np.ascontiguousarray(values)).to(dtype)
-    if layout == "time-strided":
-        wide = torch.zeros((*made.shape[:-1], 2 * made.shape[-1]), dtype=dtype)
-        wide[..., ::2] = made
-        return wide[..., ::2]
-    if layout == "transposed":
-        return made.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "offset":
-        return torch.cat([torch.zeros_like(made[..., :1, :]), made], dim=-2)[..., 1:, :]
-    if layout == "expanded":
-        return made[..., :1, :].expand(made.shape)
-    if layout == "negated" and dtype in (torch.float32, torch.float64):  # other dtypes have no complex to come from
-        return torch.complex(torch.zeros_like(made), -made).conj().imag
-    if layout == "unmergeable":
-        return made.transpose(0, 1).contiguous().transpose(0, 1) if made.ndim == 3 else made
-    return made
-
-
-def _layouts():
-    options = st.fixed_dictionaries({
-        "terminated": st.booleans(), "truncated": st.booleans(), "mask": st.booleans(),
-        "critic_lam": st.sampled_from([None, 1.0, 0.5]), "fill_masked": st.booleans(),
-        "bootstrap": st.sampled_from([None, 0.5, "per row", "one", "per row, strided"]),
-        "gamma": st.sampled_from([0.99, 1.0, 0.0]),
-        "layouts": st.fixed_dictionaries({name: st.sampled_from(LAYOUTS) for name in
-                                          ("rewards", "values", "next_values", "flags", "mask")}),
-    })
-    shape = st.tuples(st.integers(1, 4), st.sampled_from([1, 7, SHORT, 300, LONG]))
-    return st.tuples(shape, st.sampled_from(["float32", "float64", "bfloat16", "float16"]), st.booleans(), options)
-
-
-#: The parameters whose arrays each call allocates anew (the plan's ``_SOURCES``): their pointers differ per call.
-ALLOCATED = ("bootstrap", "advantages", "returns", "maps", "entering")
-
-
-def _arguments(shape, dtype, batch_3d, options, seed):
-    """``gae()``'s arguments for a drawn layout (``next_values`` with ``truncated``, then no ``bootstrap_value``)."""
-    import torch
-
-    full = (2, *shape) if batch_3d else shape
-    rng = np.random.default_rng(seed)
-    kind, layouts = getattr(torch, dtype), options["layouts"]
-
-    def floats(name):
-        return laid_out(torch, rng.standard_normal(full), layouts[name], kind)
-
-    def flags(name, probability):
-        return laid_out(torch, rng.random(full) < probability, layouts[name], torch.bool)
-
-    arguments = dict(gamma=options["gamma"], lam=0.95, critic_lam=options["critic_lam"],
-                     terminated=flags("flags", 0.1) if options["terminated"] else None,
-                     mask=flags("mask", 0.8) if options["mask"] else None, fill_masked=options["fill_masked"],
-                     backend="numba-cuda")
-    if options["truncated"]:
-        arguments.update(next_values=floats("next_values"), truncated=flags("flags", 0.1))
-    elif isinstance(options["bootstrap"], str):
-        values = torch.tensor(rng.standard_normal(2 * full[-2]), dtype=kind)
-        arguments["bootstrap_value"] = {"per row": values[:full[-2]], "one": values[:1],
-                                        "per row, strided": values[::2]}[options["bootstrap"]]
-    else:
-        arguments["bootstrap_value"] = options["bootstrap"]
-    return floats("rewards"), floats("values"), arguments
-
-
-def _expects_a_plan(arguments) -> bool:
-    """Whether the kernels read every per-step tensor where it lies (no copy): then a CUDA plan serves the key."""
-    return not any(getattr(a, "is_neg", lambda: False)() or a.ndim == 3 and not _merges(a)
-                   for a in arguments if hasattr(a, "ndim"))
-
-
-def _merges(a) -> bool:
-    """Whether a 3-D tensor's two batch axes merge into one stride (its (rows, T) reshape is a view)."""
-    return a.shape[0] == 1 or a.shape[1] == 1 or a.stride(0) == a.stride(1) * a.shape[1]
-
-
-@settings(deadline=None)
-@given(layout=_layouts())
-def test_a_call_served_by_its_plan_launches_what_the_full_path_launches(layout):
-    """A repeated ``gae()`` call (its plan: blocks packed once, only pointers written per call) hands the driver
-    the same kernels, grids, blocks and parameter bytes as the full path for the same arrays, and every array
-    argument the same elements; the parameters that differ are the pointers of what each call allocates
-    (outputs, bootstrap values, scratch maps): written by the call (the plan's blocks are poisoned with a null
-    pointer after it is made), distinct from each other, the outputs the plan returns. Where a per-step tensor
-    would be read from a copy (negated lazily, batch axes that cannot merge) no CUDA plan is made, and the
-    repeated call takes the full path."""
-    from unittest import mock
-
-    import gae_xp
-    from gae_xp import _plans
-    from gae_xp.backends import _numba_cuda_plan
-    from tools.driver import driven as standins
-
-    made = []
-    original = _numba_cuda_plan.CudaPlan.of
-
-    def remembered(*args):
-        plan = original(*args)
-        for launch, _, _, _ in () if plan is None else plan.launches:
-            for slot in launch.slots:
-                launch._words[slot] = 0  # a pointer no call writes stays null: the checked driver refuses it
-        made.append(plan)
-        return plan
-
-    first = _arguments(*layout, seed=1)
-    second = _arguments(*layout, seed=2)
-    with standins() as launches, mock.patch.object(_numba_cuda_plan.CudaPlan, "of", remembered):
-        kept = gae_xp.gae(first[0], first[1], **first[2])  # the full path, which makes the plan
-        start = len(launches)
-        served = gae_xp.gae(second[0], second[1], **second[2])  # served by the plan
-        by_plan = launches[start:]
-        _plans.PLANS.clear()
-        start = len(launches)
-        gae_xp.gae(second[0], second[1], **second[2])  # the full path, the same arrays
-        by_backend = launches[start:]
-    del kept
-    expected = _expects_a_plan([first[0], first[1], *first[2].values()])
-    assert bool(made and made[0] is not None) == expected, (made, layout)
-    assert len(by_plan) == len(by_backend)
-    if not expected:  # both calls took the full path
-        assert [x.argtypes for x in by_plan] == [x.argtypes for x in by_backend]
-        return
-    plan = made[0]
-    assert len(by_plan) == len(plan.launches)
-    allocated = {}
-    for planned, full, (bound, _, _, sources) in zip(by_plan, by_backend, plan.launches):
-        assert (planned.argtypes, planned.grid, planned.block) == (full.argtypes, full.grid, full.block)
-        by_slot = dict(zip(bound.slots, (_numba_cuda_plan._SOURCES[source] for source in sources)))
-        for index, (mine, theirs) in enumerate(zip(planned.parameters, full.parameters)):
-            if by_slot.get(index) not in ALLOCATED:
-                assert mine == theirs, (index, _cuda_parameter(planned, index))
-        names = _argument_names(planned, by_slot)
-        for argument, array in planned.arrays.items():
-            name = names.get(argument)
-            if name in ALLOCATED:  # one buffer a call, whichever launch reads or writes it
-                assert allocated.setdefault(name, array.pointer) == array.pointer, name
-            if name not in ("advantages", "returns", "maps", "entering"):  # what the kernels read: the same elements
-                assert array.contents == full.arrays[argument].contents, (name, argument)
-    assert len(set(allocated.values())) == len(allocated), allocated
-    assert (allocated["advantages"], allocated["returns"]) == (served[0].data_ptr(), served[1].data_ptr())
-
-
-def _argument_names(launch, by_slot) -> dict:
-    """The source names (``_numba_cuda_plan._SOURCES``) of a plan launch's varying array arguments, by argument."""
-    from gae_xp.backends import _cuda_launch
-
-    parameters = _cuda_launch.layout(launch.argtypes)
-    return {parameters[slot].argument: name for slot, name in by_slot.items()}
-
-
-def _cuda_parameter(launch, index):
-    from gae_xp.backends import _cuda_launch
-
-    return _cuda_launch.layout(launch.argtypes)[index].name
-
-
 def test_a_tensor_kept_negated_lazily_reaches_the_kernels_as_its_values(driven):
     """``z.conj().imag`` holds its values' negatives in memory (torch's negative bit): the kernels read a negated
-    copy, on the full path and after a plain tensor of the same layout made a plan (the key tells them apart)."""
+    copy, on the full path and after a plain tensor of the same layout made a plan (the key tells them apart:
+    ``gae_xp._plans``)."""
     import torch
 
     import gae_xp

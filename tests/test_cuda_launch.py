@@ -1,6 +1,6 @@
 """The driver launch's argument blocks (``backends/_cuda_launch``) against numba-cuda's launcher and the PTX.
 
-For every kernel signature of the catalog (``_cuda_catalog``, and
+For every kernel signature of the catalog (``tools.cuda_catalog``, and
 group_advantages' two kernels): the packed parameters equal, in count, byte
 size, bytes and order, what numba-cuda's own launcher
 (``_Kernel._prepare_args``, with the backend's launch extension) flattens
@@ -33,9 +33,10 @@ pytestmark = pytest.mark.skipif(
 def _signatures():
     if pytestmark.args[0]:
         return []
-    from gae_xp.backends import _cuda_catalog, _cuda_consecutive, _cuda_groups
+    from gae_xp.backends import _cuda_consecutive, _cuda_groups
+    from tools import cuda_catalog
 
-    found = [(f"{io}-{spec.name}", spec.signature) for io, spec in _cuda_catalog.all_kernels()]
+    found = [(f"{io}-{spec.name}", spec.signature) for io, spec in cuda_catalog.all_kernels()]
     found += [(spec.name, spec.signature) for io in ("float32", "float64") for spec in _cuda_groups.specs(io)]
     found += [(spec.name, spec.signature) for io in ("float16", "float32", "float64")
               for spec in _cuda_consecutive.specs(io)]
@@ -204,13 +205,14 @@ def test_values_name_the_wrong_argument():
 def test_launcher_packs_what_values_gives_and_calls_the_driver_once(monkeypatch):
     """``Launcher`` (its fast flattening) packs the block ``values`` describes, hands the driver the addresses of
     its parameters, and names a wrong argument; no GPU: a stand-in kernel and driver."""
-    from gae_xp.backends import _cuda_catalog, _cuda_launch
+    from gae_xp.backends import _cuda_launch
+    from tools import cuda_catalog
 
     calls = []
     success = _cuda_launch._driver().CUresult.CUDA_SUCCESS
     monkeypatch.setattr(_cuda_launch, "_driver", lambda: SimpleNamespace(
         cuLaunchKernel=lambda *args: calls.append(args) or (success,)))
-    for io, spec in list(_cuda_catalog.all_kernels())[::7]:
+    for io, spec in list(cuda_catalog.all_kernels())[::7]:
         argtypes = spec.signature.args
         overload = SimpleNamespace(argument_types=argtypes,
                                    _codelibrary=SimpleNamespace(get_cufunc=lambda: SimpleNamespace(handle=0xF00)))

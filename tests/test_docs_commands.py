@@ -138,9 +138,7 @@ COMMANDS: dict[str, Run] = {
     # the docs' generators
     "python docs/gpu_tables.py <table>": Run("python docs/gpu_tables.py --help", "a template: the tables' names"),
     "python docs/gpu_tables.py groups": as_written("python docs/gpu_tables.py groups"),
-    "python docs/gpu_tables.py launch": its_help("python docs/gpu_tables.py", "a timing of minutes"),
-    "python docs/gpu_tables.py full": its_help("python docs/gpu_tables.py", "a timing of minutes"),
-    "python docs/gpu_tables.py launch parts full": its_help("python docs/gpu_tables.py", "timings of minutes"),
+    "python docs/gpu_tables.py launch full": its_help("python docs/gpu_tables.py", "timings of minutes"),
     "python docs/architecture_figure.py": Run("python docs/architecture_figure.py {tmp}/architecture.png",
                                               "as written it redraws the tracked docs/architecture.png"),
     "python docs/scale_figure.py": Run("python docs/scale_figure.py {tmp}/scale.png",

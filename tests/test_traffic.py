@@ -33,16 +33,14 @@ def test_short_rows_take_one_launch():
 
 
 def test_broadcast_coefficients_count_their_stored_bytes():
-    from gae_xp.backends import numba_cuda
-
     shape = (256, 4096)
     rewards = np.empty(shape, np.float32)
     problem = SimpleNamespace(rewards=rewards, values=rewards, next_values=None,
                               gamma=np.broadcast_to(np.empty((1, 4096), np.float32), shape),
                               lam=0.95, terminated=None, truncated=None, mask=None)
-    with_gamma = sum(streamed for streamed, _ in numba_cuda.traffic(problem).values())
+    with_gamma = sum(streamed for streamed, _ in traffic.fused_launches(problem).values())
     problem.gamma = 0.99
-    without = sum(streamed for streamed, _ in numba_cuda.traffic(problem).values())
+    without = sum(streamed for streamed, _ in traffic.fused_launches(problem).values())
     assert with_gamma - without == 2 * 4096 * 4  # one row, read by launches 1 and 3
 
 
@@ -137,14 +135,12 @@ def test_the_ptx_runner_refuses_an_access_outside_every_argument():
 def test_ptx_traffic_matches_the_model(case):
     """Per launch, the bytes the compiled kernels move equal the hand-written model's, within the per-tile
     edges (the middle block stands for all here); each streamed array moves its itemsize per element."""
-    from gae_xp.backends import numba_cuda
-
     length = 8192
     launches = traffic.ptx_launches(case, length=length, samples="middle")
     arrays = traffic.case_arrays(case, (1, length))
     problem = SimpleNamespace(rewards=arrays["rewards"], values=arrays["values"], next_values=None, gamma=0.99,
                               lam=0.95, terminated=arrays.get("terminated"), truncated=None, mask=arrays.get("mask"))
-    model = numba_cuda.traffic(problem)
+    model = traffic.fused_launches(problem)
     assert [launch.kernel.split("[")[0].split("_")[-1] for launch in launches] == list(model)
     for launch, (streamed, per_tile) in zip(launches, model.values()):
         assert launch.bytes_per_element == pytest.approx((streamed + per_tile) / length, abs=0.01)

@@ -16,7 +16,7 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
 * **Bytes**: the case's per-step arrays read once by every launch that streams
   them and the outputs written once (16 B a float32 step, 17 with a bool
   ``terminated``, 18 with a mask too); the numba-CUDA routes' from
-  ``numba_cuda.traffic``, the model of ``tools.traffic``.
+  ``tools.traffic.fused_launches``, the traffic model.
 * **Thread instructions** of a launch: blocks x threads x the SASS
   instructions one thread issues (``tools.sass.per_thread``: a static count of
   the compiled loop bodies, both sides of every branch, times their trips). The
@@ -211,17 +211,17 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
     if general:
         with mock.patch.object(numba_cuda, "lean_serves", lambda p: False):
             recorded = traffic.recorded_launches(problem)
-        # numba_cuda.traffic gives the general kernels' bytes for a problem with offsets: one sequence a row
+        # traffic.fused_launches gives the general kernels' bytes for a problem with offsets: one sequence a row
         fields = ("rewards", "values", "next_values", "gamma", "lam", "critic_lam", "terminated", "truncated", "mask",
                   "carry", "fill_masked")
         stand_in = SimpleNamespace(**{name: getattr(problem, name, None) for name in fields},
                                    offsets=SimpleNamespace(shape=(2,)))
-        moved = numba_cuda.traffic(stand_in)
+        moved = traffic.fused_launches(stand_in)
     else:  # the lean kernels counted on the path of a tile of real steps (``lean_kernel``'s ``rare_paths``)
         counted = functools.partial(_cuda_lean.lean_kernel, rare_paths=False)
         with mock.patch.object(_cuda_lean, "lean_kernel", counted):
             recorded = traffic.recorded_launches(problem)
-        moved = numba_cuda.traffic(problem)
+        moved = traffic.fused_launches(problem)
     if [kernel.name.split("[")[0].split("_")[-1] for kernel, *_ in recorded] != list(moved):
         raise RuntimeError(f"the launches {[k.name for k, *_ in recorded]} are not the traffic model's {list(moved)}")
     launches = []

@@ -387,10 +387,9 @@ def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, mo
 @pytest.mark.parametrize("length", [31, 65537])
 def test_a_repeated_call_is_served_by_its_plan_and_equals_the_loop(option, length):
     """A repeated ``gae()`` call of one layout on torch CUDA tensors (other data, the same layout) is served by the
-    CUDA plan where one applies (Python-number coefficients: blocks packed once, only pointers written) and gives
-    the float64 loop's answer for its own data, bit for bit what the full path gives on the same tensors."""
+    plan that binds its arrays (``BoundLayoutPlan``) where one applies (Python-number coefficients) and gives the
+    float64 loop's answer for its own data, bit for bit what the full path gives on the same tensors."""
     from gae_xp import _plans
-    from gae_xp.backends import _numba_cuda_plan
 
     library = load_target("torch:cuda/numba-cuda").library
     first_case, _ = case_and_answer(option, length)
@@ -402,7 +401,7 @@ def test_a_repeated_call_is_served_by_its_plan_and_equals_the_loop(option, lengt
     served = gae_xp.gae(**arrays, backend="numba-cuda")
     (plan,) = _plans.PLANS._plans.values()
     floats = not any(key in OPTIONS[option] for key in ("per_step_gamma", "per_row_lam"))
-    assert isinstance(plan, _numba_cuda_plan.CudaPlan) == floats, type(plan).__name__
+    assert isinstance(plan, _plans.BoundLayoutPlan) == floats, type(plan).__name__
     _plans.PLANS.clear()
     full = gae_xp.gae(**arrays, backend="numba-cuda")
     for a, b, want in zip(served, full, (want_a, want_r)):

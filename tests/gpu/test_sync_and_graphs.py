@@ -85,7 +85,7 @@ CALLS = ["gae, one launch", "gae, three launches", "gae, float critic_lam", "gae
 @pytest.mark.parametrize("name", CALLS)
 def test_no_host_synchronisation(torch_cuda, name):
     """Under sync debug mode, the call on its full path (the plan cache emptied) and then repeated (a ``gae()``
-    served by its plan, ``CudaPlan`` where one applies) equal the first, compiling, call."""
+    served by its plan) equal the first, compiling, call."""
     from gae_xp import _plans
 
     torch = torch_cuda

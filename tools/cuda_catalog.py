@@ -11,8 +11,8 @@ every live-slot set; ``lean_structures`` lists the lean kernels (``_cuda_lean``)
 
 from __future__ import annotations
 
-from . import _cuda_backward, _cuda_gae, _cuda_lean
-from ._cuda_kernels import IO_DTYPES, Fields, KernelSpec, carry_kernel
+from gae_xp.backends import _cuda_backward, _cuda_gae, _cuda_lean
+from gae_xp.backends._cuda_kernels import IO_DTYPES, Fields, KernelSpec, carry_kernel
 
 _FLAGS = ("terminated", "truncated", "mask")
 
