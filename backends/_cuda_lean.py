@@ -64,8 +64,7 @@ the chunk's first real value or Y itself (``known, value``): five numbers
 
 Kernels are built by ``lean_kernel`` as ``KernelSpec`` (explicit signature,
 absent arrays typed ``none`` and pruned at compile time) and launched by
-``numba_cuda._lean`` through the backend's driver launch (``_cuda_launch``;
-``CudaPlan`` packs their argument blocks once per layout);
+``numba_cuda._lean`` through the backend's driver launch (``_cuda_launch``);
 ``_cuda_plan.lean_plan`` sizes the groups, chunks and grid of a call (pure
 arithmetic, no numba needed).
 """

@@ -331,26 +331,26 @@ def _launch_forward(family, p, inputs, *, bootstrap=None, carry=None, fill=False
         if tiles is not None:
             maps = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
             entering = launch.array(xp.empty((fields_count, plan.tiles), dtype=compute, device=device), written=True)
-            launch(tiles, plan.grid, plan.threads, *tiles_arguments(arrays, offsets, scalars, geometry, maps))
-            launch(carrying, plan.carry_grid, plan.carry_threads, *carry_arguments(maps, geometry, entering))
+            launch(tiles, plan.grid, plan.threads, *_tiles_arguments(arrays, offsets, scalars, geometry, maps))
+            launch(carrying, plan.carry_grid, plan.carry_threads, *_carry_arguments(maps, geometry, entering))
         outs = [launch.array(_steps(xp, out, r.dtype, rows, length), written=True) for out in results]
-        launch(final, plan.grid, plan.threads, *final_arguments(arrays, bounds, offsets, scalars, geometry,
+        launch(final, plan.grid, plan.threads, *_final_arguments(arrays, bounds, offsets, scalars, geometry,
                                                                 entering if plan.long_rows else None, outs))
     return tuple(results)
 
 
-def tiles_arguments(arrays, offsets, scalars, geometry, maps) -> tuple:
+def _tiles_arguments(arrays, offsets, scalars, geometry, maps) -> tuple:
     """The arguments of a reverse-in-time launch 1 (``_cuda_gae``'s signature): the per-step arrays (rewards, then
     ``_ORDER``), no boundary values, the offsets, the scalars, the geometry and the tiles' maps it writes."""
     return (*arrays, None, None, offsets, scalars, geometry, maps, None, None, None, None)
 
 
-def carry_arguments(maps, geometry, entering) -> tuple:
+def _carry_arguments(maps, geometry, entering) -> tuple:
     """The arguments of launch 2: the tiles' maps it reads, the geometry, the maps entering the tiles it writes."""
     return (maps, geometry, entering, None, None)
 
 
-def final_arguments(arrays, bounds, offsets, scalars, geometry, entering, outs) -> tuple:
+def _final_arguments(arrays, bounds, offsets, scalars, geometry, entering, outs) -> tuple:
     """The arguments of a reverse-in-time launch 3 (or the only one): the per-step arrays, the boundary values
     (bootstrap, carry), the offsets, the scalars, the geometry, the maps entering the tiles (None for a row that
     fits a tile) and the one or two outputs."""
@@ -381,7 +381,7 @@ _LEAN_STEPS = ("next_values", "gamma", "lam", "terminated", "truncated", "mask")
 def lean_serves(problem) -> bool:
     """True when the lean kernels (``_cuda_lean``) solve this ``gae`` problem: values present, no packed offsets,
     ``critic_lam``, carry or extra arrays. The general kernels of ``_cuda_gae`` solve the others. ``problem`` may
-    be a stand-in with shapes and dtypes only (``traffic``): an absent field counts as None."""
+    be a stand-in with shapes and dtypes only (``tools.traffic.fused_launches``): an absent field counts as None."""
     return getattr(problem, "values", None) is not None and not getattr(problem, "extra", None) and all(
         getattr(problem, name, None) is None for name in ("offsets", "critic_lam", "carry"))
 

@@ -105,12 +105,16 @@ def recorded():
         return "carry[" + ",".join((*live, "reverse" if reverse else "forward", *(["summaries"] if complete else [])))\
             + "]"
 
+    def clear():  # the kernel choices cached with names in them, or with compiled kernels where names are wanted
+        numba_cuda._forward_kernels.cache_clear()
+        numba_cuda._lean_kernels.cache_clear()
+
     Recorder.launches = []
-    numba_cuda._forward_kernels.cache_clear()
+    clear()
     with mock.patch.object(numba_cuda, "_Launch", Recorder), mock.patch.object(numba_cuda, "_compiled", compiled), \
             mock.patch.object(numba_cuda, "_carry", carry):
         yield
-    numba_cuda._forward_kernels.cache_clear()
+    clear()
 
 
 def _problem(xp, shape, dones_mask: bool, dtype=np.float32):

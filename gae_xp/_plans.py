@@ -260,9 +260,9 @@ _BOUND = tuple(name for name in PER_STEP if name not in COEFFICIENTS)
 
 class BoundLayoutPlan:
     """A plan for a call whose checked layout holds the caller's own arrays, on any backend without a plan of its
-    own (the generic scan, Triton; numba-CUDA calls its own plan declines): a later call of the key gets the first
-    call's ``GaeProblem`` with its own arrays bound in, and its bootstrap values made again (``_prepare.boundary``,
-    as ``prepare`` makes them: an array's dtype and broadcast are checked there).
+    own (the generic scan, numba-CUDA; calls that Triton's or numba's own plan declines): a later call of the key
+    gets the first call's ``GaeProblem`` with its own arrays bound in, and its bootstrap values made again
+    (``_prepare.boundary``, as ``prepare`` makes them: an array's dtype and broadcast are checked there).
 
     Made only where ``prepare`` handed every per-step array to the problem as it was given (time last, the
     compute dtype already, flags bool: no view, cast or move), the coefficients are Python numbers (their values

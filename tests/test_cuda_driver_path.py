@@ -118,6 +118,46 @@ def test_the_stand_in_driver_refuses_what_the_binding_refuses():
         launch(2, 4, 1, 1, 128, 1, 1, 0, 0, 8, 0)
 
 
+@pytest.mark.parametrize("length", [SHORT, LONG])
+@pytest.mark.parametrize("entry", ["gae", "gae, dones, mask, critic_lam", "gae, truncated, next_values, fill_masked"])
+def test_a_repeated_call_served_by_its_plan_launches_what_the_full_path_launches(driven, entry, length):
+    """A repeated ``gae()`` call of one layout on other tensors is served by its plan (``BoundLayoutPlan``: the
+    first call's checked problem with the new arrays bound in) and hands the driver the same kernels, grids, blocks
+    and argument types as the full path does for the same tensors, every argument the same elements but those the
+    call writes (its outputs and scratch maps: fresh memory each call)."""
+    import torch
+
+    import gae_xp
+    from gae_xp import _plans
+
+    ENTRY_POINTS[entry](gae_xp, tensors((3, length), seed=1))  # the full path, which makes the plan
+    arrays = tensors((3, length), seed=2)
+    start = len(driven)
+    served = ENTRY_POINTS[entry](gae_xp, arrays)
+    by_plan = driven[start:]
+    (plan,) = _plans.PLANS._plans.values()
+    assert isinstance(plan, _plans.BoundLayoutPlan), type(plan).__name__
+    _plans.PLANS.clear()
+    start = len(driven)
+    full = ENTRY_POINTS[entry](gae_xp, arrays)
+    by_backend = driven[start:]
+    assert by_plan and len(by_plan) == len(by_backend)
+    written = {t.data_ptr() for t in (*served, *full)}
+    given = {t.data_ptr(): t.numpy().tobytes() for t in arrays.values()}
+    for planned, unplanned in zip(by_plan, by_backend):
+        assert (planned.argtypes, planned.grid, planned.block) == (unplanned.argtypes, unplanned.grid, unplanned.block)
+        assert planned.arrays.keys() == unplanned.arrays.keys()
+        for argument, array in planned.arrays.items():
+            other = unplanned.arrays[argument]
+            assert (array.shape, array.strides, array.itemsize) == (other.shape, other.strides, other.itemsize)
+            if array.pointer in written or other.pointer in written:
+                assert array.pointer != other.pointer, argument  # each call writes outputs of its own
+            elif array.pointer in given:  # a caller's tensor, read where it lies
+                assert array.pointer == other.pointer and array.contents == other.contents == given[array.pointer]
+    assert all(isinstance(out, torch.Tensor) and out.shape == (3, length) for out in served)
+    assert arrays["rewards"].data_ptr() in {a.pointer for launch in by_plan for a in launch.arrays.values()}
+
+
 def test_a_tensor_kept_negated_lazily_reaches_the_kernels_as_its_values(driven):
     """``z.conj().imag`` holds its values' negatives in memory (torch's negative bit): the kernels read a negated
     copy, on the full path and after a plain tensor of the same layout made a plan (the key tells them apart:

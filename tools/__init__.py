@@ -15,6 +15,7 @@ without a GPU.
 
 They need the CUDA toolkit wheels (``pip install "numba-cuda[cu12]"``) to compile the kernels (the cost model
 triton too), and torch to record the generic path. The tests (``tests/test_traffic.py``,
-``tests/test_cost_model.py``, ``tests/test_cuda_driver_path.py``, ``tests/test_cuda_compile.py``) and the
-scripts of ``docs/`` import them from the clone's root; ``gae_xp`` never does.
+``tests/test_cost_model.py``, ``tests/test_cuda_driver_path.py``, ``tests/test_cuda_compile.py``,
+``tests/test_cuda_launch.py``) and the scripts of ``docs/`` import them from the clone's root; ``gae_xp`` never
+does.
 """

@@ -366,7 +366,7 @@ def test_driver_launch_equals_numbas_launch_and_the_loop(gpu, option, length, mo
     require_kernels(gpu)
     case, (want_a, want_r) = case_and_answer(option, length)
     arrays = converted(gpu, case)
-    _plans.PLANS.clear()  # both calls take the full path: a plan of this layout would launch from its own blocks
+    _plans.PLANS.clear()  # both calls take the full path, not a plan made by an earlier test
     driven = []
     launch = _cuda_launch.Launcher.__call__
     monkeypatch.setattr(_cuda_launch.Launcher, "__call__",
