@@ -198,18 +198,36 @@ def _torch_problem(shape, case: str, io: str):
         return _prepare.prepare(**arrays, backend="numba-cuda").problem
 
 
+@functools.cache
+def _factories() -> dict:
+    """The kernel factories the model counts, taken before ``numba_launches`` patches them: the general kernels of
+    ``_cuda_gae``, and the lean ones on the path of a tile of real steps (``lean_kernel``'s ``rare_paths``)."""
+    from gae_xp.backends import _cuda_gae, _cuda_lean
+
+    return {"general": _cuda_gae.forward_kernel, "lean": functools.partial(_cuda_lean.lean_kernel, rare_paths=False)}
+
+
+@functools.cache
+def _kernel_spec(kind: str, io: str, structure):
+    """One kernel spec per structure for the whole model, so that each kernel is compiled and counted once
+    (``_numba_loops`` keys on the spec; the backend makes a new one per call)."""
+    return _factories()[kind](io, structure)
+
+
 def numba_launches(shape, case: str, io: str = "float32", *, general: bool = False) -> list[Launch]:
     """The numba-CUDA route's launches for a case (``general``: the general kernels for every structure, as the
     measured commit ran them), recorded instead of launched (``tools.traffic.recorded_launches``)."""
     from types import SimpleNamespace
     from unittest import mock
 
-    from gae_xp.backends import _cuda_lean, _cuda_plan, numba_cuda
+    from gae_xp.backends import _cuda_gae, _cuda_lean, _cuda_plan, numba_cuda
     from tools import sass, traffic
 
     problem = _torch_problem(shape, case, io)
+    _factories()  # the originals, before the patches below
     if general:
-        with mock.patch.object(numba_cuda, "lean_serves", lambda p: False):
+        with mock.patch.object(numba_cuda, "lean_serves", lambda p: False), \
+                mock.patch.object(_cuda_gae, "forward_kernel", functools.partial(_kernel_spec, "general")):
             recorded = traffic.recorded_launches(problem)
         # traffic.fused_launches gives the general kernels' bytes for a problem with offsets: one sequence a row
         fields = ("rewards", "values", "next_values", "gamma", "lam", "critic_lam", "terminated", "truncated", "mask",
@@ -217,9 +235,8 @@ def numba_launches(shape, case: str, io: str = "float32", *, general: bool = Fal
         stand_in = SimpleNamespace(**{name: getattr(problem, name, None) for name in fields},
                                    offsets=SimpleNamespace(shape=(2,)))
         moved = traffic.fused_launches(stand_in)
-    else:  # the lean kernels counted on the path of a tile of real steps (``lean_kernel``'s ``rare_paths``)
-        counted = functools.partial(_cuda_lean.lean_kernel, rare_paths=False)
-        with mock.patch.object(_cuda_lean, "lean_kernel", counted):
+    else:
+        with mock.patch.object(_cuda_lean, "lean_kernel", functools.partial(_kernel_spec, "lean")):
             recorded = traffic.recorded_launches(problem)
         moved = traffic.fused_launches(problem)
     if [kernel.name.split("[")[0].split("_")[-1] for kernel, *_ in recorded] != list(moved):
