@@ -7,8 +7,8 @@ is installed without a driver library, the real binding converts them too)
 and records each launch's parameter bytes. Every public entry point that
 launches the fused kernels is driven through it, both launch plans (one
 launch for short rows, three for long ones) included: a launch the driver
-would refuse fails here.
-
+would refuse fails here. A repeated ``gae()`` call, served by its plan, hands the
+driver what the full path hands it for the same tensors.
 """
 
 from __future__ import annotations
