@@ -256,15 +256,10 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
 
     from gae_xp import _prepare
     from gae_xp.backends import numba_cuda
+    from tools.traffic import recorded_launches
 
     def fastest(function):
         return _fastest(function, batches, calls)
-
-    caches = [numba_cuda._compiled, numba_cuda._carry, numba_cuda._forward_kernels, numba_cuda._lean_kernels]
-
-    def clear():
-        for cache in caches:
-            cache.cache_clear()
 
     lines = ["| case (torch CPU stand-ins) | prepare | backend, launches recorded | + numba's argument flattening "
              "(lower bound) | = before (numba's launcher, lower bound) | backend through the driver launch "
@@ -277,15 +272,9 @@ def launch_table(batches: int = 30, calls: int = 100) -> str:
         prepare = fastest(lambda: _prepare.prepare(**arrays, backend="xp"))
         with recorded():
             recorded_backend = fastest(lambda: numba_cuda.BACKEND.gae(p))
-        from unittest import mock
-
-        with mock.patch.object(numba_cuda, "_Launch", Recorder), \
-                mock.patch.object(numba_cuda, "_jit", lambda spec: spec):
-            Recorder.launches = []
-            clear()  # the kernels' specs (their signatures), not compiled kernels
-            numba_cuda.BACKEND.gae(p)
-            clear()
-            flattening = fastest(_numba_flattening(list(Recorder.launches), 4))
+        specs = [(kernel, blocks, threads, [value for _, value in named])
+                 for kernel, blocks, threads, named in recorded_launches(p)]  # the kernels' specs, not compiled
+        flattening = fastest(_numba_flattening(specs, 4))
         with driven(checked=False) as made:
             driver = fastest(lambda: numba_cuda.BACKEND.gae(p))
             launches = len(made) // (batches * calls + 1)
