@@ -30,6 +30,24 @@ FEW_ROWS = 1
 PROGRAMS_PER_MULTIPROCESSOR = 4
 
 
+def rows_per_program(length: int, rows: int, tile: int | None) -> tuple[int, int]:
+    """(rows a program of the Triton route holds, its lanes of each): for rows of ``length`` steps, ``span`` the
+    power of two at or above it, as many rows as ``tile`` holds spans and the ``rows`` need (a power of two), where
+    two or more fit (``tuned(tile=...)``); else (1, span): a program a row (``tile`` None, the heuristic's)."""
+    span = _power_of_two_at_least(length)
+    if tile is None:
+        return 1, span
+    return max(1, min(tile // span, _power_of_two_at_least(rows))), span
+
+
+def _power_of_two_at_least(n) -> int:
+    """The least power of two >= n (1 for n <= 1), by comparisons: a traced call's sizes are symbols."""
+    power = 1
+    while power < n:
+        power *= 2
+    return power
+
+
 def multiprocessors(device) -> int:
     """The multiprocessors of a torch device: a CUDA device's own, else the interpreter's stand-in."""
     if device.type != "cuda":

@@ -21,14 +21,18 @@ chain runs from the same deltas with ``gamma_t critic_lam_t``. A mask without
 ``next_values`` needs "V at the next real step", a chain whose carry crosses
 the blocks as the advantage's does: in a block of real steps only it is the
 next step's value (and the carry after the block's last step); a block with
-masked steps scans (is the next step real, its value) from the right.
+masked steps scans the index of the next real step from the right (a
+minimum) and reads its value there.
 
 ``RARE_PATHS`` False compiles the kernel without what only such blocks run
 (the exact second scan, a holed block's value chain), and without what
 only a chunk's last blocks run in ``SUMMARY`` (the scan of how much of "V
 after the chunk" reaches them, ``_reach``): only the instruction counts do
 that (``tools.cost_model``, ``tests/triton_ptx.py``), to count the path of
-every other block of finite numbers and real steps.
+every other block of finite numbers and real steps. ``RARE_PATHS`` ``HOLED``
+counts the path of a block of finite numbers with masked steps instead (a
+random mask holes every block: the value chain's scan, without the test
+that chooses it).
 
 Few long rows: the row is cut into chunks of whole blocks, and two launches
 solve it. ``SUMMARY`` writes each chunk's map (``MAP`` fields: its local
@@ -42,6 +46,13 @@ composes the maps of the chunks to its right (scans of at most
 chunk again, writing the outputs. The inputs are read twice and the outputs
 written once: 1.5x the bytes of one pass. Rows of packed sequences are not
 cut (a program per sequence).
+
+Short rows may share a program (``ROWS`` > 1, ``tuned(tile=...)``): a block
+of ``BLOCK`` lanes holds ``ROWS`` rows of at most ``BLOCK // ROWS`` steps
+each, one after another, scanned as one; a row's last step is the constant
+map of what enters it (its carry, or 0), a cut that no row's state crosses,
+and the value chain scans each step's place in that order with the row's end
+as its bound. One pass over whole rows: no packed sequences, no chunks.
 
 Layout: every array is addressed as ``base + outer * s_outer + inner * s_inner
 + t * s_t`` (the batch axes folded into at most two, see
@@ -81,10 +92,13 @@ from ._triton_parts import solve_block as _solve_block
 MAP = tl.constexpr(8)
 #: Launch modes (``MODE``): the whole of each program's steps in one launch, or a chunk's map, or its final pass.
 WHOLE, SUMMARY, FINAL = 0, 1, 2
+#: ``RARE_PATHS`` of the instruction counts of a block of finite numbers with masked steps (True: every path; False:
+#: a block of finite numbers and real steps).
+HOLED = tl.constexpr(2)
 #: How a coefficient arrives (``GAMMA``, ``LAM``, ``CRITIC``): absent, one float, one value per row, one per step.
 ABSENT, NUMBER, PER_ROW, PER_STEP = 0, 1, 2, 3
 
-_RUNTIME = ["length", "inner_count", "parts", "chunk", "n_chunks",
+_RUNTIME = ["length", "rows", "inner_count", "parts", "chunk", "n_chunks",
             *(f"{name}_{axis}" for name in ("r", "v", "nv", "te", "tr", "m", "g", "l", "cl", "b", "c")
               for axis in ("o", "i", "t"))]
 
@@ -134,18 +148,28 @@ def _values_after(values, base, steps, stride, within, fill, CONTIGUOUS: tl.cons
 
 
 @triton.jit
-def _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start, inside, hi, real, v, next_value,
-                 CONTIGUOUS: tl.constexpr, DTYPE: tl.constexpr):
-    """V at the next real step of the sequence for each step of a block with masked steps: a scan of (is step t+1
-    real, V_{t+1}) from the right, entered by ``next_value`` (the chain after the block); (it, whether a real step
-    follows inside the block, the chain entering the block before: V at the first real step from its first)."""
+def _nearer(far, near):
+    return tl.minimum(far, near)
+
+
+@triton.jit
+def _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, shift, start, inside, hi, real, v, next_value,
+                 CONTIGUOUS: tl.constexpr, DTYPE: tl.constexpr, TILED: tl.constexpr):
+    """V at the next real step of the sequence for each step of a block with masked steps: the place of the next
+    real step in the block's order of steps (``steps + shift``: a tile of rows puts its rows one after another), a
+    minimum scanned from the right, each row's end its bound; its value read there, else ``next_value`` (the
+    chain after the block); (it, whether a real step follows inside the block, the chain entering the block
+    before: V at the first real step from its first; a tile of rows, one block, keeps ``next_value``)."""
     ahead = inside & (steps + 1 < hi)
     real_ahead = tl.load(_at(mask, m_base, steps, m_t, CONTIGUOUS, 1), mask=ahead, other=0) != 0
-    value_ahead = tl.load(_at(values, v_base, steps, v_t, CONTIGUOUS, 1), mask=ahead & real_ahead, other=0.0)
-    found, first = tl.associative_scan((real_ahead.to(tl.int32), value_ahead.to(DTYPE)), 0, _first_real,
-                                       reverse=True)
-    v_next = tl.where(found != 0, first, next_value)
-    return v_next, found, _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+    end = hi + shift
+    nearest = tl.associative_scan(tl.where(real_ahead, steps + shift + 1, end), 0, _nearer, reverse=True)
+    found = nearest < end
+    v_next = tl.load(_at(values, v_base, nearest - shift, v_t, CONTIGUOUS), mask=found, other=0.0).to(DTYPE)
+    v_next = tl.where(found, v_next, next_value)
+    if not TILED:
+        next_value = _lane(tl.where(real, v, v_next), steps, start).to(DTYPE)
+    return v_next, found.to(tl.int32), next_value
 
 
 @triton.jit
@@ -167,10 +191,13 @@ def _reach(coefficient, reached, products, block_product, reach, steps, start, u
 
 @triton.jit
 def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr, DTYPE: tl.constexpr,
-                 CONTIGUOUS: tl.constexpr):
-    """A coefficient at ``steps``: a number, one value per row, or one per step."""
+                 CONTIGUOUS: tl.constexpr, TILED: tl.constexpr):
+    """A coefficient at ``steps``: a number, one value per row (a lane's own row's in a tile of rows), or one per
+    step."""
     if KIND == 1:
         return value
+    elif KIND == 2 and TILED:
+        return tl.load(pointer + base, mask=inside, other=0.0).to(DTYPE)
     elif KIND == 2:
         return tl.load(pointer + base).to(DTYPE)
     else:
@@ -181,7 +208,7 @@ def _coefficient(pointer, base, steps, stride, inside, value, KIND: tl.constexpr
 def gae_kernel(
     rewards, values, next_values, terminated, truncated, mask, gamma, lam, critic_lam, bootstrap, carry,
     offsets, advantages, returns, maps,
-    length, inner_count, parts, chunk, n_chunks,
+    length, rows, inner_count, parts, chunk, n_chunks,
     r_o, r_i, r_t, v_o, v_i, v_t, nv_o, nv_i, nv_t, te_o, te_i, te_t, tr_o, tr_i, tr_t, m_o, m_i, m_t,
     g_o, g_i, g_t, l_o, l_i, l_t, cl_o, cl_i, cl_t, b_o, b_i, b_t, c_o, c_i, c_t,
     gamma_value: tl.float64, lam_value: tl.float64, critic_value: tl.float64,
@@ -189,20 +216,31 @@ def gae_kernel(
     GAMMA: tl.constexpr, LAM: tl.constexpr, CRITIC: tl.constexpr, HAS_CARRY: tl.constexpr,
     HAS_OFFSETS: tl.constexpr, FILL: tl.constexpr, MODE: tl.constexpr, CONTIGUOUS: tl.constexpr,
     DTYPE: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, ALIGN: tl.constexpr, TWO_AXES: tl.constexpr,
-    RARE_PATHS: tl.constexpr, STAGES: tl.constexpr,
+    RARE_PATHS: tl.constexpr, STAGES: tl.constexpr, ROWS: tl.constexpr,
 ):
-    """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row."""
+    """Program ``row * parts + part``: part is the packed sequence (``HAS_OFFSETS``) or the chunk of the row; with
+    ``ROWS`` > 1, program ``tile``: rows ``tile * ROWS`` to ``tile * ROWS + ROWS - 1`` of ``rows``, each of at most
+    ``BLOCK // ROWS`` steps (``MODE`` 0, no offsets)."""
+    tl.static_assert(ROWS == 1 or (MODE == 0 and not HAS_OFFSETS), "a tile of rows is one pass over whole rows")
     VALUE_CHAIN: tl.constexpr = HAS_MASK and not HAS_NEXT
+    TILED: tl.constexpr = ROWS > 1
+    SPAN: tl.constexpr = BLOCK // ROWS  # a tile's lanes of one row
+    EXACT: tl.constexpr = RARE_PATHS == 1  # HOLED counts a block of finite numbers: no exact scan, no reach
     # one axis: rows x parts may pass the 65,535 of a second one. The row's index is 64-bit (it multiplies
     # strides); the steps inside it are of the type of its length (32-bit below 2**31: the masks are 32-bit
     # compares then)
     program = tl.program_id(0)
+    positions = tl.arange(0, BLOCK)
     if HAS_OFFSETS or MODE != 0:
         part = program % parts
         row32 = program // parts
+    elif TILED:  # a tile of rows: each lane's row (a shift: SPAN is a power of two)
+        part = program * 0
+        row32 = program * ROWS + positions // SPAN
     else:  # a program a row: no division (one costs some 40 instructions, a tenth of a 128-step row's)
         part = program * 0
         row32 = program
+    live = row32 < rows  # the last tile's lanes past the last row read and write nothing
     if TWO_AXES:  # the batch axes fold into two: (outer, inner)
         outer32 = row32 // inner_count
         inner = (row32 - outer32 * inner_count).to(tl.int64)
@@ -223,8 +261,14 @@ def gae_kernel(
         hi = tl.multiple_of(tl.minimum(lo, length - chunk) + chunk, ALIGN)  # min(lo + chunk, length), no overflow
         ends = tl.where(hi == length, hi, -1)  # only the row's last chunk holds its end
         boundary = part * 0
-    bootstrap_value = tl.load(bootstrap + _offset(outer, inner, b_o, b_i, TWO_AXES) + boundary * b_t).to(DTYPE)
-    if HAS_CARRY:
+    if TILED:
+        bootstrap_value = tl.load(bootstrap + _offset(outer, inner, b_o, b_i, TWO_AXES), mask=live,
+                                  other=0.0).to(DTYPE)
+    else:
+        bootstrap_value = tl.load(bootstrap + _offset(outer, inner, b_o, b_i, TWO_AXES) + boundary * b_t).to(DTYPE)
+    if HAS_CARRY and TILED:
+        entering = tl.load(carry + _offset(outer, inner, c_o, c_i, TWO_AXES), mask=live, other=0.0).to(DTYPE)
+    elif HAS_CARRY:
         entering = tl.load(carry + _offset(outer, inner, c_o, c_i, TWO_AXES) + boundary * c_t).to(DTYPE)
     else:
         entering = tl.zeros((), DTYPE)
@@ -281,23 +325,31 @@ def gae_kernel(
             critic_following = following
 
     # The sequence's end is a cut: what enters its last step is the incoming advantage (0 without one; a critic_lam
-    # never has one), and the map of the chunk holding it passes nothing from beyond (its product is 0)
-    if HAS_CARRY:
+    # never has one), and the map of the chunk holding it passes nothing from beyond (its product is 0). In a tile
+    # of rows each row's last step takes it instead (below)
+    if HAS_CARRY and not TILED:
         following = tl.where(ends >= 0, entering, following)
     stop = tl.where(ends >= 0, ends, length)  # V_{t+1} is read below this step; the bootstrap value from it
     last_block = (hi - 1) // BLOCK
     blocks = tl.where(hi > lo, last_block - lo // BLOCK + 1, 0)
     if MODE == 1:  # SUMMARY: the first chunk's map is never used
         blocks = tl.where(part == 0, 0, blocks)
-    positions = tl.arange(0, BLOCK)
+    if TILED:  # each lane's step in its row, and how far the tile's order of steps puts it past that step
+        in_row = positions % SPAN
+        shift = positions - in_row
+    else:
+        in_row = positions
+        shift = 0
     for i in tl.range(0, blocks, num_stages=STAGES):
         start = (last_block - i) * BLOCK
-        steps = tl.multiple_of(start, BLOCK) + positions
+        steps = tl.multiple_of(start, BLOCK) + in_row
         inside = (steps >= lo) & (steps < hi)
+        if TILED:
+            inside = inside & live
         r = tl.load(_at(rewards, r_base, steps, r_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
         v = tl.load(_at(values, v_base, steps, v_t, CONTIGUOUS), mask=inside, other=0.0).to(DTYPE)
-        g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS)
-        lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS)
+        g = _coefficient(gamma, g_base, steps, g_t, inside, gamma_scalar, GAMMA, DTYPE, CONTIGUOUS, TILED)
+        lam_t = _coefficient(lam, l_base, steps, l_t, inside, lam_scalar, LAM, DTYPE, CONTIGUOUS, TILED)
         if HAS_MASK:
             real = tl.load(_at(mask, m_base, steps, m_t, CONTIGUOUS), mask=inside, other=0) != 0
         if HAS_NEXT:
@@ -307,19 +359,22 @@ def gae_kernel(
             # is the next step's value, and after the block's last step the chain's; the chain entering the block
             # before is V at its first step (every block walked holds a step of the program's, chunks being whole
             # blocks: without chunks, the first step's value is read only for blocks before it, which none is)
-            if RARE_PATHS:
+            if RARE_PATHS == HOLED:  # the instruction counts: the path of a block with masked steps
+                holes = 1
+            elif RARE_PATHS:
                 holes = tl.sum(tl.where(inside & (real == 0), 1, 0), axis=0)
             else:  # the instruction counts: the path of a block without masked steps
                 holes = 0
             if holes == 0:
                 within = inside & (positions < BLOCK - 1) & (steps + 1 < hi)
                 v_next = _values_after(values, v_base, steps, v_t, within, next_value, CONTIGUOUS, DTYPE)
-                next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
+                if not TILED:  # a tile of rows walks one block
+                    next_value = tl.load(values + v_base + start.to(tl.int64) * v_t).to(DTYPE)
                 found = within.to(tl.int32)
                 seen = tl.full((), 1, tl.int32)
             else:
-                v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, start,
-                                                         inside, hi, real, v, next_value, CONTIGUOUS, DTYPE)
+                v_next, found, next_value = _value_chain(values, mask, v_base, m_base, v_t, m_t, steps, shift, start,
+                                                         inside, hi, real, v, next_value, CONTIGUOUS, DTYPE, TILED)
                 if MODE == 1:
                     seen = tl.where(tl.sum(tl.where(real & inside, 1, 0), axis=0) != 0, 1, 0)
             if MODE == 1:  # the real steps whose Vnext is the value after the chunk, not known yet
@@ -347,29 +402,37 @@ def gae_kernel(
         # lanes outside the program's steps are the identity map
         delta = tl.where(inside, delta, 0.0)
         coefficient = tl.where(inside, coefficient, 1.0)
-        advantage, products, following = _solve_block(coefficient, delta, following, steps, start, True, RARE_PATHS)
+        actor_delta = delta
+        if TILED:  # a row's last step is the constant map of what enters it (its carry, or 0): no row reaches another
+            last = steps == hi - 1
+            if HAS_CARRY:
+                actor_delta = tl.where(last & (coefficient != 0), delta + coefficient * entering, delta)
+            coefficient = tl.where(last, 0.0, coefficient)
+        advantage, products, following = _solve_block(coefficient, actor_delta, following, steps, start, True, EXACT)
         following = following.to(DTYPE)
         if MODE == 1:
             block_product = _lane(products, steps, start).to(DTYPE)
         if MODE == 1 and VALUE_CHAIN:  # d(delta_t)/d(V after the chunk) = gamma_t at those steps, 0 elsewhere
             reached = tl.where(unknown, g, 0.0)
             reach = _reach(coefficient, reached, products, block_product, reach, steps, start, unknown_before,
-                           RARE_PATHS, DTYPE)
+                           EXACT, DTYPE)
         if CRITIC != 0:
             critic_lam_t = _coefficient(critic_lam, cl_base, steps, cl_t, inside, critic_scalar, CRITIC, DTYPE,
-                                        CONTIGUOUS)
+                                        CONTIGUOUS, TILED)
             critic_coefficient = tl.where(cut, 0.0, g * critic_lam_t)
             if HAS_MASK:
                 critic_coefficient = tl.where(real, critic_coefficient, 1.0)
             critic_coefficient = tl.where(inside, critic_coefficient, 1.0)
+            if TILED:
+                critic_coefficient = tl.where(last, 0.0, critic_coefficient)
             critic, critic_products, critic_following = _solve_block(critic_coefficient, delta, critic_following,
-                                                                     steps, start, True, RARE_PATHS)
+                                                                     steps, start, True, EXACT)
             critic_following = critic_following.to(DTYPE)
             if MODE == 1:
                 critic_block_product = _lane(critic_products, steps, start).to(DTYPE)
             if MODE == 1 and VALUE_CHAIN:
                 critic_reach = _reach(critic_coefficient, reached, critic_products, critic_block_product, critic_reach,
-                                      steps, start, unknown_before, RARE_PATHS, DTYPE)
+                                      steps, start, unknown_before, EXACT, DTYPE)
         else:
             critic = advantage
         if MODE == 1:

@@ -40,7 +40,7 @@ _FIELDS = (*STEP_NAMES, "bootstrap", "carry")
 _FLAGS = _problem.FLAGS
 _COEFFICIENTS = _problem.COEFFICIENTS
 #: The launch settings (``triton.tuned()``'s knobs), in ``_config``'s order.
-_SETTINGS = ("block", "num_warps", "num_stages", "chunks")
+_SETTINGS = ("block", "num_warps", "num_stages", "chunks", "tile")
 _COMPUTE = {torch.float16: tl.float32, torch.bfloat16: tl.float32, torch.float32: tl.float32,
             torch.float64: tl.float64}
 
@@ -115,7 +115,7 @@ class Plan:
         inner_count = math.prod(batch[axis] for axis in groups[-1]) if groups else 1
         rows = math.prod(batch)
         sequences = 1 if p.offsets is None else int(p.offsets.shape[0]) - 1
-        block, warps, stages, chunk, chunks = _config_of(
+        block, warps, stages, chunk, chunks, per_program = _config_of(
             length, rows, sequences, _multiprocessors(rewards.device),
             tuple(settings[name] for name in _SETTINGS), p.offsets is not None)
         stages = heuristic.fitting_stages(stages, block, _step_bytes(p, arrays, length),
@@ -129,10 +129,10 @@ class Plan:
                          if name in arrays and not (name in _COEFFICIENTS and arrays[name].shape[-1] != length))
         self.kinds = tuple(_kind(getattr(p, name), arrays.get(name), length) for name in _COEFFICIENTS)
         parts = chunks if chunks > 1 else sequences
-        self.counts = (length, inner_count, parts, chunk, chunks, *strides)
+        self.counts = (length, rows, inner_count, parts, chunk, chunks, *strides)
         self.maps = (rows, chunks, MAP.value) if chunks > 1 else None
         self.maps_dtype = torch.float64 if dtype == tl.float64 else torch.float32
-        self.grid = (rows * parts,)
+        self.grid = (rows * parts,) if per_program == 1 else (-(-rows // per_program),)
         self.modes = (SUMMARY, FINAL) if chunks > 1 else (WHOLE,)
         gamma, lam, critic = self.kinds
         self.constants = dict(
@@ -141,7 +141,7 @@ class Plan:
             HAS_CARRY=p.carry is not None, HAS_OFFSETS=p.offsets is not None, FILL=bool(p.fill_masked),
             CONTIGUOUS=contiguous, DTYPE=dtype, BLOCK=block, CHUNKS=heuristic.MAX_CHUNKS if chunks > 1 else 1,
             ALIGN=_alignment(arrays, batch, length, rewards.element_size(), contiguous), TWO_AXES=len(groups) == 2,
-            RARE_PATHS=True, STAGES=stages,
+            RARE_PATHS=True, STAGES=stages, ROWS=per_program,
             num_warps=warps, num_stages=stages)
 
     def launch(self, p, advantages, returns, arrays: dict | None = None, traced: bool = False):
@@ -244,7 +244,7 @@ def _alignment(arrays: dict, batch, length: int, itemsize: int, contiguous: bool
 
 
 def _config_of(length, rows, sequences, multiprocessors: int, override: tuple,
-               packed: bool = False) -> tuple[int, int, int, int, int]:
+               packed: bool = False) -> tuple[int, int, int, int, int, int]:
     """``_config``, kept per argument where they are numbers; computed anew where a traced shape makes one a
     symbol (each comparison then guards the graph on the row of the heuristic's table it falls in)."""
     if all(isinstance(n, int) for n in (length, rows, sequences)):
@@ -254,12 +254,13 @@ def _config_of(length, rows, sequences, multiprocessors: int, override: tuple,
 
 @functools.lru_cache(maxsize=256)
 def _config(length: int, rows: int, sequences: int, multiprocessors: int,
-            override: tuple, packed: bool = False) -> tuple[int, int, int, int, int]:
-    """(block, num_warps, num_stages, chunk, chunks) for a launch: the heuristic row for the steps a program walks
-    (``_triton_config.HEURISTIC``), overridden by ``tuned()`` (``override``: block, warps, stages and the most
-    chunks a row is cut into, None for the heuristic's); chunks of whole blocks for few long rows without
-    packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its programs are
-    sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut). The stages
+            override: tuple, packed: bool = False) -> tuple[int, int, int, int, int, int]:
+    """(block, num_warps, num_stages, chunk, chunks, rows a program) for a launch: the heuristic row for the steps
+    a program walks (``_triton_config.HEURISTIC``), overridden by ``tuned()`` (``override``: block, warps, stages,
+    the most chunks a row is cut into and the tile, None for the heuristic's); chunks of whole blocks for few
+    long rows without packed sequences (``packed``: the problem has offsets, even ``[0, T]``, one sequence: its
+    programs are sequences, whose bounds the kernel reads from the offsets, so a row of them is never cut); short
+    rows several a program under ``tuned(tile=...)`` (one pass, no offsets). The stages
     pipeline the walk over the blocks: the heuristic's for chunks of several blocks, else 1 (not pipelined; a
     ``Plan`` lowers either until its buffers fit the device's shared memory). In float32's constant case only
     the chunks were measured far from the copy (3.2x on the first H100, unpipelined); rows of several blocks on a
@@ -282,7 +283,13 @@ def _config(length: int, rows: int, sequences: int, multiprocessors: int,
             chunk, chunks = length, 1
     if override[2] is None and not (chunks > 1 and chunk > block):
         stages = 1
-    return block, warps, stages, chunk, chunks
+    per_program, span = heuristic.rows_per_program(length, rows, override[4]) if not packed and chunks == 1 \
+        else (1, None)
+    if per_program > 1:  # a tile of short rows: their lanes, 8 steps a thread, one block walked (no pipeline)
+        block = per_program * span
+        warps = override[1] if override[1] is not None else max(1, block // (8 * 32))
+        stages = 1
+    return block, warps, stages, chunk, chunks, per_program
 
 
 #: The multiprocessors of a device and the shared memory a program may take there, asked once per device.

@@ -89,8 +89,8 @@ _TENSORS = tuple(name for name in _problem.PER_STEP if name not in _problem.COEF
 _CALLERS = 10
 #: The kernel's argument slots of the outputs and the chunks' maps (after the 9 per-step, bootstrap, carry, offsets).
 _ADVANTAGES, _RETURNS, _MAPS = 12, 13, 14
-#: Where the bootstrap's three strides sit in the launch plan's counts (after 5 counts and 9 per-step fields).
-_BOOTSTRAP_STRIDES = slice(5 + 3 * 9, 5 + 3 * 10)
+#: Where the bootstrap's three strides sit in the launch plan's counts (after 6 counts and 9 per-step fields).
+_BOOTSTRAP_STRIDES = slice(6 + 3 * 9, 6 + 3 * 10)
 #: The kernel's compile-time parameters, in its order (a direct launch passes them positionally, as the binder).
 _CONSTEXPRS = tuple(name for name, parameter in inspect.signature(_triton_gae.gae_kernel.fn).parameters.items()
                     if parameter.annotation in (triton.language.constexpr, "tl.constexpr"))

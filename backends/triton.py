@@ -57,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import numbers
 import os
 import threading
 
@@ -70,38 +71,50 @@ NAME = "triton"
 #: a thread (block2048-w4, block1024-w2) issue the fewest instructions a step by the SASS count (docs/gpu.md).
 #: The stages pipeline a program's walk over its blocks: "stages1" is the walk unpipelined (every block waits on
 #: its loads), "stagesN" keeps the next N - 1 blocks' loads in flight, even for a program of one block (fewer
-#: where the device's shared memory cannot hold them).
+#: where the device's shared memory cannot hold them). "tileN": short rows share a program, N steps of them (8
+#: rows of 128 in 1,024): a program of one 128-step row is one warp, and bfloat16 took float32's time there on the
+#: first H100, as if each program's chain of load, scan and store, not bytes, set it.
 TUNING_VARIANTS: dict[str, dict] = {
-    "default": {"block": None, "num_warps": None, "num_stages": None, "chunks": None},
-    "block512-w4": {"block": 512, "num_warps": 4, "num_stages": None, "chunks": None},
-    "block1024-w4": {"block": 1024, "num_warps": 4, "num_stages": None, "chunks": None},
-    "block2048-w8": {"block": 2048, "num_warps": 8, "num_stages": None, "chunks": None},
-    "block2048-w4": {"block": 2048, "num_warps": 4, "num_stages": None, "chunks": None},
-    "block1024-w2": {"block": 1024, "num_warps": 2, "num_stages": None, "chunks": None},
-    "stages1": {"block": None, "num_warps": None, "num_stages": 1, "chunks": None},
-    "stages2": {"block": None, "num_warps": None, "num_stages": 2, "chunks": None},
-    "stages3": {"block": None, "num_warps": None, "num_stages": 3, "chunks": None},
-    "stages4": {"block": None, "num_warps": None, "num_stages": 4, "chunks": None},
-    "unchunked": {"block": None, "num_warps": None, "num_stages": None, "chunks": 1},
+    name: {"block": None, "num_warps": None, "num_stages": None, "chunks": None, "tile": None, **settings}
+    for name, settings in (
+        ("default", {}),
+        ("block1024-w4", {"block": 1024, "num_warps": 4}),
+        ("block2048-w4", {"block": 2048, "num_warps": 4}),
+        ("block1024-w2", {"block": 1024, "num_warps": 2}),
+        ("stages1", {"num_stages": 1}),
+        ("stages2", {"num_stages": 2}),
+        ("stages3", {"num_stages": 3}),
+        ("stages4", {"num_stages": 4}),
+        ("unchunked", {"chunks": 1}),
+        ("tile512", {"tile": 512}),
+        ("tile1024", {"tile": 1024}),
+        ("tile2048", {"tile": 2048}),
+    )
 }
 _SETTINGS = threading.local()
-_KNOBS = ("block", "num_warps", "num_stages", "chunks")
+_KNOBS = ("block", "num_warps", "num_stages", "chunks", "tile")
 
 
 @contextlib.contextmanager
 def tuned(**settings):
-    """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``, ``chunks``; None =
-    the heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16; ``chunks`` bounds the chunks a
-    row is cut into where rows are few (1: never cut, one pass over the bytes; more: at most that many, within the
-    kernel's ``MAX_CHUNKS`` and the row's blocks). A launch that cannot run with them
-    (too many registers or too much shared memory for the GPU) raises RuntimeError naming them: the route stays
-    usable, ``auto`` does not fall back for it."""
+    """Within this block, launches use these settings (``block``, ``num_warps``, ``num_stages``, ``chunks``,
+    ``tile``; None = the heuristic's) instead of the heuristic's. ``block`` is a power of two >= 16; ``chunks``
+    bounds the chunks a row is cut into where rows are few (1: never cut, one pass over the bytes; more: at most
+    that many, within the kernel's ``MAX_CHUNKS`` and the row's blocks). ``tile`` (a power of two >= 16) is the
+    most steps one program holds when rows are short: rows of at most ``tile // 2`` steps (each given the power of
+    two at or above its length) share a program, as many as fit and the rows need, in one pass without packed
+    sequences or chunks (its block is those rows' lanes; ``num_warps`` defaults to 8 steps a thread, and its walk
+    of one block is not pipelined: ``num_stages`` does not apply). A launch that cannot
+    run with them (too many registers or too much shared memory for the GPU) raises RuntimeError naming them: the
+    route stays usable, ``auto`` does not fall back for it."""
     unknown = set(settings) - set(_KNOBS)
     if unknown:
         raise ValueError(f"tuned() takes {', '.join(_KNOBS)}, got {', '.join(sorted(unknown))}")
-    block = settings.get("block")
-    if block is not None and (block < 16 or block & (block - 1)):
-        raise ValueError(f"block must be a power of two >= 16, got {block}")
+    for knob in ("block", "tile"):
+        size = settings.get(knob)
+        if size is not None and (isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 16
+                                 or size & (size - 1)):
+            raise ValueError(f"{knob} must be a power of two >= 16, got {size!r}")
     chunks = settings.get("chunks")
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
         raise ValueError(f"chunks must be an int >= 1, got {chunks!r}")

@@ -125,8 +125,8 @@ def test_few_long_rows_are_cut_into_chunks(name, monkeypatch):
 def test_tuned_chunks_bound_the_chunks_a_row_is_cut_into(most, monkeypatch):
     """``tuned(chunks=1)`` walks each of few long rows in one program (one launch over the bytes once);
     ``chunks=3`` cuts it into three, where the heuristic cuts it into 10 (of 32 steps; 4 stand-in multiprocessors)."""
-    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, None))[4] == 10
-    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, most))[4] == most
+    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, None, None))[4] == 10
+    assert _triton_launch._config(300, 1, 1, 4, (16, None, None, most, None))[4] == most
     calls = record_launches(monkeypatch)
     with triton_backend.tuned(block=16, chunks=most):
         check(tensors(build(12, (1, 300), OPTIONS["everything"]), torch.float64))
@@ -154,6 +154,16 @@ def test_the_pipeline_is_shortened_to_fit_the_devices_shared_memory(monkeypatch)
         assert [kwargs["MODE"] for _, kwargs in calls] == [1, 2]
         assert {(kwargs["STAGES"], kwargs["num_stages"]) for _, kwargs in calls} == {(stages, stages)}, (limit, counted)
     assert set(counted) == {43}, counted
+
+
+@pytest.mark.parametrize("knob", ["block", "tile"])
+@pytest.mark.parametrize("size", [8, 48, 1024.0, True])
+def test_tuned_refuses_blocks_and_tiles_that_are_not_powers_of_two(knob, size):
+    with pytest.raises(ValueError, match=f"{knob} must be a power of two >= 16"):
+        with triton_backend.tuned(**{knob: size}):
+            pass
+    with triton_backend.tuned(**{knob: np.int64(64)}):  # any integer type
+        pass
 
 
 @pytest.mark.parametrize("chunks", [0, -2, 1.5, True, "2"])
@@ -251,6 +261,81 @@ def test_an_incoming_carry_reaches_a_row_cut_into_chunks(monkeypatch):
         xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
 
 
+# ------------------------------------------------------------------------------------------------ tiles of rows
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_short_rows_share_a_program_with_every_option(name, dtype, monkeypatch):
+    """``tuned(tile=256)``: rows of 45 steps (64 lanes each) four to a program, the last program holding one row
+    and three lanes' worth of rows past the last (they read and write nothing)."""
+    calls = record_launches(monkeypatch)
+    with triton_backend.tuned(tile=256):
+        check(tensors(build(11, (5, 45), OPTIONS[name]), DTYPES[dtype]))
+    (args, kwargs), = calls
+    assert (kwargs["ROWS"], kwargs["BLOCK"], kwargs["MODE"], kwargs["num_warps"]) == (4, 256, 0, 1)
+
+
+@pytest.mark.parametrize("length, rows, tile, held", [(1, 99, 16, (16, 1)), (16, 99, 16, (1, 16)),
+                                                      (17, 99, 64, (2, 32)), (128, 38400, 1024, (8, 128)),
+                                                      (129, 99, 1024, (4, 256)), (600, 99, 1024, (1, 1024)),
+                                                      (5, 99, None, (1, 8)), (32, 3, 1024, (4, 32)),
+                                                      (32, 1, 1024, (1, 32))])
+def test_a_tile_holds_the_rows_that_fit_it_and_no_more_than_there_are(length, rows, tile, held):
+    from gae_xp.backends import _triton_config
+
+    assert _triton_config.rows_per_program(length, rows, tile) == held
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_tile_of_rows_with_packed_sequences_or_chunks_is_a_program_a_row(dtype, monkeypatch):
+    """Packed sequences (a program per sequence) and rows cut into chunks (two launches) keep one row a program."""
+    monkeypatch.setattr(_triton_launch, "_multiprocessors", lambda device: 64)
+    case = tensors(build(2, (2, 40), OPTIONS["everything"]), dtype)
+    calls = record_launches(monkeypatch)
+    with triton_backend.tuned(tile=1024):
+        check({k: v for k, v in case.items() if k != "bootstrap_value"}, cu_seqlens=[0, 15, 40])
+        check(case)
+    with triton_backend.tuned(tile=1024, block=16):
+        check(tensors(build(2, (1, 40), OPTIONS["holes"]), dtype))
+    assert [kwargs["ROWS"] for _, kwargs in calls] == [1, 2, 1, 1]  # two rows: a program of two spans
+    assert [kwargs["MODE"] for _, kwargs in calls] == [0, 0, 1, 2]
+
+
+def test_an_incoming_carry_enters_each_row_of_a_tile(monkeypatch):
+    from gae_xp._prepare import prepare
+
+    case = tensors(build(12, (6, 30), OPTIONS["holes+fill"]), torch.float64)
+    p = prepare(**case, backend="triton").problem
+    piece = p.replace(carry=torch.from_numpy(np.random.default_rng(1).standard_normal((6, 1))))
+    calls = record_launches(monkeypatch)
+    with triton_backend.tuned(tile=128):
+        got = backends.load("triton").gae(piece, chunk_size=None)
+    assert [kwargs["ROWS"] for _, kwargs in calls] == [4]
+    want = backends.load("numba").gae(piece, chunk_size=None)
+    for ours, theirs in zip(got, want):
+        xp_assert_close(ours, theirs.numpy(), like=torch.zeros((), dtype=torch.float64))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the interpreter's NumPy on NaN
+def test_no_row_of_a_tile_reaches_another():
+    """A row of infinities, a NaN row and a row whose carry-free end meets them: each row is the loop's own."""
+    rng = np.random.default_rng(4)
+    rewards, values = rng.standard_normal((6, 12)), rng.standard_normal((6, 12))
+    rewards[1] = np.inf
+    values[3, 0] = np.nan
+    mask = rng.random((6, 12)) > 0.3
+    given = {"rewards": torch.from_numpy(rewards), "values": torch.from_numpy(values),
+             "mask": torch.from_numpy(mask)}
+    with triton_backend.tuned(tile=64):
+        advantages, returns = gae_xp.gae(**given, backend="triton")
+    want = reference.gae_loop(rewards=rewards, values=values, mask=mask)
+    for row in (0, 2, 4, 5):
+        assert np.isfinite(advantages[row].numpy()).all()
+        xp_assert_close(advantages[row], want[0][row], like=torch.zeros((), dtype=torch.float64))
+        xp_assert_close(returns[row], want[1][row], like=torch.zeros((), dtype=torch.float64))
+
+
 # ------------------------------------------------------------------------------------------------ layouts
 
 
@@ -323,7 +408,8 @@ def test_any_options_shapes_strides_and_dtypes(data):
                 if torch.is_tensor(value) and value.shape[-1:] == (length,) and value.dim() == len(rows) + 1
                 else value for name, value in case.items()}
     block = draw(st.sampled_from([None, 16]), label="block")
-    with triton_backend.tuned(block=block):
+    tile = draw(st.sampled_from([None, 64, 256]), label="tile")
+    with triton_backend.tuned(block=block, tile=tile):
         packed = draw(st.booleans(), label="packed") and length > 2 and not options.get("bootstrap")
         if packed:
             cut = draw(st.integers(0, length))
@@ -486,7 +572,7 @@ def test_discounted_cumsum_runs_on_the_triton_scan():
 def test_tuning_variants_name_the_knobs():
     assert next(iter(triton_backend.TUNING_VARIANTS)) == "default"
     for settings_ in triton_backend.TUNING_VARIANTS.values():
-        assert set(settings_) == {"block", "num_warps", "num_stages", "chunks"}
+        assert set(settings_) == {"block", "num_warps", "num_stages", "chunks", "tile"}
         with triton_backend.tuned(**settings_):
             pass
 
@@ -536,7 +622,7 @@ from gae_xp.backends._triton_gae import gae_kernel as kernel
 options = dict(HAS_NEXT=False, HAS_TERMINATED=True, HAS_TRUNCATED=False, HAS_MASK=True, GAMMA=1, LAM=1, CRITIC=0,
                HAS_CARRY=False, HAS_OFFSETS=False, FILL=False, MODE=int(sys.argv[1]), CONTIGUOUS=True,
                DTYPE=tl.float32, BLOCK=1024, CHUNKS=256, ALIGN=4, TWO_AXES=False, RARE_PATHS=True,
-               STAGES=int(sys.argv[2]))
+               STAGES=int(sys.argv[2]), ROWS=1)
 flags, floats = ("terminated", "truncated", "mask"), ("offsets",)
 signature = {}
 for p in kernel.params:

@@ -91,9 +91,10 @@ def test_the_warm_shapes_cover_each_row_class_both_alignments_and_both_structure
     """Per row of the heuristic, a T inside it that is a multiple of 16 bytes of every float and one that is not, at
     one row, two rows (row strides count) and one program a row; and chunks pipelined (several blocks each)."""
     shapes = _triton_config.warm_shapes(132)
-    configs = {_triton_launch._config(length, rows, 1, 132, (None,) * 4) for rows, length in shapes}
-    assert any(chunks > 1 and chunk > block and stages > 1 for block, _, stages, chunk, chunks in configs)
-    assert any(chunks > 1 and chunk == block and stages == 1 for block, _, stages, chunk, chunks in configs)
+    configs = {_triton_launch._config(length, rows, 1, 132, (None,) * 5) for rows, length in shapes}
+    assert all(per_program == 1 for *_, per_program in configs)  # tiles of rows are tuned(tile=...)'s alone
+    assert any(chunks > 1 and chunk > block and stages > 1 for block, _, stages, chunk, chunks, _ in configs)
+    assert any(chunks > 1 and chunk == block and stages == 1 for block, _, stages, chunk, chunks, _ in configs)
     lengths = sorted({length for _, length in shapes})
     bounds = [row[0] for row in _triton_config.HEURISTIC]
     for low, high in zip([0, *bounds], bounds):

@@ -11,6 +11,10 @@ holding a NaN or an inf (the exact second scan of
 ``_triton_parts.solve_block``) or a masked step (GAE's value chain) runs, or
 only a chunk's last blocks in GAE's chunk maps (``_triton_gae._reach``):
 ``sass_finite`` counts the path of a block of finite numbers and real steps.
+GAE with a mask and no ``next_values`` is compiled a third time on the path
+of a block of finite numbers with masked steps (``_triton_gae.HOLED``: the
+value chain's scan, which a random mask sends every block through):
+``walk_holed``.
 ``python tests/triton_ptx.py shared`` prints the shared memory of pipelined
 chunks instead (``SHARED_CASES``). ``tests/test_triton_ptx.py`` checks them.
 """
@@ -117,6 +121,9 @@ def cases() -> list[dict]:
             ("GAE, chunks' final pass, terminated and mask", {"HAS_TERMINATED": True, "HAS_MASK": True, "MODE": 2}, 18,
              3)):
         out.append(_gae_case(name, options, step_bytes, stages=stages))
+    # short rows sharing a program (``tuned(tile=1024)``): 8 rows of 128 steps
+    out.append(_gae_case("GAE, a tile of 8 rows, terminated and mask",
+                         {"HAS_TERMINATED": True, "HAS_MASK": True, "ROWS": 8}, 18, stages=1))
     return out
 
 
@@ -130,7 +137,7 @@ def _gae_case(name: str, options: dict, bytes_per_step: int, *, dtype: str = "fp
     constexprs = {"HAS_NEXT": False, "HAS_TERMINATED": False, "HAS_TRUNCATED": False, "HAS_MASK": False, "GAMMA": 1,
                   "LAM": 1, "CRITIC": 0, "HAS_CARRY": False, "HAS_OFFSETS": False, "FILL": False, "MODE": 0,
                   "CONTIGUOUS": True, "DTYPE": compute, "BLOCK": block, "CHUNKS": _triton_config.MAX_CHUNKS,
-                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True, "STAGES": stages,
+                  "ALIGN": 128 // int(dtype[2:]), "TWO_AXES": False, "RARE_PATHS": True, "STAGES": stages, "ROWS": 1,
                   **options}
     arrays = kernel.arg_names[:kernel.arg_names.index("length")]
     types = {}
@@ -202,7 +209,17 @@ def describe(case: dict) -> dict:
                                sass.listing(compile_case({**case, "constexprs": {**case["constexprs"],
                                                                                   "RARE_PATHS": False}})
                                             .asm["cubin"])),
-            "walk_finite": sass.loops(finite, scan_loops=False).walk}
+            "walk_finite": sass.loops(finite, scan_loops=False).walk, "walk_holed": _walk_holed(case)}
+
+
+def _walk_holed(case: dict) -> int | None:
+    """The walk of GAE's value chain on a block with masked steps (``_triton_gae.HOLED``), or None for a kernel
+    without it."""
+    constexprs = case["constexprs"]
+    if case["function"] is not _triton_gae.gae_kernel or not constexprs["HAS_MASK"] or constexprs["HAS_NEXT"]:
+        return None
+    holed = compile_case({**case, "constexprs": {**constexprs, "RARE_PATHS": _triton_gae.HOLED}})
+    return sass.loops(sass.listing(holed.asm["cubin"]), scan_loops=False).walk
 
 
 if __name__ == "__main__":

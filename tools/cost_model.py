@@ -23,14 +23,16 @@ model, predicted 23 us at 38400x128 where 163 us was measured.
   numba-CUDA kernels are compiled as ``tests/test_cuda_compile.py`` compiles
   them (sm_90, launch bounds, ptxas), the Triton kernels as
   ``tests/triton_ptx.py`` does (``triton.compile`` for sm_90 without a GPU),
-  with the launch settings the route picks for each shape, and without the
-  paths that only a block holding a NaN or an inf (the exact second scan,
-  ``_triton_parts.solve_block``) or a masked step (the value chain's scan)
-  runs, or only a chunk's last blocks in the chunks' maps (``_reach``)
-  (``RARE_PATHS`` False), as on the benchmark's finite numbers and all-real
-  mask; likewise the lean numba-CUDA kernels without the value chain's scan,
-  which only a tile where a thread holding steps of it holds no real one
-  runs (``lean_kernel``'s ``rare_paths``).
+  with the launch settings the route picks for each shape, on the path of
+  the benchmark's blocks: finite numbers, without what only a block holding
+  a NaN or an inf (the exact second scan, ``_triton_parts.solve_block``) or
+  only a chunk's last blocks in the chunks' maps (``_reach``) runs
+  (``RARE_PATHS`` False); with the case dones+mask, whose random mask (a
+  step masked in five) holes every block, on the value chain's path
+  (``_triton_gae.HOLED``). The lean numba-CUDA kernels are counted without
+  the value chain's scan, which only a tile where a thread holding steps of
+  it holds no real one runs (``lean_kernel``'s ``rare_paths``): a thread's
+  steps are all masked with a chance of 0.2 ** 8 or less there.
 * **Calibration**: ``bandwidth`` and ``latency`` by linear least squares on the
   measured copies (time = bytes / bandwidth + latency); the ``issue rate`` by
   least squares on the logarithm of the time (relative residuals) over the
@@ -264,8 +266,11 @@ def _triton_case(kind: str, case: str, io: str, block: int, warps: int, stages: 
     _, triton_ptx, baseline = _tests()
     pointer = {"float32": "fp32", "bfloat16": "bf16"}[io]
     if kind == "route":
+        from gae_xp.backends._triton_gae import HOLED
+
+        # finite numbers; the benchmark's mask holes every block
         options = {"HAS_TERMINATED": case != "constant", "HAS_MASK": case == "dones+mask", "MODE": mode,
-                   "CHUNKS": 256 if mode else 1, "RARE_PATHS": False}  # finite numbers, real steps
+                   "CHUNKS": 256 if mode else 1, "RARE_PATHS": HOLED if case == "dones+mask" else False}
         return triton_ptx._gae_case(f"{case} {io}", options, 0, dtype=pointer, block=block, warps=warps,
                                     stages=stages)
     function = baseline._gae_rows
@@ -285,8 +290,8 @@ def triton_launches(shape, case: str, io: str = "float32") -> list[Launch]:
     from tools import sass
 
     rows, length = shape
-    block, warps, stages, chunk, chunks = _triton_launch._config(length, rows, 1, MULTIPROCESSORS,
-                                                                 (None, None, None, None))
+    block, warps, stages, chunk, chunks, _ = _triton_launch._config(length, rows, 1, MULTIPROCESSORS,
+                                                                    (None,) * len(_triton_launch._SETTINGS))
     read, written = (n * rows * length for n in floor_bytes(case, DTYPES[io]))
     modes = ((1, read), (2, read + written)) if chunks > 1 else ((0, read + written),)
     walks = -(-chunk // block)

@@ -46,6 +46,20 @@ def calls(gae_xp, backend: str) -> dict:
         return lambda a: gae_xp.gae(a["rewards"], a["values"], backend=backend, **{
             k: (a[v] if isinstance(v, str) else v) for k, v in keywords.items()})
 
+    def tiled(call):
+        """``call`` with short rows sharing a program on the Triton route (``tuned(tile=1024)``: the last program's
+        lanes past the last row read and write nothing); the other routes call it as it is."""
+        if backend != "triton":
+            return call
+
+        def in_tiles(a):
+            from gae_xp.backends import triton
+
+            with triton.tuned(tile=1024):
+                return call(a)
+
+        return in_tiles
+
     return {
         "gae": gae(),
         "gae, bootstrap": gae(bootstrap_value="bootstrap_value"),
@@ -59,6 +73,8 @@ def calls(gae_xp, backend: str) -> dict:
         "gae, critic_lam per step": gae(critic_lam="gamma", mask="mask"),
         "gae, host cu_seqlens": gae(cu_seqlens="host_offsets", terminated="terminated"),
         "gae, device cu_seqlens": gae(cu_seqlens="device_offsets", mask="mask"),
+        "gae, mask, bootstrap, short rows in tiles": tiled(gae(terminated="terminated", mask="mask",
+                                                               bootstrap_value="bootstrap_value")),
         "vtrace": lambda a: gae_xp.vtrace(a["log_rhos"], a["rewards"], a["values"], terminated=a["terminated"],
                                           mask=a["mask"], backend=backend),
         "lambda_returns": lambda a: (gae_xp.lambda_returns(a["rewards"], a["next_values"],
