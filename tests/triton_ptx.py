@@ -206,10 +206,14 @@ def describe(case: dict) -> dict:
             "bytes_per_step": case["bytes_per_step"], "sass": len(code := sass.listing(compiled.asm["cubin"])),
             "sass_local": sum(bool(re.search(r"\b(LDL|STL)\b", instruction)) for _, instruction in code),
             "sass_finite": len(finite := code if "RARE_PATHS" not in case["constexprs"] else
-                               sass.listing(compile_case({**case, "constexprs": {**case["constexprs"],
-                                                                                  "RARE_PATHS": False}})
-                                            .asm["cubin"])),
+                               _listing_on_path(case, False)),
             "walk_finite": sass.loops(finite, scan_loops=False).walk, "walk_holed": _walk_holed(case)}
+
+
+def _listing_on_path(case: dict, rare_paths):
+    """The SASS of ``case`` compiled with its ``RARE_PATHS`` set to ``rare_paths`` (the path the count takes)."""
+    return sass.listing(compile_case({**case, "constexprs": {**case["constexprs"], "RARE_PATHS": rare_paths}})
+                        .asm["cubin"])
 
 
 def _walk_holed(case: dict) -> int | None:
@@ -218,8 +222,7 @@ def _walk_holed(case: dict) -> int | None:
     constexprs = case["constexprs"]
     if case["function"] is not _triton_gae.gae_kernel or not constexprs["HAS_MASK"] or constexprs["HAS_NEXT"]:
         return None
-    holed = compile_case({**case, "constexprs": {**constexprs, "RARE_PATHS": _triton_gae.HOLED}})
-    return sass.loops(sass.listing(holed.asm["cubin"]), scan_loops=False).walk
+    return sass.loops(_listing_on_path(case, _triton_gae.HOLED), scan_loops=False).walk
 
 
 if __name__ == "__main__":
